@@ -1,0 +1,416 @@
+//! The lossless event envelope.
+//!
+//! An [`Event`] is the exact JSON text of one AG-UI event plus its decoded
+//! `type`. Nothing else is parsed up front: readers that need a field parse a
+//! borrowed view with [`Event::view`], and writers emit [`Event::json`]
+//! unchanged. This is what makes the wire layer lossless by construction
+//! (unknown fields, unknown types, `null` versus absent, number spelling and
+//! string escapes all survive because the bytes are never rebuilt) and fast
+//! (no DOM per event).
+
+use std::fmt;
+use std::sync::Arc;
+
+use serde::de::{self, IgnoredAny, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::value::RawValue;
+
+use crate::EventType;
+
+/// One AG-UI event, kept as its JSON text.
+///
+/// Cloning is cheap (the text is shared). The text is always a single JSON
+/// object with a string `type`, and never contains a raw line break, so it can
+/// be framed as one NDJSON line or one SSE `data:` line as it is.
+#[derive(Clone)]
+pub struct Event {
+    json: Arc<str>,
+    ty: EventType,
+}
+
+/// Why some text is not an event envelope.
+#[derive(Debug, thiserror::Error)]
+pub enum EnvelopeError {
+    /// The text is not JSON at all.
+    #[error("invalid JSON: {0}")]
+    Syntax(#[source] serde_json::Error),
+    /// The JSON is not an object.
+    #[error("an event must be a JSON object, found {found}")]
+    NotObject {
+        /// What was found instead (`array`, `string`, ...).
+        found: &'static str,
+    },
+    /// The object has no `type` key.
+    #[error("an event must have a \"type\" field")]
+    MissingType,
+    /// `type` is present but is not a string.
+    #[error("an event's \"type\" must be a string")]
+    TypeNotString,
+    /// `type` appears more than once, so its meaning is ambiguous.
+    #[error("an event has more than one \"type\" field")]
+    DuplicateType,
+}
+
+impl Event {
+    /// Reads one event from its JSON text.
+    ///
+    /// The text is validated as JSON and must be an object with a string
+    /// `type`. Surrounding whitespace is dropped; whitespace inside is kept,
+    /// except that text spanning several lines is re-written on one line
+    /// (insignificant whitespace only, so the JSON value is unchanged).
+    pub fn from_json(text: &str) -> Result<Event, EnvelopeError> {
+        let text = text.trim_matches(|c| matches!(c, ' ' | '\t' | '\n' | '\r'));
+        let ty = read_type(text)?;
+        let json: Arc<str> = if text.as_bytes().iter().any(|&b| b == b'\n' || b == b'\r') {
+            one_line(text).into()
+        } else {
+            text.into()
+        };
+        Ok(Event { json, ty })
+    }
+
+    /// Like [`Event::from_json`], for owned text (avoids a copy when possible).
+    pub fn from_json_string(text: String) -> Result<Event, EnvelopeError> {
+        let trimmed = text.trim_matches(|c| matches!(c, ' ' | '\t' | '\n' | '\r'));
+        if trimmed.len() != text.len() || trimmed.contains(['\n', '\r']) {
+            return Event::from_json(trimmed);
+        }
+        let ty = read_type(&text)?;
+        Ok(Event {
+            json: text.into(),
+            ty,
+        })
+    }
+
+    /// Builds an event by serializing `value` (a `serde_json::Value`, a typed
+    /// event, or any serializable object with a string `type`).
+    pub fn from_serialize<T: Serialize + ?Sized>(value: &T) -> Result<Event, EnvelopeError> {
+        let text = serde_json::to_string(value).map_err(EnvelopeError::Syntax)?;
+        Event::from_json_string(text)
+    }
+
+    /// The event's `type`.
+    pub fn event_type(&self) -> &EventType {
+        &self.ty
+    }
+
+    /// The event's `type` as written on the wire.
+    pub fn type_name(&self) -> &str {
+        self.ty.as_str()
+    }
+
+    /// The exact JSON text of the event (one line).
+    pub fn json(&self) -> &str {
+        &self.json
+    }
+
+    /// The JSON text as a shared string (no copy).
+    pub fn shared_json(&self) -> Arc<str> {
+        self.json.clone()
+    }
+
+    /// Size of the JSON text in bytes.
+    pub fn len_bytes(&self) -> usize {
+        self.json.len()
+    }
+
+    /// Parses a borrowed view of the event. Views are plain serde structs that
+    /// name only the fields they need; string fields may borrow from the event.
+    pub fn view<'a, T: Deserialize<'a>>(&'a self) -> Result<T, serde_json::Error> {
+        serde_json::from_str(&self.json)
+    }
+
+    /// The whole event as a JSON value (lossless: key order and number
+    /// spelling are kept).
+    pub fn to_value(&self) -> serde_json::Value {
+        serde_json::from_str(&self.json).expect("an Event always holds valid JSON")
+    }
+
+    /// True when both events hold the same JSON value (key order ignored,
+    /// numbers compared as written).
+    pub fn same_value(&self, other: &Event) -> bool {
+        self.json == other.json || self.to_value() == other.to_value()
+    }
+}
+
+impl fmt::Debug for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.json)
+    }
+}
+
+impl fmt::Display for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.json)
+    }
+}
+
+impl Serialize for Event {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        // Emit the stored text as it is when the serializer is serde_json's.
+        let raw: &RawValue = serde_json::from_str(&self.json).map_err(serde::ser::Error::custom)?;
+        raw.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Event {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let raw = Box::<RawValue>::deserialize(deserializer)?;
+        Event::from_json(raw.get()).map_err(de::Error::custom)
+    }
+}
+
+/// Validates `text` as a JSON object and returns its `type`.
+fn read_type(text: &str) -> Result<EventType, EnvelopeError> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    let found = de.deserialize_any(TypeFinder).map_err(|e| {
+        // Our own visitor errors carry their meaning in the message.
+        match e.to_string().as_str() {
+            m if m.starts_with(NOT_OBJECT_PREFIX) => EnvelopeError::NotObject {
+                found: kind_of(text),
+            },
+            m if m.starts_with(TYPE_NOT_STRING) => EnvelopeError::TypeNotString,
+            m if m.starts_with(DUPLICATE_TYPE) => EnvelopeError::DuplicateType,
+            _ => EnvelopeError::Syntax(e),
+        }
+    })?;
+    de.end().map_err(EnvelopeError::Syntax)?;
+    match found {
+        Some(name) => Ok(EventType::from_wire(&name)),
+        None => Err(EnvelopeError::MissingType),
+    }
+}
+
+const NOT_OBJECT_PREFIX: &str = "agui: not an object";
+const TYPE_NOT_STRING: &str = "agui: type not a string";
+const DUPLICATE_TYPE: &str = "agui: duplicate type";
+
+fn kind_of(text: &str) -> &'static str {
+    match text.as_bytes().first() {
+        Some(b'[') => "an array",
+        Some(b'"') => "a string",
+        Some(b'n') => "null",
+        Some(b't' | b'f') => "a boolean",
+        _ => "a number",
+    }
+}
+
+struct TypeFinder;
+
+impl<'de> Visitor<'de> for TypeFinder {
+    type Value = Option<String>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(NOT_OBJECT_PREFIX)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut ty: Option<String> = None;
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            if key == "type" {
+                if ty.is_some() {
+                    return Err(de::Error::custom(DUPLICATE_TYPE));
+                }
+                let value: TypeValue = map.next_value()?;
+                match value {
+                    TypeValue::Str(s) => ty = Some(s),
+                    TypeValue::Other => return Err(de::Error::custom(TYPE_NOT_STRING)),
+                }
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(ty)
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+        Err(E::custom(NOT_OBJECT_PREFIX))
+    }
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+        Err(E::custom(NOT_OBJECT_PREFIX))
+    }
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+        Err(E::custom(NOT_OBJECT_PREFIX))
+    }
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+        Err(E::custom(NOT_OBJECT_PREFIX))
+    }
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+        Err(E::custom(NOT_OBJECT_PREFIX))
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Err(E::custom(NOT_OBJECT_PREFIX))
+    }
+    fn visit_seq<A: de::SeqAccess<'de>>(self, _: A) -> Result<Self::Value, A::Error> {
+        Err(de::Error::custom(NOT_OBJECT_PREFIX))
+    }
+    // arbitrary_precision numbers arrive as a one-entry map with a private key;
+    // they still are not objects, and visit_map above would accept them, but
+    // serde_json only produces that map when asked for a Number, never for
+    // `deserialize_any` at the top level of a document that starts with a digit.
+}
+
+/// `type`'s value: a string, or anything else (which is an error).
+enum TypeValue {
+    Str(String),
+    Other,
+}
+
+impl<'de> Deserialize<'de> for TypeValue {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = TypeValue;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<TypeValue, E> {
+                Ok(TypeValue::Str(s.to_owned()))
+            }
+            fn visit_string<E: de::Error>(self, s: String) -> Result<TypeValue, E> {
+                Ok(TypeValue::Str(s))
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<TypeValue, E> {
+                Ok(TypeValue::Other)
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<TypeValue, E> {
+                Ok(TypeValue::Other)
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<TypeValue, E> {
+                Ok(TypeValue::Other)
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<TypeValue, E> {
+                Ok(TypeValue::Other)
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<TypeValue, E> {
+                Ok(TypeValue::Other)
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut s: A) -> Result<TypeValue, A::Error> {
+                while s.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(TypeValue::Other)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<TypeValue, A::Error> {
+                while m.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(TypeValue::Other)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// Removes insignificant whitespace from valid JSON text.
+fn one_line(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut in_string = false;
+    let mut escaped = false;
+    for c in text.chars() {
+        if in_string {
+            out.push(c);
+            if escaped {
+                escaped = false;
+            } else if c == '\\' {
+                escaped = true;
+            } else if c == '"' {
+                in_string = false;
+            }
+        } else {
+            match c {
+                ' ' | '\t' | '\n' | '\r' => {}
+                '"' => {
+                    in_string = true;
+                    out.push(c);
+                }
+                _ => out.push(c),
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_text_exactly() {
+        let text = r#"{"type":"CUSTOM","name":"x","value":12345678901234567890123,"f":1.10,"n":null,"s":"\ud83d\ude00\u00e9","extra":{"deep":[1,2]}}"#;
+        let e = Event::from_json(text).unwrap();
+        assert_eq!(e.json(), text);
+        assert_eq!(e.event_type(), &EventType::Custom);
+        // Through a Value the escapes are decoded, but the value is the same
+        // and numbers keep their spelling.
+        let v = e.to_value();
+        let expected = r#"{"type":"CUSTOM","name":"x","value":12345678901234567890123,"f":1.10,"n":null,"s":"😀é","extra":{"deep":[1,2]}}"#;
+        assert_eq!(serde_json::to_string(&v).unwrap(), expected);
+    }
+
+    #[test]
+    fn unknown_types_are_carried() {
+        let e = Event::from_json(r#"{"type":"META","metaType":"x","payload":{}}"#).unwrap();
+        assert_eq!(e.type_name(), "META");
+        assert!(!e.event_type().is_known());
+    }
+
+    #[test]
+    fn multi_line_text_becomes_one_line_with_the_same_value() {
+        let text = "{\n  \"type\": \"RAW\",\n  \"event\": \"a b\\n\"\r\n}";
+        let e = Event::from_json(text).unwrap();
+        assert!(!e.json().contains('\n'));
+        assert_eq!(e.json(), r#"{"type":"RAW","event":"a b\n"}"#);
+    }
+
+    #[test]
+    fn rejects_what_is_not_an_event() {
+        assert!(matches!(
+            Event::from_json("[1]"),
+            Err(EnvelopeError::NotObject { found: "an array" })
+        ));
+        assert!(matches!(
+            Event::from_json("12"),
+            Err(EnvelopeError::NotObject { .. })
+        ));
+        assert!(matches!(
+            Event::from_json("{}"),
+            Err(EnvelopeError::MissingType)
+        ));
+        assert!(matches!(
+            Event::from_json(r#"{"type":1}"#),
+            Err(EnvelopeError::TypeNotString)
+        ));
+        assert!(matches!(
+            Event::from_json(r#"{"type":"RAW","type":"RAW"}"#),
+            Err(EnvelopeError::DuplicateType)
+        ));
+        assert!(matches!(
+            Event::from_json(r#"{"type":"RAW""#),
+            Err(EnvelopeError::Syntax(_))
+        ));
+        assert!(matches!(
+            Event::from_json(r#"{"type":"RAW"} x"#),
+            Err(EnvelopeError::Syntax(_))
+        ));
+    }
+
+    #[test]
+    fn serde_round_trip_is_verbatim() {
+        let text = r#"[{"type":"RAW","event":1.50},{"type":"X","a":null}]"#;
+        let events: Vec<Event> = serde_json::from_str(text).unwrap();
+        assert_eq!(serde_json::to_string(&events).unwrap(), text);
+    }
+
+    #[test]
+    fn borrowed_views() {
+        #[derive(Deserialize)]
+        struct Content<'a> {
+            #[serde(rename = "messageId")]
+            message_id: &'a str,
+            delta: std::borrow::Cow<'a, str>,
+        }
+        let e =
+            Event::from_json(r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"a\"b"}"#)
+                .unwrap();
+        let v: Content = e.view().unwrap();
+        assert_eq!(v.message_id, "m1");
+        assert_eq!(v.delta, "a\"b");
+    }
+}

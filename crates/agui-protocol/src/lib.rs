@@ -1,0 +1,21 @@
+//! The AG-UI 1.0 wire model.
+//!
+//! - [`Event`]: the lossless envelope every other crate passes around.
+//! - [`EventType`]: the `type` discriminator.
+//! - [`model`]: typed structs for every event, message and run input, with
+//!   strict and tolerant reading.
+//! - [`verify`]: the sequence rules of the official client's `verifyEvents`.
+//! - [`chunks`]: chunk expansion, as the official `transformChunks`.
+//!
+//! This crate does no I/O. Framing (JSON arrays, NDJSON, SSE) lives in
+//! `agui-codec`.
+
+mod event;
+mod event_type;
+
+pub mod chunks;
+pub mod model;
+pub mod verify;
+
+pub use event::{EnvelopeError, Event};
+pub use event_type::EventType;
