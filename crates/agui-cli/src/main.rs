@@ -24,6 +24,20 @@ enum Command {
     Verify(cmd::verify::Args),
     /// Convert an event stream between JSON, NDJSON and SSE, losslessly
     Convert(cmd::convert::Args),
+    /// Reduce events to the final {messages, state}, as the official client does
+    Reduce(cmd::reduce::Args),
+    /// Compact an event stream without changing its meaning
+    Compact(cmd::compact::Args),
+    /// Show a thread's run tree, time-travel to any run, or extract a branch
+    History(cmd::history::Args),
+    /// Export the compacted message snapshot artifact of one run
+    ExportArtifact(cmd::export_artifact::Args),
+    /// Strictly validate a compacted message snapshot artifact
+    ValidateArtifact(cmd::validate_artifact::Args),
+    /// Import, export, migrate and inspect event stores
+    Store(cmd::store::Args),
+    /// Run the AG-UI gateway: persist, restore, attach and branch every run
+    Serve(cmd::serve::Args),
 }
 
 fn main() -> ExitCode {
@@ -31,6 +45,13 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Verify(args) => cmd::verify::run(args),
         Command::Convert(args) => cmd::convert::run(args),
+        Command::Reduce(args) => cmd::reduce::run(args),
+        Command::Compact(args) => cmd::compact::run(args),
+        Command::History(args) => cmd::history::run(args),
+        Command::ExportArtifact(args) => cmd::export_artifact::run(args),
+        Command::ValidateArtifact(args) => cmd::validate_artifact::run(args),
+        Command::Store(args) => cmd::store::run(args),
+        Command::Serve(args) => cmd::serve::run(args),
     };
     match result {
         Ok(code) => code,
