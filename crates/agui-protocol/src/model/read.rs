@@ -1,0 +1,106 @@
+//! Reading envelopes into typed events, strictly or tolerantly.
+
+use serde_json::Value;
+
+use super::error::{SchemaError, StreamSchemaError};
+use super::events::TypedEvent;
+use super::json::Obj;
+use crate::Event;
+
+/// How [`read`] treats a known event that does not match its schema.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReadMode {
+    /// It is an error naming the event index, type and field path.
+    Strict,
+    /// It is kept as [`TypedEvent::Opaque`] with a diagnostic, so a damaged
+    /// history still restores as far as it goes.
+    Tolerant,
+}
+
+/// One event as [`read`] saw it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Checked {
+    /// The typed event; `Opaque` for unknown types and (tolerant mode) for
+    /// events that failed their schema.
+    pub event: TypedEvent,
+    /// Why the event was kept opaque, in tolerant mode.
+    pub diagnostic: Option<StreamSchemaError>,
+}
+
+/// Reads an envelope into its typed event under the AG-UI 1.0 schema.
+///
+/// An unknown `type` is not an error: it becomes [`TypedEvent::Opaque`].
+/// A known type that breaks its schema is an error naming the type and the
+/// field path. Unknown keys are kept at every depth, so serializing the
+/// result gives back the same JSON value.
+pub fn parse_event(event: &Event) -> Result<TypedEvent, SchemaError> {
+    let ty = event.event_type();
+    if !ty.is_known() {
+        return Ok(TypedEvent::Opaque(event.clone()));
+    }
+    let value: Value = serde_json::from_str(event.json()).map_err(|_| {
+        // An `Event` always holds a JSON object; this is unreachable in practice.
+        SchemaError::new(super::SchemaErrorKind::WrongType {
+            expected: "an object",
+            found: "invalid JSON",
+        })
+        .in_event(ty)
+    })?;
+    let mut obj = Obj::new(value).map_err(|e| e.in_event(ty))?;
+    // The envelope has already checked `type`; it is not kept as a field.
+    obj.discard("type");
+    match TypedEvent::from_known(ty, obj) {
+        Some(result) => result.map_err(|e| e.in_event(ty)),
+        None => Ok(TypedEvent::Opaque(event.clone())),
+    }
+}
+
+/// Reads the event at `index` of a stream in the given mode.
+///
+/// Strict: a schema error is returned with the index. Tolerant: never fails;
+/// a bad event becomes [`TypedEvent::Opaque`] and the error its diagnostic.
+pub fn read(event: &Event, index: usize, mode: ReadMode) -> Result<Checked, StreamSchemaError> {
+    match parse_event(event) {
+        Ok(typed) => Ok(Checked {
+            event: typed,
+            diagnostic: None,
+        }),
+        Err(error) => {
+            let error = StreamSchemaError { index, error };
+            match mode {
+                ReadMode::Strict => Err(error),
+                ReadMode::Tolerant => Ok(Checked {
+                    event: TypedEvent::Opaque(event.clone()),
+                    diagnostic: Some(error),
+                }),
+            }
+        }
+    }
+}
+
+/// Reads a whole stream: [`read`] for each event, with its index.
+pub fn read_all(events: &[Event], mode: ReadMode) -> Result<Vec<Checked>, StreamSchemaError> {
+    events
+        .iter()
+        .enumerate()
+        .map(|(i, e)| read(e, i, mode))
+        .collect()
+}
+
+impl TypedEvent {
+    /// The event as an envelope (for `Opaque`, the original one).
+    pub fn to_event(&self) -> Result<Event, crate::EnvelopeError> {
+        match self {
+            TypedEvent::Opaque(e) => Ok(e.clone()),
+            typed => Event::from_serialize(typed),
+        }
+    }
+
+    /// The event as a JSON value.
+    pub fn to_value(&self) -> Value {
+        match self {
+            TypedEvent::Opaque(e) => e.to_value(),
+            typed => serde_json::to_value(typed).unwrap_or(Value::Null),
+        }
+    }
+}
