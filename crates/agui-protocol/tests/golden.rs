@@ -184,10 +184,10 @@ fn the_corpus_covers_the_whole_model() {
                 TypedEvent::RunFinished(e) => {
                     if let Some(o) = &e.outcome {
                         cov.run_outcomes.insert(o.tag());
-                        if let RunOutcome::Interrupt(i) = o {
-                            if i.interrupts.as_slice().iter().any(|x| !x.extra.is_empty()) {
-                                cov.extra_depths.insert(3);
-                            }
+                        if let RunOutcome::Interrupt(i) = o
+                            && i.interrupts.as_slice().iter().any(|x| !x.extra.is_empty())
+                        {
+                            cov.extra_depths.insert(3);
                         }
                     }
                 }
