@@ -184,9 +184,13 @@ fn the_corpus_covers_the_whole_model() {
                 TypedEvent::RunFinished(e) => {
                     if let Some(o) = &e.outcome {
                         cov.run_outcomes.insert(o.tag());
-                        if let RunOutcome::Interrupt(i) = o
-                            && i.interrupts.as_slice().iter().any(|x| !x.extra.is_empty())
-                        {
+                        let extra_in_interrupt = match o {
+                            RunOutcome::Interrupt(i) => {
+                                i.interrupts.as_slice().iter().any(|x| !x.extra.is_empty())
+                            }
+                            _ => false,
+                        };
+                        if extra_in_interrupt {
                             cov.extra_depths.insert(3);
                         }
                     }
