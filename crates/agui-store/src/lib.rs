@@ -1,1 +1,40 @@
-//! Placeholder: being written.
+//! The `EventStore` contract of agui: a persistent, tenant-scoped log of AG-UI
+//! events per thread, with a run index, checkpoints and live subscriptions.
+//!
+//! - [`EventStore`]: the trait every backend implements (object safe).
+//! - [`StoreError`] / [`ErrorKind`]: the portable error every backend maps
+//!   its native errors onto; `Display` never shows SQL, paths or secrets.
+//! - [`index`]: how a batch changes the run index (shared by all backends).
+//! - [`checkpoint`]: self-checking checkpoint blobs.
+//! - [`subscribe`]: catch-up-then-live subscriptions without gap or duplicate.
+//! - [`MemoryStore`]: the in-memory backend (`memory://`).
+//! - `conformance` (feature `conformance`): the suite every backend runs, and
+//!   the crash harness.
+//!
+//! Invariant: no SQL, no file layout. Event semantics come from
+//! `agui-history`.
+
+mod error;
+mod restore;
+mod store;
+mod types;
+
+pub mod checkpoint;
+pub mod cursor;
+pub mod index;
+pub mod memory;
+pub mod subscribe;
+
+#[cfg(feature = "conformance")]
+pub mod conformance;
+
+pub use agui_history::reduce::Conversation;
+pub use error::{ErrorKind, Result, SeqConflict, StoreError};
+pub use memory::MemoryStore;
+pub use store::{EventStore, Restored};
+pub use subscribe::EventStream;
+pub use types::{
+    AppendRequest, Appended, Durability, EventPage, MAX_ID_BYTES, MAX_PAGE, RunFilter, RunPage,
+    RunRecord, RunStatus, StoreStats, StoredEvent, ThreadFilter, ThreadInfo, ThreadPage, Timestamp,
+    check_id, page_size,
+};

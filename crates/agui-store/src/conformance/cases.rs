@@ -1,0 +1,1060 @@
+//! The conformance cases. Each takes a fresh [`Backend`] and panics on a
+//! contract violation.
+
+use std::collections::{BTreeSet, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use agui_history::reduce::Reducer;
+use agui_protocol::Event;
+use futures::StreamExt;
+use serde_json::json;
+
+use super::Backend;
+use super::events::{event, full_run, run_error, run_finished, run_started, text_message};
+use crate::{
+    AppendRequest, Conversation, Durability, ErrorKind, EventStore, MAX_ID_BYTES, RunFilter,
+    RunStatus, StoredEvent, ThreadFilter,
+};
+
+const T: &str = "tenant-a";
+/// How long a subscription may stay silent before the suite calls it stuck.
+const STUCK: Duration = Duration::from_secs(20);
+
+async fn open<B: Backend>(b: &B) -> B::Store {
+    b.open().await.expect("the backend opens")
+}
+
+async fn append<S: EventStore + ?Sized>(s: &S, tenant: &str, thread: &str, events: Vec<Event>) {
+    s.append(tenant, thread, AppendRequest::new(events))
+        .await
+        .expect("append");
+}
+
+async fn all<S: EventStore + ?Sized>(s: &S, tenant: &str, thread: &str) -> Vec<StoredEvent> {
+    s.read_range(tenant, thread, 1, u64::MAX)
+        .await
+        .expect("read back")
+}
+
+fn custom(n: u64) -> Event {
+    event(json!({"type":"CUSTOM","name":"n","value":n}))
+}
+
+fn conversation_text(c: &Conversation) -> String {
+    serde_json::to_string(c).expect("a conversation serializes")
+}
+
+fn reduce_all(events: &[StoredEvent]) -> String {
+    let mut r = Reducer::new(Conversation::default());
+    for e in events {
+        r.apply(&e.event).expect("the suite's events reduce");
+    }
+    conversation_text(&r.into_conversation())
+}
+
+/// Sequence numbers start at 1, are contiguous, are returned by append, and
+/// reads return exactly what was appended in order. Bad batches are refused.
+pub async fn ordering_and_sequence_numbers<B: Backend>(b: &B) {
+    let s = open(b).await;
+    let a = s
+        .append(T, "th", AppendRequest::new((1..=3).map(custom).collect()))
+        .await
+        .unwrap();
+    assert_eq!((a.first_seq, a.last_seq), (1, 3));
+    let a2 = s
+        .append(T, "th", AppendRequest::new(vec![custom(4)]).expect_seq(3))
+        .await
+        .unwrap();
+    assert_eq!((a2.first_seq, a2.last_seq), (4, 4));
+    assert!(a2.received_at >= a.received_at);
+    let got = all(&s, T, "th").await;
+    assert_eq!(got.len(), 4);
+    for (i, e) in got.iter().enumerate() {
+        assert_eq!(e.seq, i as u64 + 1);
+        assert_eq!(e.event.json(), custom(i as u64 + 1).json());
+    }
+    assert_eq!(got[0].received_at, a.received_at);
+    assert_eq!(got[3].received_at, a2.received_at);
+    // From the middle.
+    let page = s.read(T, "th", 3, 10).await.unwrap();
+    assert_eq!(
+        page.events.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        [3, 4]
+    );
+    assert_eq!(page.next_seq, None);
+    // Past the end: empty.
+    assert!(s.read(T, "th", 9, 10).await.unwrap().events.is_empty());
+    // Conflicts: stale and future expectations write nothing.
+    for expected in [0, 2, 5] {
+        let e = s
+            .append(
+                T,
+                "th",
+                AppendRequest::new(vec![custom(99)]).expect_seq(expected),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Conflict);
+        let c = e.seq_conflict().unwrap();
+        assert_eq!((c.expected, c.actual), (expected, 4));
+    }
+    // A new thread accepts "expect empty".
+    s.append(T, "new", AppendRequest::new(vec![custom(1)]).expect_seq(0))
+        .await
+        .unwrap();
+    // Empty batch, missing thread.
+    let e = s
+        .append(T, "th", AppendRequest::new(vec![]))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Invalid);
+    let e = s.read(T, "missing", 1, 10).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFound);
+    // A batch refused by the run rules writes nothing.
+    let bad = vec![
+        custom(5),
+        event(json!({"type":"RUN_STARTED","threadId":"th"})),
+    ];
+    let e = s
+        .append(T, "th", AppendRequest::new(bad))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Invalid);
+    assert_eq!(all(&s, T, "th").await.len(), 4);
+    let info = s.thread(T, "th").await.unwrap();
+    assert_eq!(info.last_seq, 4);
+    // Durability `Append` is acknowledged as durable by durable backends and
+    // at least accepted by all.
+    let d = s
+        .append(
+            T,
+            "th",
+            AppendRequest::new(vec![custom(5)]).durability(Durability::Append),
+        )
+        .await
+        .unwrap();
+    assert_eq!(d.last_seq, 5);
+    s.flush().await.unwrap();
+}
+
+/// The exact JSON text survives: unknown types and fields, number spelling,
+/// escapes, nulls, key order.
+pub async fn events_are_kept_losslessly<B: Backend>(b: &B) {
+    let s = open(b).await;
+    let texts = [
+        r#"{"type":"SOMETHING_NEW","z":1,"a":{"deep":[1,2.50,-0.0,1e400]},"n":null}"#,
+        r#"{"type":"CUSTOM","name":"x","value":123456789012345678901234567890.000001}"#,
+        r#"{"type":"RAW","event":"\u0000\ud83d\ude00 é \"q\" \\ \u202e","source":"s"}"#,
+        r#"{"b":2,"type":"CUSTOM","a":1,"name":"order","value":{"y":1,"x":2}}"#,
+    ];
+    let events: Vec<Event> = texts.iter().map(|t| Event::from_json(t).unwrap()).collect();
+    append(&s, T, "lossless", events).await;
+    let got = all(&s, T, "lossless").await;
+    let back: Vec<&str> = got.iter().map(|e| e.event.json()).collect();
+    assert_eq!(back, texts);
+    assert_eq!(got[0].event.type_name(), "SOMETHING_NEW");
+}
+
+/// Eight appenders that all expect the empty thread: exactly one wins, the
+/// others get `Conflict`, nothing interleaves.
+pub async fn optimistic_concurrency_under_eight_appenders<B: Backend>(b: &B) {
+    let s = Arc::new(open(b).await);
+    let barrier = Arc::new(tokio::sync::Barrier::new(8));
+    let mut tasks = Vec::new();
+    for w in 0..8u64 {
+        let (s, barrier) = (s.clone(), barrier.clone());
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            let batch = (0..5).map(|i| custom(w * 100 + i)).collect();
+            s.append(T, "race", AppendRequest::new(batch).expect_seq(0))
+                .await
+        }));
+    }
+    let mut won = Vec::new();
+    for (w, t) in tasks.into_iter().enumerate() {
+        match t.await.unwrap() {
+            Ok(a) => won.push((w as u64, a)),
+            Err(e) => {
+                assert_eq!(e.kind(), ErrorKind::Conflict, "{e}");
+                assert_eq!(e.seq_conflict().unwrap().actual, 5);
+            }
+        }
+    }
+    assert_eq!(won.len(), 1, "exactly one appender wins");
+    let (w, a) = &won[0];
+    assert_eq!((a.first_seq, a.last_seq), (1, 5));
+    let got = all(&*s, T, "race").await;
+    let want: Vec<String> = (0..5)
+        .map(|i| custom(w * 100 + i).json().to_owned())
+        .collect();
+    let got: Vec<String> = got.iter().map(|e| e.event.json().to_owned()).collect();
+    assert_eq!(got, want);
+
+    // Then eight appenders that retry on conflict: all land, in order.
+    let mut tasks = Vec::new();
+    for w in 0..8u64 {
+        let s = s.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut conflicts = 0u32;
+            for k in 0..10u64 {
+                loop {
+                    let last = s.thread(T, "race").await.unwrap().last_seq;
+                    let batch = (0..3).map(|i| custom(1000 + w * 100 + k * 3 + i)).collect();
+                    match s
+                        .append(T, "race", AppendRequest::new(batch).expect_seq(last))
+                        .await
+                    {
+                        Ok(a) => {
+                            assert_eq!(a.first_seq, last + 1);
+                            break;
+                        }
+                        Err(e) if e.kind() == ErrorKind::Conflict => conflicts += 1,
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+            }
+            conflicts
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let got = all(&*s, T, "race").await;
+    assert_eq!(got.len(), 5 + 8 * 10 * 3);
+    check_batches(&got[5..], 3);
+}
+
+/// Each batch of `size` events written by one appender is contiguous in the
+/// log (values `base + k*size + i` for i in 0..size, in order).
+fn check_batches(events: &[StoredEvent], size: usize) {
+    let values: Vec<u64> = events
+        .iter()
+        .map(|e| {
+            e.event.to_value()["value"]
+                .as_u64()
+                .expect("a numeric value")
+        })
+        .collect();
+    for (i, e) in events.iter().enumerate() {
+        assert_eq!(
+            e.seq,
+            events[0].seq + i as u64,
+            "sequence numbers contiguous"
+        );
+    }
+    let distinct: HashSet<u64> = values.iter().copied().collect();
+    assert_eq!(distinct.len(), values.len(), "no event twice");
+    for chunk in values.chunks(size) {
+        for pair in chunk.windows(2) {
+            assert_eq!(pair[1], pair[0] + 1, "a batch was interleaved: {chunk:?}");
+        }
+    }
+}
+
+/// Eight appenders without expectations: every batch lands whole and
+/// contiguous, sequence numbers have no gap.
+pub async fn concurrent_appenders_never_interleave_a_batch<B: Backend>(b: &B) {
+    let s = Arc::new(open(b).await);
+    let mut tasks = Vec::new();
+    for w in 0..8u64 {
+        let s = s.clone();
+        tasks.push(tokio::spawn(async move {
+            for k in 0..25u64 {
+                let batch = (0..4).map(|i| custom(w * 1000 + k * 4 + i)).collect();
+                s.append(T, "many", AppendRequest::new(batch))
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let got = all(&*s, T, "many").await;
+    assert_eq!(got.len(), 8 * 25 * 4);
+    assert_eq!(got[0].seq, 1);
+    check_batches(&got, 4);
+    assert_eq!(s.thread(T, "many").await.unwrap().last_seq, 800);
+}
+
+/// Paged reads cover the log exactly once; the streamed read too.
+pub async fn reads_page_and_stream<B: Backend>(b: &B) {
+    let s = open(b).await;
+    for k in 0..10u64 {
+        append(
+            &s,
+            T,
+            "pages",
+            (k * 25 + 1..=k * 25 + 25).map(custom).collect(),
+        )
+        .await;
+    }
+    let mut seen = Vec::new();
+    let mut next = Some(1);
+    let mut pages = 0;
+    while let Some(from) = next {
+        let page = s.read(T, "pages", from, 7).await.unwrap();
+        assert!(page.events.len() <= 7);
+        assert!(!page.events.is_empty());
+        seen.extend(page.events.iter().map(|e| e.seq));
+        next = page.next_seq;
+        pages += 1;
+    }
+    assert_eq!(pages, 250usize.div_ceil(7));
+    assert_eq!(seen, (1..=250).collect::<Vec<_>>());
+    let streamed: Vec<u64> = s
+        .read_stream(T, "pages", 100)
+        .map(|e| e.unwrap().seq)
+        .collect()
+        .await;
+    assert_eq!(streamed, (100..=250).collect::<Vec<_>>());
+    let range = s.read_range(T, "pages", 10, 12).await.unwrap();
+    assert_eq!(
+        range.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        [10, 11, 12]
+    );
+    // limit 0 means a default page, never an empty one.
+    assert!(!s.read(T, "pages", 1, 0).await.unwrap().events.is_empty());
+}
+
+/// Threads list newest activity first, page by cursor without loss or
+/// repetition, and filter by agent.
+pub async fn threads_page_by_cursor_and_filter_by_agent<B: Backend>(b: &B) {
+    let s = open(b).await;
+    for i in 0..23u64 {
+        let agent = if i % 3 == 0 { "alpha" } else { "beta" };
+        s.append(
+            T,
+            &format!("thread-{i:02}"),
+            AppendRequest::new(vec![custom(i)]).agent(agent),
+        )
+        .await
+        .unwrap();
+        // Distinct activity times, so that the order is fully determined.
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    // Touch thread-05 last: it becomes the newest.
+    append(&s, T, "thread-05", vec![custom(100)]).await;
+    let mut ids = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = s
+            .list_threads(
+                T,
+                &ThreadFilter {
+                    limit: 5,
+                    cursor: cursor.clone(),
+                    ..ThreadFilter::default()
+                },
+            )
+            .await
+            .unwrap();
+        assert!(page.threads.len() <= 5);
+        ids.extend(page.threads.iter().map(|t| t.thread_id.clone()));
+        match page.next_cursor {
+            Some(c) => cursor = Some(c),
+            None => break,
+        }
+    }
+    let mut want: Vec<String> = (0..23).rev().map(|i| format!("thread-{i:02}")).collect();
+    want.retain(|t| t != "thread-05");
+    want.insert(0, "thread-05".into());
+    assert_eq!(ids, want);
+    let alpha = s
+        .list_threads(
+            T,
+            &ThreadFilter {
+                agent: Some("alpha".into()),
+                limit: 100,
+                ..ThreadFilter::default()
+            },
+        )
+        .await
+        .unwrap();
+    let got: BTreeSet<String> = alpha.threads.iter().map(|t| t.thread_id.clone()).collect();
+    let want: BTreeSet<String> = (0..23)
+        .filter(|i| i % 3 == 0)
+        .map(|i| format!("thread-{i:02}"))
+        .collect();
+    assert_eq!(got, want);
+    assert!(alpha.next_cursor.is_none());
+    let info = &alpha.threads[0];
+    assert_eq!(info.agent.as_deref(), Some("alpha"));
+    assert_eq!(info.last_seq, 1);
+    assert!(info.bytes > 0);
+    let e = s
+        .list_threads(
+            T,
+            &ThreadFilter {
+                cursor: Some("not a cursor".into()),
+                ..ThreadFilter::default()
+            },
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Invalid);
+}
+
+/// The run index: ids, parents (explicit and implicit), agent, statuses,
+/// times, counts and bytes; `mark_interrupted`.
+pub async fn run_index_and_statuses<B: Backend>(b: &B) {
+    let s = open(b).await;
+    let th = "runs";
+    let pre = vec![custom(0)];
+    append(&s, T, th, pre).await;
+    let r1 = full_run(th, "r1", None, "hello");
+    let r1_bytes: u64 = r1.iter().map(|e| e.len_bytes() as u64).sum();
+    let r1_len = r1.len() as u64;
+    s.append(T, th, AppendRequest::new(r1).agent("agent-x"))
+        .await
+        .unwrap();
+    // r2 errors; r3 is superseded by r4 (interrupted); r4 stays running.
+    let mut batch = vec![run_started(th, "r2", None), run_error("boom")];
+    batch.push(run_started(th, "r3", Some("r1")));
+    batch.extend(text_message("m3", "partial", 2));
+    append(&s, T, th, batch).await;
+    append(&s, T, th, vec![run_started(th, "r4", None), custom(7)]).await;
+
+    let r1 = s.run(T, th, "r1").await.unwrap();
+    assert_eq!(r1.status, RunStatus::Finished);
+    assert_eq!(r1.parent_run_id, None);
+    assert_eq!(r1.agent.as_deref(), Some("agent-x"));
+    assert_eq!((r1.first_seq, r1.last_seq), (2, 1 + r1_len));
+    assert_eq!(r1.event_count, r1_len);
+    assert_eq!(r1.bytes, r1_bytes);
+    assert!(r1.finished_at.is_some_and(|f| f >= r1.started_at));
+    let r2 = s.run(T, th, "r2").await.unwrap();
+    assert_eq!(r2.status, RunStatus::Error);
+    assert_eq!(r2.parent_run_id.as_deref(), Some("r1"), "implicit parent");
+    assert_eq!(r2.event_count, 2);
+    let r3 = s.run(T, th, "r3").await.unwrap();
+    assert_eq!(r3.status, RunStatus::Interrupted);
+    assert_eq!(r3.parent_run_id.as_deref(), Some("r1"), "explicit parent");
+    assert_eq!(r3.event_count, 5);
+    let r4 = s.run(T, th, "r4").await.unwrap();
+    assert_eq!(r4.status, RunStatus::Running);
+    assert_eq!(r4.parent_run_id.as_deref(), Some("r3"));
+    assert_eq!(r4.finished_at, None);
+    assert_eq!(s.thread(T, th).await.unwrap().run_count, 4);
+    // Events of one run.
+    let events = s.read_run(T, th, "r3").await.unwrap();
+    assert_eq!(events.len(), 5);
+    assert_eq!(events[0].event.type_name(), "RUN_STARTED");
+    // A reused run id is refused.
+    let e = s
+        .append(T, th, AppendRequest::new(vec![run_started(th, "r1", None)]))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Invalid);
+    assert_eq!(
+        s.run(T, th, "nope").await.unwrap_err().kind(),
+        ErrorKind::NotFound
+    );
+    // After a crash the server marks running runs interrupted.
+    assert_eq!(s.mark_interrupted().await.unwrap(), 1);
+    let r4 = s.run(T, th, "r4").await.unwrap();
+    assert_eq!(r4.status, RunStatus::Interrupted);
+    assert!(r4.finished_at.is_some());
+    assert_eq!(s.mark_interrupted().await.unwrap(), 0);
+    // A new run after that has r4 as its parent.
+    append(&s, T, th, full_run(th, "r5", None, "again")).await;
+    let r5 = s.run(T, th, "r5").await.unwrap();
+    assert_eq!(r5.parent_run_id.as_deref(), Some("r4"));
+    assert_eq!(r5.status, RunStatus::Finished);
+}
+
+/// Runs page by cursor and filter by thread, parent, status and time.
+pub async fn runs_page_by_cursor_and_filter<B: Backend>(b: &B) {
+    let s = open(b).await;
+    for th in ["x", "y"] {
+        for k in 0..6 {
+            let parent = if k == 0 { None } else { Some("k0") };
+            append(&s, T, th, full_run(th, &format!("k{k}"), parent, "text")).await;
+        }
+    }
+    let mid = s.run(T, "y", "k0").await.unwrap().started_at;
+    let mut got = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = s
+            .list_runs(
+                T,
+                &RunFilter {
+                    limit: 4,
+                    cursor: cursor.clone(),
+                    ..RunFilter::default()
+                },
+            )
+            .await
+            .unwrap();
+        got.extend(
+            page.runs
+                .iter()
+                .map(|r| (r.thread_id.clone(), r.run_id.clone())),
+        );
+        match page.next_cursor {
+            Some(c) => cursor = Some(c),
+            None => break,
+        }
+    }
+    assert_eq!(got.len(), 12);
+    let distinct: HashSet<_> = got.iter().cloned().collect();
+    assert_eq!(distinct.len(), 12);
+    let x_first: Vec<_> = got
+        .iter()
+        .filter(|(t, _)| t == "x")
+        .map(|(_, r)| r.clone())
+        .collect();
+    assert_eq!(x_first, ["k0", "k1", "k2", "k3", "k4", "k5"]);
+    let children = s
+        .list_runs(
+            T,
+            &RunFilter {
+                thread_id: Some("x".into()),
+                parent_run_id: Some("k0".into()),
+                ..RunFilter::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(children.runs.len(), 5);
+    let later = s
+        .list_runs(
+            T,
+            &RunFilter {
+                started_from: Some(mid),
+                ..RunFilter::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert!(later.runs.iter().all(|r| r.started_at >= mid));
+    assert!(
+        later
+            .runs
+            .iter()
+            .any(|r| r.thread_id == "y" && r.run_id == "k0")
+    );
+    let before = s
+        .list_runs(
+            T,
+            &RunFilter {
+                started_before: Some(mid),
+                ..RunFilter::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(before.runs.len() + later.runs.len(), 12);
+    let finished = s
+        .list_runs(
+            T,
+            &RunFilter {
+                status: Some(RunStatus::Finished),
+                ..RunFilter::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(finished.runs.len(), 12);
+    let running = s
+        .list_runs(
+            T,
+            &RunFilter {
+                status: Some(RunStatus::Running),
+                ..RunFilter::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert!(running.runs.is_empty());
+}
+
+async fn next_seq(stream: &mut crate::EventStream) -> u64 {
+    tokio::time::timeout(STUCK, stream.next())
+        .await
+        .expect("a subscription stalled")
+        .expect("a subscription ended early")
+        .expect("a subscription failed")
+        .seq
+}
+
+/// A subscription from the middle of a thread yields the committed tail,
+/// then live appends, each once, in order, even while appends race the
+/// catch-up.
+pub async fn subscription_catch_up_then_live<B: Backend>(b: &B) {
+    let s = Arc::new(open(b).await);
+    append(&*s, T, "live", (1..=50).map(custom).collect()).await;
+    let mut sub = s.subscribe(T, "live", 20).await.unwrap();
+    let writer = {
+        let s = s.clone();
+        tokio::spawn(async move {
+            for k in 0..50u64 {
+                append(&*s, T, "live", vec![custom(51 + 2 * k), custom(52 + 2 * k)]).await;
+                if k % 10 == 0 {
+                    tokio::task::yield_now().await;
+                }
+            }
+        })
+    };
+    for want in 20..=150 {
+        assert_eq!(next_seq(&mut sub).await, want);
+    }
+    writer.await.unwrap();
+    // Nothing more is pending.
+    let extra = tokio::time::timeout(Duration::from_millis(100), sub.next()).await;
+    assert!(extra.is_err(), "a duplicate or phantom event arrived");
+    // Events delivered are the stored ones.
+    append(&*s, T, "live", vec![custom(999)]).await;
+    let e = tokio::time::timeout(STUCK, sub.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(e.seq, 151);
+    assert_eq!(e.event.json(), custom(999).json());
+}
+
+/// Many subscribers attached at different points while a writer appends:
+/// each sees exactly its range.
+pub async fn many_subscribers_see_everything_once<B: Backend>(b: &B) {
+    let s = Arc::new(open(b).await);
+    append(&*s, T, "fan", (1..=10).map(custom).collect()).await;
+    let total = 10 + 200 * 3;
+    let writer = {
+        let s = s.clone();
+        tokio::spawn(async move {
+            for k in 0..200u64 {
+                append(
+                    &*s,
+                    T,
+                    "fan",
+                    (0..3).map(|i| custom(100 + k * 3 + i)).collect(),
+                )
+                .await;
+            }
+        })
+    };
+    let mut readers = Vec::new();
+    for i in 0..32u64 {
+        let from = 1 + (i * 37) % 300;
+        let sub = s.subscribe(T, "fan", from).await.unwrap();
+        readers.push(tokio::spawn(async move {
+            let mut sub = sub;
+            let mut got = Vec::new();
+            while got.last().copied().unwrap_or(0) < total {
+                got.push(next_seq(&mut sub).await);
+            }
+            (from, got)
+        }));
+        tokio::task::yield_now().await;
+    }
+    writer.await.unwrap();
+    for r in readers {
+        let (from, got) = r.await.unwrap();
+        assert_eq!(got, (from..=total).collect::<Vec<_>>());
+    }
+}
+
+/// A subscription may start before its thread exists; deleting the thread
+/// ends it.
+pub async fn subscription_before_the_thread_exists_and_after_delete<B: Backend>(b: &B) {
+    let s = open(b).await;
+    let mut sub = s.subscribe(T, "later", 1).await.unwrap();
+    append(&s, T, "later", vec![custom(1), custom(2)]).await;
+    assert_eq!(next_seq(&mut sub).await, 1);
+    assert_eq!(next_seq(&mut sub).await, 2);
+    s.delete_thread(T, "later").await.unwrap();
+    let end = tokio::time::timeout(STUCK, sub.next()).await.expect("ends");
+    assert!(end.is_none(), "deleting a thread ends its subscriptions");
+}
+
+/// At the end of each run its checkpoint is stored; restore uses it, and
+/// equals reducing the branch's events.
+pub async fn checkpoints_are_used<B: Backend>(b: &B) {
+    let s = open(b).await;
+    let th = "ck";
+    append(&s, T, th, text_message("pre", "preamble words", 1)).await;
+    append(&s, T, th, full_run(th, "a", None, "first answer")).await;
+    // A run split across appends; the checkpoint appears when it ends.
+    append(&s, T, th, vec![run_started(th, "b", None)]).await;
+    assert!(s.load_checkpoint(T, th, "b").await.unwrap().is_none());
+    append(&s, T, th, text_message("mb", "second answer", 4)).await;
+    append(&s, T, th, vec![run_finished(th, "b")]).await;
+    for run in ["a", "b"] {
+        let blob = s.load_checkpoint(T, th, run).await.unwrap();
+        assert!(blob.is_some(), "run {run} has a checkpoint");
+        let r = s.restore(T, th, run).await.unwrap();
+        assert!(r.from_checkpoint, "run {run} restored from its checkpoint");
+        assert_eq!(r.rebuilt, 0);
+        let want = reduce_all(&s.read_branch(T, th, run).await.unwrap());
+        assert_eq!(conversation_text(&r.conversation), want);
+    }
+    let b_text = conversation_text(&s.restore(T, th, "b").await.unwrap().conversation);
+    assert!(b_text.contains("second answer") && b_text.contains("first answer"));
+    assert!(
+        b_text.contains("preamble words"),
+        "the preamble is part of every branch"
+    );
+    // A running run restores from its parent's checkpoint plus its events.
+    append(&s, T, th, vec![run_started(th, "c", None)]).await;
+    append(&s, T, th, text_message("mc", "third", 1)).await;
+    let r = s.restore(T, th, "c").await.unwrap();
+    assert!(!r.from_checkpoint);
+    assert_eq!(r.rebuilt, 0, "a running run gets no checkpoint");
+    assert!(conversation_text(&r.conversation).contains("third"));
+    assert!(s.load_checkpoint(T, th, "c").await.unwrap().is_none());
+}
+
+/// A missing or damaged checkpoint is rebuilt from the log, never trusted.
+pub async fn checkpoints_are_rebuilt_when_missing_or_damaged<B: Backend>(b: &B) {
+    let s = open(b).await;
+    let th = "rebuild";
+    for k in 0..4 {
+        append(
+            &s,
+            T,
+            th,
+            full_run(th, &format!("r{k}"), None, &format!("answer {k}")),
+        )
+        .await;
+    }
+    let want = conversation_text(&s.restore(T, th, "r3").await.unwrap().conversation);
+    b.damage_checkpoint(&s, T, th, "r3").await.unwrap();
+    let r = s.restore(T, th, "r3").await.unwrap();
+    assert!(!r.from_checkpoint, "a damaged checkpoint is not used");
+    assert_eq!(r.rebuilt, 1, "rebuilt from the parent's checkpoint");
+    assert_eq!(conversation_text(&r.conversation), want);
+    assert!(
+        s.restore(T, th, "r3").await.unwrap().from_checkpoint,
+        "stored again"
+    );
+
+    b.remove_checkpoint(&s, T, th, "r3").await.unwrap();
+    b.remove_checkpoint(&s, T, th, "r2").await.unwrap();
+    b.damage_checkpoint(&s, T, th, "r1").await.unwrap();
+    assert!(s.load_checkpoint(T, th, "r3").await.unwrap().is_none());
+    let r = s.restore(T, th, "r3").await.unwrap();
+    assert_eq!(r.rebuilt, 3);
+    assert_eq!(conversation_text(&r.conversation), want);
+    for k in 0..4 {
+        let r = s.restore(T, th, &format!("r{k}")).await.unwrap();
+        assert!(r.from_checkpoint);
+    }
+    // A checkpoint whose blob is valid but stale (a late event joined the run)
+    // is not used either.
+    append(&s, T, th, vec![custom(1)]).await;
+    let r = s.restore(T, th, "r3").await.unwrap();
+    assert!(!r.from_checkpoint);
+    assert_eq!(r.last_seq, s.run(T, th, "r3").await.unwrap().last_seq);
+}
+
+/// A branch is its root-to-run path: runs of a sibling branch are absent
+/// from its events and its conversation.
+pub async fn branches_read_and_restore_their_own_lineage<B: Backend>(b: &B) {
+    let s = open(b).await;
+    let th = "tree";
+    append(&s, T, th, full_run(th, "root", None, "root says hi")).await;
+    append(&s, T, th, full_run(th, "left", Some("root"), "left branch")).await;
+    append(
+        &s,
+        T,
+        th,
+        full_run(th, "right", Some("root"), "right branch"),
+    )
+    .await;
+    append(&s, T, th, full_run(th, "right2", None, "after right")).await;
+    let path: Vec<String> = s
+        .branch(T, th, "right2")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.run_id)
+        .collect();
+    assert_eq!(path, ["root", "right", "right2"]);
+    let events = s.read_branch(T, th, "right2").await.unwrap();
+    let left = s.run(T, th, "left").await.unwrap();
+    assert!(
+        events
+            .iter()
+            .all(|e| e.seq < left.first_seq || e.seq > left.last_seq)
+    );
+    let text = conversation_text(&s.restore(T, th, "right2").await.unwrap().conversation);
+    assert!(text.contains("right branch") && text.contains("root says hi"));
+    assert!(!text.contains("left branch"));
+    let text = conversation_text(&s.restore(T, th, "left").await.unwrap().conversation);
+    assert!(text.contains("left branch") && !text.contains("right branch"));
+}
+
+/// Nothing of one tenant is visible to another, even with equal thread ids.
+pub async fn tenants_are_isolated<B: Backend>(b: &B) {
+    let s = open(b).await;
+    append(
+        &s,
+        "t1",
+        "same",
+        full_run("same", "run", None, "tenant one"),
+    )
+    .await;
+    append(&s, "t2", "same", vec![custom(1)]).await;
+    append(&s, "t1", "only-t1", vec![custom(1)]).await;
+    assert_eq!(all(&s, "t2", "same").await.len(), 1);
+    assert_eq!(
+        s.run("t2", "same", "run").await.unwrap_err().kind(),
+        ErrorKind::NotFound
+    );
+    assert_eq!(
+        s.read("t2", "only-t1", 1, 10).await.unwrap_err().kind(),
+        ErrorKind::NotFound
+    );
+    assert_eq!(
+        s.restore("t2", "same", "run").await.unwrap_err().kind(),
+        ErrorKind::NotFound
+    );
+    let t2 = s
+        .list_threads("t2", &ThreadFilter::default())
+        .await
+        .unwrap();
+    assert_eq!(t2.threads.len(), 1);
+    let runs = s.list_runs("t2", &RunFilter::default()).await.unwrap();
+    assert!(runs.runs.is_empty());
+    assert_eq!(
+        s.delete_thread("t2", "only-t1").await.unwrap_err().kind(),
+        ErrorKind::NotFound
+    );
+    // A subscription in t2 does not see t1's appends.
+    let mut sub = s.subscribe("t2", "same", 2).await.unwrap();
+    append(&s, "t1", "same", vec![custom(9)]).await;
+    append(&s, "t2", "same", vec![custom(2)]).await;
+    let e = tokio::time::timeout(STUCK, sub.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!((e.seq, e.event.json()), (2, custom(2).json()));
+    s.delete_thread("t2", "same").await.unwrap();
+    assert_eq!(
+        all(&s, "t1", "same").await.len(),
+        full_run("same", "run", None, "tenant one").len() + 1
+    );
+    let tenants = s.tenants().await.unwrap();
+    assert_eq!(tenants, ["t1"]);
+}
+
+/// Deleting a thread removes its events, runs and checkpoints; its id can be
+/// used again from sequence 1.
+pub async fn delete_removes_everything<B: Backend>(b: &B) {
+    let s = open(b).await;
+    append(&s, T, "gone", full_run("gone", "r", None, "bye")).await;
+    append(&s, T, "kept", vec![custom(1)]).await;
+    s.delete_thread(T, "gone").await.unwrap();
+    assert_eq!(
+        s.read(T, "gone", 1, 10).await.unwrap_err().kind(),
+        ErrorKind::NotFound
+    );
+    assert_eq!(
+        s.thread(T, "gone").await.unwrap_err().kind(),
+        ErrorKind::NotFound
+    );
+    assert_eq!(
+        s.run(T, "gone", "r").await.unwrap_err().kind(),
+        ErrorKind::NotFound
+    );
+    let runs = s
+        .list_runs(
+            T,
+            &RunFilter {
+                thread_id: Some("gone".into()),
+                ..RunFilter::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert!(runs.runs.is_empty());
+    let listed = s.list_threads(T, &ThreadFilter::default()).await.unwrap();
+    let ids: Vec<&str> = listed
+        .threads
+        .iter()
+        .map(|t| t.thread_id.as_str())
+        .collect();
+    assert_eq!(ids, ["kept"]);
+    assert_eq!(
+        s.delete_thread(T, "gone").await.unwrap_err().kind(),
+        ErrorKind::NotFound
+    );
+    let a = s
+        .append(
+            T,
+            "gone",
+            AppendRequest::new(full_run("gone", "r", None, "again")).expect_seq(0),
+        )
+        .await
+        .unwrap();
+    assert_eq!(a.first_seq, 1);
+    assert!(s.load_checkpoint(T, "gone", "r").await.unwrap().is_some());
+    let stats = s.stats().await.unwrap();
+    assert_eq!(stats.threads, 2);
+    assert_eq!(stats.runs, 1);
+    assert_eq!(stats.events, a.last_seq + 1);
+}
+
+/// One event of 10 MB round-trips exactly.
+pub async fn a_ten_megabyte_event<B: Backend>(b: &B) {
+    let s = open(b).await;
+    let big: String = (0..10 * 1024 * 1024 / 16)
+        .map(|i| format!("{:015x}-", i * 2_654_435_761u64 % (1 << 60)))
+        .collect();
+    let e = event(json!({"type":"CUSTOM","name":"big","value":big}));
+    assert!(e.len_bytes() >= 10 * 1024 * 1024);
+    append(&s, T, "big", vec![custom(1), e.clone(), custom(3)]).await;
+    let got = all(&s, T, "big").await;
+    assert_eq!(got.len(), 3);
+    assert_eq!(got[1].event.json(), e.json());
+    assert_eq!(
+        s.thread(T, "big").await.unwrap().bytes,
+        got.iter().map(|e| e.event.len_bytes() as u64).sum::<u64>()
+    );
+}
+
+/// Hostile ids are data: they round-trip through every call; empty and
+/// oversized ids are `Invalid`.
+pub async fn hostile_ids_round_trip<B: Backend>(b: &B) {
+    let s = open(b).await;
+    let long = "x".repeat(10_000);
+    let ids = [
+        "../x",
+        "../../etc/passwd",
+        "a\0b",
+        long.as_str(),
+        "\u{202e}rtl\u{202c} عربى",
+        "emoji 😀👩‍👩‍👧",
+        "/",
+        ".",
+        "CON",
+        "a/b\\c",
+        "' OR 1=1; --",
+        "%00%2e%2e",
+    ];
+    for (i, id) in ids.iter().enumerate() {
+        let tenant = format!("tenant {id}");
+        let run = format!("run {id}");
+        append(
+            &s,
+            &tenant,
+            id,
+            full_run(id, &run, None, &format!("text {i}")),
+        )
+        .await;
+        let got = all(&s, &tenant, id).await;
+        assert_eq!(got[0].event.json(), run_started(id, &run, None).json());
+        let r = s.run(&tenant, id, &run).await.unwrap();
+        assert_eq!(
+            (r.thread_id.as_str(), r.run_id.as_str()),
+            (*id, run.as_str())
+        );
+        assert!(s.restore(&tenant, id, &run).await.unwrap().from_checkpoint);
+        let listed = s
+            .list_threads(&tenant, &ThreadFilter::default())
+            .await
+            .unwrap();
+        assert_eq!(listed.threads.len(), 1);
+        assert_eq!(listed.threads[0].thread_id, *id);
+    }
+    // The same ids as threads of one tenant do not collide.
+    for id in ids {
+        append(&s, T, id, vec![custom(1)]).await;
+    }
+    let listed = s
+        .list_threads(
+            T,
+            &ThreadFilter {
+                limit: 100,
+                ..ThreadFilter::default()
+            },
+        )
+        .await
+        .unwrap();
+    let got: BTreeSet<&str> = listed
+        .threads
+        .iter()
+        .map(|t| t.thread_id.as_str())
+        .collect();
+    assert_eq!(got, ids.iter().copied().collect::<BTreeSet<_>>());
+    let too_long = "y".repeat(MAX_ID_BYTES + 1);
+    for (tenant, thread) in [("", "t"), (T, ""), (T, too_long.as_str())] {
+        let e = s
+            .append(tenant, thread, AppendRequest::new(vec![custom(1)]))
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Invalid);
+    }
+}
+
+/// Closing and reopening keeps everything: events, runs, checkpoints,
+/// threads; a closed handle refuses calls.
+pub async fn reopen_reads_everything_back<B: Backend>(b: &B) {
+    let s = open(b).await;
+    append(&s, T, "keep", full_run("keep", "r1", None, "durable words")).await;
+    s.append(
+        T,
+        "keep",
+        AppendRequest::new(vec![run_started("keep", "r2", None), custom(5)])
+            .durability(Durability::Append),
+    )
+    .await
+    .unwrap();
+    append(&s, "other", "t", vec![custom(1)]).await;
+    let before = all(&s, T, "keep").await;
+    let runs_before = s.list_runs(T, &RunFilter::default()).await.unwrap().runs;
+    let info_before = s.thread(T, "keep").await.unwrap();
+    let stats_before = s.stats().await.unwrap();
+    s.close().await.unwrap();
+    assert_eq!(
+        s.read(T, "keep", 1, 10).await.unwrap_err().kind(),
+        ErrorKind::Unavailable
+    );
+    drop(s);
+    let s = open(b).await;
+    let after = all(&s, T, "keep").await;
+    assert_eq!(after.len(), before.len());
+    for (x, y) in before.iter().zip(&after) {
+        assert_eq!(
+            (x.seq, x.received_at, x.event.json()),
+            (y.seq, y.received_at, y.event.json())
+        );
+    }
+    let runs_after = s.list_runs(T, &RunFilter::default()).await.unwrap().runs;
+    assert_eq!(runs_after, runs_before);
+    assert_eq!(s.thread(T, "keep").await.unwrap(), info_before);
+    let stats = s.stats().await.unwrap();
+    assert_eq!(
+        (
+            stats.tenants,
+            stats.threads,
+            stats.runs,
+            stats.events,
+            stats.raw_bytes
+        ),
+        (
+            stats_before.tenants,
+            stats_before.threads,
+            stats_before.runs,
+            stats_before.events,
+            stats_before.raw_bytes
+        )
+    );
+    assert!(s.restore(T, "keep", "r1").await.unwrap().from_checkpoint);
+    // Appending continues where it was.
+    let a = s
+        .append(
+            T,
+            "keep",
+            AppendRequest::new(vec![custom(6)]).expect_seq(before.len() as u64),
+        )
+        .await
+        .unwrap();
+    assert_eq!(a.first_seq, before.len() as u64 + 1);
+    // And the run left open can be marked interrupted.
+    assert_eq!(s.mark_interrupted().await.unwrap(), 1);
+}

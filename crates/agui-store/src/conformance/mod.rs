@@ -1,0 +1,109 @@
+//! The conformance suite every backend runs (feature `conformance`).
+//!
+//! A backend implements [`Backend`] (how to open its store under test, on a
+//! fresh database or schema) and expands [`conformance_tests!`] in one of its
+//! integration tests:
+//!
+//! ```ignore
+//! struct Sqlite(tempfile::TempDir);
+//! #[async_trait::async_trait]
+//! impl agui_store::conformance::Backend for Sqlite { /* ... */ }
+//! agui_store::conformance_tests!(async { Sqlite(tempfile::tempdir().unwrap()) });
+//! ```
+//!
+//! Every case is a public `async fn(&B)` so it can also be called alone. Each
+//! test gets its own backend value (own database), so tests run in parallel.
+//! Cases panic (assert) on a contract violation.
+//!
+//! [`crash`] is the crash harness (SIGKILL a child process that appends, then
+//! check every durable append is there, once and intact).
+
+mod cases;
+pub mod crash;
+pub mod events;
+
+pub use cases::*;
+
+use async_trait::async_trait;
+
+use crate::{EventStore, Result};
+
+/// How the suite opens a backend's store under test.
+#[async_trait]
+pub trait Backend: Send + Sync + 'static {
+    /// The store type.
+    type Store: EventStore + 'static;
+
+    /// Opens the store under test. Every call opens the same database: a call
+    /// after [`EventStore::close`] is a reopen and must see everything
+    /// acknowledged before.
+    async fn open(&self) -> Result<Self::Store>;
+
+    /// Removes a run's checkpoint below the API (the suite checks restore
+    /// rebuilds it).
+    async fn remove_checkpoint(
+        &self,
+        store: &Self::Store,
+        tenant: &str,
+        thread: &str,
+        run_id: &str,
+    ) -> Result<()>;
+
+    /// Damages a run's checkpoint. The default flips one byte of the blob
+    /// through the API; a backend may override it to damage its storage.
+    async fn damage_checkpoint(
+        &self,
+        store: &Self::Store,
+        tenant: &str,
+        thread: &str,
+        run_id: &str,
+    ) -> Result<()> {
+        let mut blob = store
+            .load_checkpoint(tenant, thread, run_id)
+            .await?
+            .ok_or_else(|| crate::StoreError::not_found("checkpoint"))?;
+        let mid = blob.len() / 2;
+        if let Some(b) = blob.get_mut(mid) {
+            *b ^= 0x5a;
+        }
+        store.save_checkpoint(tenant, thread, run_id, blob).await
+    }
+}
+
+/// Expands to one `#[tokio::test]` per conformance case. `$make` is an
+/// expression evaluating to a future that yields a fresh [`Backend`].
+#[macro_export]
+macro_rules! conformance_tests {
+    ($make:expr) => {
+        $crate::conformance_tests!(@cases $make;
+            ordering_and_sequence_numbers,
+            events_are_kept_losslessly,
+            optimistic_concurrency_under_eight_appenders,
+            concurrent_appenders_never_interleave_a_batch,
+            reads_page_and_stream,
+            threads_page_by_cursor_and_filter_by_agent,
+            run_index_and_statuses,
+            runs_page_by_cursor_and_filter,
+            subscription_catch_up_then_live,
+            many_subscribers_see_everything_once,
+            subscription_before_the_thread_exists_and_after_delete,
+            checkpoints_are_used,
+            checkpoints_are_rebuilt_when_missing_or_damaged,
+            branches_read_and_restore_their_own_lineage,
+            tenants_are_isolated,
+            delete_removes_everything,
+            a_ten_megabyte_event,
+            hostile_ids_round_trip,
+            reopen_reads_everything_back,
+        );
+    };
+    (@cases $make:expr; $($case:ident,)*) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $case() {
+                let backend = $make.await;
+                $crate::conformance::$case(&backend).await;
+            }
+        )*
+    };
+}

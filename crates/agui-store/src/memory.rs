@@ -1,0 +1,469 @@
+//! The in-memory backend (`memory://`): the reference implementation of the
+//! contract, for tests and ephemeral gateways. Nothing survives the process.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use futures::FutureExt;
+
+use crate::EventStore;
+use crate::cursor::{RunCursor, ThreadCursor};
+use crate::error::{Result, StoreError};
+use crate::index::{ThreadHead, plan_batch};
+use crate::subscribe::{EventStream, Hub, PageReader, catch_up_then_live};
+use crate::types::{
+    AppendRequest, Appended, EventPage, RunFilter, RunPage, RunRecord, RunStatus, StoreStats,
+    StoredEvent, ThreadFilter, ThreadInfo, ThreadPage, Timestamp, check_id, page_size,
+};
+
+/// The in-memory store. Cloning gives another handle on the same data.
+#[derive(Clone, Default)]
+pub struct MemoryStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    state: Arc<Mutex<State>>,
+    hub: Hub,
+    closed: AtomicBool,
+}
+
+#[derive(Default)]
+struct State {
+    /// (tenant, thread) → thread.
+    threads: BTreeMap<(String, String), Thread>,
+}
+
+struct Thread {
+    events: Vec<StoredEvent>,
+    runs: Vec<RunRecord>,
+    run_pos: HashMap<String, usize>,
+    checkpoints: HashMap<String, Vec<u8>>,
+    agent: Option<String>,
+    created_at: Timestamp,
+    head: ThreadHead,
+    bytes: u64,
+}
+
+impl Thread {
+    fn info(&self, id: &str) -> ThreadInfo {
+        ThreadInfo {
+            thread_id: id.to_owned(),
+            agent: self.agent.clone(),
+            created_at: self.created_at,
+            updated_at: self.head.updated_at.unwrap_or(self.created_at),
+            last_seq: self.head.last_seq,
+            run_count: self.runs.len() as u64,
+            bytes: self.bytes,
+        }
+    }
+}
+
+impl MemoryStore {
+    /// A new, empty store.
+    pub fn new() -> MemoryStore {
+        MemoryStore::default()
+    }
+
+    /// Opens `memory://` (anything after the scheme is ignored): always a
+    /// new, empty store.
+    pub fn open(url: &str) -> Result<MemoryStore> {
+        if !url.starts_with("memory:") {
+            return Err(StoreError::invalid("not a memory:// URL"));
+        }
+        Ok(MemoryStore::new())
+    }
+
+    /// A new handle on the same data, open even if this one was closed:
+    /// what reopening a durable store is, for tests that close and reopen.
+    pub fn reopen(&self) -> MemoryStore {
+        MemoryStore {
+            inner: Arc::new(Inner {
+                state: self.inner.state.clone(),
+                hub: Hub::new(),
+                closed: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// Removes a run's checkpoint, bypassing the API (for tests of the
+    /// rebuild path). Returns whether there was one.
+    pub fn remove_checkpoint(&self, tenant: &str, thread: &str, run_id: &str) -> bool {
+        let mut state = self.inner.state.lock().unwrap_or_else(|p| p.into_inner());
+        state
+            .threads
+            .get_mut(&key(tenant, thread))
+            .is_some_and(|t| t.checkpoints.remove(run_id).is_some())
+    }
+
+    fn state(&self) -> Result<MutexGuard<'_, State>> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(StoreError::unavailable("the store is closed"));
+        }
+        Ok(self.inner.state.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    fn read_now(
+        &self,
+        tenant: &str,
+        thread: &str,
+        from_seq: u64,
+        limit: usize,
+    ) -> Result<EventPage> {
+        let state = self.state()?;
+        let t = state
+            .threads
+            .get(&(tenant.to_owned(), thread.to_owned()))
+            .ok_or_else(|| StoreError::not_found("thread"))?;
+        let start = usize::try_from(from_seq.max(1) - 1).unwrap_or(usize::MAX);
+        let limit = page_size(limit);
+        let events: Vec<StoredEvent> = t.events.iter().skip(start).take(limit).cloned().collect();
+        let next_seq = match events.last() {
+            Some(last) if last.seq < t.head.last_seq => Some(last.seq + 1),
+            _ => None,
+        };
+        Ok(EventPage { events, next_seq })
+    }
+}
+
+fn key(tenant: &str, thread: &str) -> (String, String) {
+    (tenant.to_owned(), thread.to_owned())
+}
+
+#[async_trait]
+impl EventStore for MemoryStore {
+    async fn append(&self, tenant: &str, thread: &str, req: AppendRequest) -> Result<Appended> {
+        check_id("tenant", tenant)?;
+        check_id("thread", thread)?;
+        let (plan, appended) = {
+            let mut state = self.state()?;
+            let existing = state.threads.get(&key(tenant, thread));
+            let head = existing.map(|t| t.head.clone()).unwrap_or_default();
+            if let Some(expected) = req.expected_seq.filter(|&e| e != head.last_seq) {
+                return Err(StoreError::conflict(expected, head.last_seq));
+            }
+            let now = req.received_at.unwrap_or_else(Timestamp::now);
+            let plan = plan_batch(&head, &req.events, req.agent.as_deref(), now, |id| {
+                Ok(existing.is_some_and(|t| t.run_pos.contains_key(id)))
+            })?;
+            let t = state
+                .threads
+                .entry(key(tenant, thread))
+                .or_insert_with(|| Thread {
+                    events: Vec::new(),
+                    runs: Vec::new(),
+                    run_pos: HashMap::new(),
+                    checkpoints: HashMap::new(),
+                    agent: None,
+                    created_at: plan.received_at,
+                    head: ThreadHead::default(),
+                    bytes: 0,
+                });
+            let stored: Vec<StoredEvent> = req
+                .events
+                .into_iter()
+                .enumerate()
+                .map(|(i, event)| StoredEvent {
+                    seq: plan.first_seq + i as u64,
+                    received_at: plan.received_at,
+                    event,
+                })
+                .collect();
+            t.events.extend(stored.iter().cloned());
+            for u in &plan.runs {
+                if u.new {
+                    t.run_pos.insert(u.run_id.clone(), t.runs.len());
+                    t.runs.push(RunRecord {
+                        thread_id: thread.to_owned(),
+                        run_id: u.run_id.clone(),
+                        parent_run_id: u.parent_run_id.clone(),
+                        agent: u.agent.clone(),
+                        status: u.status,
+                        started_at: u.started_at,
+                        finished_at: u.finished_at,
+                        first_seq: u.first_seq,
+                        last_seq: u.last_seq,
+                        event_count: u.add_events,
+                        bytes: u.add_bytes,
+                    });
+                } else if let Some(&pos) = t.run_pos.get(&u.run_id) {
+                    let r = &mut t.runs[pos];
+                    r.last_seq = u.last_seq;
+                    r.event_count += u.add_events;
+                    r.bytes += u.add_bytes;
+                    r.status = u.status;
+                    if u.finished_at.is_some() {
+                        r.finished_at = u.finished_at;
+                    }
+                }
+            }
+            if req.agent.is_some() {
+                t.agent = req.agent.clone();
+            }
+            t.bytes += plan.bytes;
+            t.head = plan.head.clone();
+            let appended = Appended {
+                first_seq: plan.first_seq,
+                last_seq: plan.last_seq(),
+                received_at: plan.received_at,
+                durable: false,
+            };
+            // Published under the lock: batches reach listeners in order.
+            self.inner.hub.publish(tenant, thread, stored);
+            (plan, appended)
+        };
+        self.checkpoint_ended_runs(tenant, thread, &plan).await;
+        Ok(appended)
+    }
+
+    async fn read(
+        &self,
+        tenant: &str,
+        thread: &str,
+        from_seq: u64,
+        limit: usize,
+    ) -> Result<EventPage> {
+        self.read_now(tenant, thread, from_seq, limit)
+    }
+
+    async fn run(&self, tenant: &str, thread: &str, run_id: &str) -> Result<RunRecord> {
+        let state = self.state()?;
+        let t = state
+            .threads
+            .get(&key(tenant, thread))
+            .ok_or_else(|| StoreError::not_found("thread"))?;
+        let pos = t
+            .run_pos
+            .get(run_id)
+            .ok_or_else(|| StoreError::not_found("run"))?;
+        Ok(t.runs[*pos].clone())
+    }
+
+    async fn list_runs(&self, tenant: &str, filter: &RunFilter) -> Result<RunPage> {
+        let after = filter
+            .cursor
+            .as_deref()
+            .map(RunCursor::decode)
+            .transpose()?;
+        let limit = page_size(filter.limit);
+        let state = self.state()?;
+        let mut runs: Vec<&RunRecord> = state
+            .threads
+            .iter()
+            .filter(|((tn, th), _)| {
+                tn == tenant && filter.thread_id.as_ref().is_none_or(|want| want == th)
+            })
+            .flat_map(|(_, t)| t.runs.iter())
+            .filter(|r| {
+                filter
+                    .parent_run_id
+                    .as_ref()
+                    .is_none_or(|p| r.parent_run_id.as_ref() == Some(p))
+                    && filter.status.is_none_or(|s| r.status == s)
+                    && filter.started_from.is_none_or(|t| r.started_at >= t)
+                    && filter.started_before.is_none_or(|t| r.started_at < t)
+            })
+            .filter(|r| {
+                after.as_ref().is_none_or(|c| {
+                    (r.started_at, r.thread_id.as_str(), r.first_seq)
+                        > (c.started_at, c.thread_id.as_str(), c.first_seq)
+                })
+            })
+            .collect();
+        runs.sort_by(|a, b| {
+            (a.started_at, &a.thread_id, a.first_seq).cmp(&(
+                b.started_at,
+                &b.thread_id,
+                b.first_seq,
+            ))
+        });
+        let more = runs.len() > limit;
+        let runs: Vec<RunRecord> = runs.into_iter().take(limit).cloned().collect();
+        let next_cursor = match runs.last() {
+            Some(r) if more => Some(
+                RunCursor {
+                    started_at: r.started_at,
+                    thread_id: r.thread_id.clone(),
+                    first_seq: r.first_seq,
+                }
+                .encode(),
+            ),
+            _ => None,
+        };
+        Ok(RunPage { runs, next_cursor })
+    }
+
+    async fn thread(&self, tenant: &str, thread: &str) -> Result<ThreadInfo> {
+        let state = self.state()?;
+        state
+            .threads
+            .get(&key(tenant, thread))
+            .map(|t| t.info(thread))
+            .ok_or_else(|| StoreError::not_found("thread"))
+    }
+
+    async fn list_threads(&self, tenant: &str, filter: &ThreadFilter) -> Result<ThreadPage> {
+        let after = filter
+            .cursor
+            .as_deref()
+            .map(ThreadCursor::decode)
+            .transpose()?;
+        let limit = page_size(filter.limit);
+        let state = self.state()?;
+        let mut threads: Vec<ThreadInfo> = state
+            .threads
+            .iter()
+            .filter(|((tn, _), t)| {
+                tn == tenant
+                    && filter
+                        .agent
+                        .as_ref()
+                        .is_none_or(|a| t.agent.as_ref() == Some(a))
+            })
+            .map(|((_, id), t)| t.info(id))
+            .filter(|t| {
+                after.as_ref().is_none_or(|c| {
+                    // Newest first, ties by id ascending.
+                    (std::cmp::Reverse(t.updated_at), t.thread_id.as_str())
+                        > (std::cmp::Reverse(c.updated_at), c.thread_id.as_str())
+                })
+            })
+            .collect();
+        threads.sort_by(|a, b| {
+            (std::cmp::Reverse(a.updated_at), &a.thread_id)
+                .cmp(&(std::cmp::Reverse(b.updated_at), &b.thread_id))
+        });
+        let more = threads.len() > limit;
+        threads.truncate(limit);
+        let next_cursor = match threads.last() {
+            Some(t) if more => Some(
+                ThreadCursor {
+                    updated_at: t.updated_at,
+                    thread_id: t.thread_id.clone(),
+                }
+                .encode(),
+            ),
+            _ => None,
+        };
+        Ok(ThreadPage {
+            threads,
+            next_cursor,
+        })
+    }
+
+    async fn delete_thread(&self, tenant: &str, thread: &str) -> Result<()> {
+        let mut state = self.state()?;
+        if state.threads.remove(&key(tenant, thread)).is_none() {
+            return Err(StoreError::not_found("thread"));
+        }
+        self.inner.hub.close_thread(tenant, thread);
+        Ok(())
+    }
+
+    async fn tenants(&self) -> Result<Vec<String>> {
+        let state = self.state()?;
+        let mut out: Vec<String> = state.threads.keys().map(|(t, _)| t.clone()).collect();
+        out.dedup();
+        Ok(out)
+    }
+
+    async fn load_checkpoint(
+        &self,
+        tenant: &str,
+        thread: &str,
+        run_id: &str,
+    ) -> Result<Option<Vec<u8>>> {
+        let state = self.state()?;
+        let t = state
+            .threads
+            .get(&key(tenant, thread))
+            .ok_or_else(|| StoreError::not_found("thread"))?;
+        Ok(t.checkpoints.get(run_id).cloned())
+    }
+
+    async fn save_checkpoint(
+        &self,
+        tenant: &str,
+        thread: &str,
+        run_id: &str,
+        blob: Vec<u8>,
+    ) -> Result<()> {
+        let mut state = self.state()?;
+        let t = state
+            .threads
+            .get_mut(&key(tenant, thread))
+            .ok_or_else(|| StoreError::not_found("thread"))?;
+        if !t.run_pos.contains_key(run_id) {
+            return Err(StoreError::not_found("run"));
+        }
+        t.checkpoints.insert(run_id.to_owned(), blob);
+        Ok(())
+    }
+
+    async fn subscribe(&self, tenant: &str, thread: &str, from_seq: u64) -> Result<EventStream> {
+        check_id("tenant", tenant)?;
+        check_id("thread", thread)?;
+        drop(self.state()?);
+        let rx = self.inner.hub.listen(tenant, thread);
+        let me = self.clone();
+        let (tenant, thread) = (tenant.to_owned(), thread.to_owned());
+        let read: PageReader = Arc::new(move |from| {
+            let page = me.read_now(&tenant, &thread, from, 1000);
+            async move { page }.boxed()
+        });
+        Ok(catch_up_then_live(rx, from_seq, read))
+    }
+
+    async fn mark_interrupted(&self) -> Result<u64> {
+        let mut state = self.state()?;
+        let now = Timestamp::now();
+        let mut n = 0;
+        for t in state.threads.values_mut() {
+            for r in t.runs.iter_mut().filter(|r| r.status == RunStatus::Running) {
+                r.status = RunStatus::Interrupted;
+                r.finished_at = Some(now);
+                n += 1;
+            }
+            if let Some((_, s)) = t
+                .head
+                .last_run
+                .as_mut()
+                .filter(|(_, s)| *s == RunStatus::Running)
+            {
+                *s = RunStatus::Interrupted;
+            }
+        }
+        Ok(n)
+    }
+
+    async fn stats(&self) -> Result<StoreStats> {
+        let state = self.state()?;
+        let mut s = StoreStats::default();
+        let mut last_tenant: Option<&str> = None;
+        for ((tenant, _), t) in &state.threads {
+            if last_tenant != Some(tenant.as_str()) {
+                s.tenants += 1;
+                last_tenant = Some(tenant);
+            }
+            s.threads += 1;
+            s.runs += t.runs.len() as u64;
+            s.events += t.head.last_seq;
+            s.raw_bytes += t.bytes;
+            s.stored_bytes += t.bytes + t.checkpoints.values().map(|c| c.len() as u64).sum::<u64>();
+        }
+        Ok(s)
+    }
+
+    async fn flush(&self) -> Result<()> {
+        self.state().map(drop)
+    }
+
+    async fn close(&self) -> Result<()> {
+        self.inner.closed.store(true, Ordering::Release);
+        self.inner.hub.close_all();
+        Ok(())
+    }
+}

@@ -1,0 +1,257 @@
+//! The [`EventStore`] trait.
+
+use async_trait::async_trait;
+use futures::stream::{self, BoxStream, StreamExt};
+
+use crate::error::{Result, StoreError};
+use crate::index::BatchPlan;
+use crate::subscribe::EventStream;
+use crate::types::{
+    AppendRequest, Appended, EventPage, RunFilter, RunPage, RunRecord, RunStatus, StoreStats,
+    StoredEvent, ThreadFilter, ThreadInfo, ThreadPage,
+};
+use crate::{Conversation, checkpoint, restore};
+
+/// A run's conversation, restored.
+#[derive(Debug, Clone)]
+pub struct Restored {
+    /// The run.
+    pub run_id: String,
+    /// The last sequence number the conversation covers.
+    pub last_seq: u64,
+    /// `{messages, state}` along the run's branch, up to the run's last event.
+    pub conversation: Conversation,
+    /// True when it came from the run's own stored checkpoint unchanged.
+    pub from_checkpoint: bool,
+    /// How many checkpoints were rebuilt from the log (and stored) to answer.
+    pub rebuilt: usize,
+}
+
+/// A persistent, tenant-scoped log of AG-UI events per thread, with a run
+/// index, checkpoints and live subscriptions.
+///
+/// Every method is scoped by a tenant id: a thread of one tenant is invisible
+/// to every other (`NotFound`). Ids are arbitrary non-empty strings of at most
+/// [`crate::MAX_ID_BYTES`] bytes (NUL, `../`, RTL marks and emoji included)
+/// and must round-trip exactly.
+///
+/// The trait is object safe: the CLI and the server hold `Arc<dyn EventStore>`.
+/// Methods with a default body are written once here in terms of the others;
+/// backends may override them with something faster.
+#[async_trait]
+pub trait EventStore: Send + Sync {
+    /// Appends one batch atomically: either every event gets the next
+    /// sequence numbers, or nothing is written. Creates the thread on its
+    /// first append. Updates the run index (see [`crate::index`]) and, for
+    /// each run the batch ends, stores the run's checkpoint before returning.
+    ///
+    /// Errors: `Conflict` when `expected_seq` does not match the thread's last
+    /// sequence; `Invalid` for an empty batch, bad ids or a bad `RUN_STARTED`.
+    async fn append(&self, tenant: &str, thread: &str, req: AppendRequest) -> Result<Appended>;
+
+    /// Reads up to `limit` events (see [`crate::page_size`]) from sequence
+    /// `from_seq` on (`0` and `1` both mean the beginning).
+    /// `NotFound` when the thread does not exist.
+    async fn read(
+        &self,
+        tenant: &str,
+        thread: &str,
+        from_seq: u64,
+        limit: usize,
+    ) -> Result<EventPage>;
+
+    /// One run's index entry. `NotFound` when the thread or run does not exist.
+    async fn run(&self, tenant: &str, thread: &str, run_id: &str) -> Result<RunRecord>;
+
+    /// Pages through the tenant's run index (by thread, parent run, status
+    /// and start time), oldest start first.
+    async fn list_runs(&self, tenant: &str, filter: &RunFilter) -> Result<RunPage>;
+
+    /// A thread's summary. `NotFound` when it does not exist.
+    async fn thread(&self, tenant: &str, thread: &str) -> Result<ThreadInfo>;
+
+    /// Pages through the tenant's threads, most recently active first.
+    async fn list_threads(&self, tenant: &str, filter: &ThreadFilter) -> Result<ThreadPage>;
+
+    /// Deletes a thread and everything of it (events, runs, checkpoints) and
+    /// ends its subscriptions. `NotFound` when it does not exist.
+    async fn delete_thread(&self, tenant: &str, thread: &str) -> Result<()>;
+
+    /// Every tenant that has at least one thread (for migration and stats;
+    /// an operator call, not one to expose per tenant).
+    async fn tenants(&self) -> Result<Vec<String>>;
+
+    /// The stored checkpoint blob of a run (see [`crate::checkpoint`]), as
+    /// stored, unchecked. `Ok(None)` when there is none.
+    async fn load_checkpoint(
+        &self,
+        tenant: &str,
+        thread: &str,
+        run_id: &str,
+    ) -> Result<Option<Vec<u8>>>;
+
+    /// Stores (or replaces) a run's checkpoint blob. `NotFound` when the run
+    /// does not exist.
+    async fn save_checkpoint(
+        &self,
+        tenant: &str,
+        thread: &str,
+        run_id: &str,
+        blob: Vec<u8>,
+    ) -> Result<()>;
+
+    /// Subscribes to a thread from sequence `from_seq` on: committed events
+    /// first, then every event appended later, each exactly once and in
+    /// order. The thread need not exist yet. The stream ends when the thread
+    /// is deleted or the store closes.
+    async fn subscribe(&self, tenant: &str, thread: &str, from_seq: u64) -> Result<EventStream>;
+
+    /// Marks every run still `running` in any tenant as `interrupted` (call
+    /// once at start-up, after a crash). Returns how many runs changed.
+    async fn mark_interrupted(&self) -> Result<u64>;
+
+    /// Store-wide totals.
+    async fn stats(&self) -> Result<StoreStats>;
+
+    /// Makes every acknowledged append durable on stable storage.
+    async fn flush(&self) -> Result<()>;
+
+    /// Flushes and closes. Every later call fails with `Unavailable`; open
+    /// subscriptions end.
+    async fn close(&self) -> Result<()>;
+
+    /// Events `first..=last` of a thread, in order.
+    async fn read_range(
+        &self,
+        tenant: &str,
+        thread: &str,
+        first: u64,
+        last: u64,
+    ) -> Result<Vec<StoredEvent>> {
+        let mut out = Vec::new();
+        let mut next = first.max(1);
+        while next <= last {
+            let want = usize::try_from(last - next + 1).unwrap_or(usize::MAX);
+            let page = self.read(tenant, thread, next, want).await?;
+            for e in page.events {
+                if e.seq > last {
+                    break;
+                }
+                next = e.seq + 1;
+                out.push(e);
+            }
+            if page.next_seq.is_none() {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Streams a thread's committed events from `from_seq` on, page by page.
+    fn read_stream<'a>(
+        &'a self,
+        tenant: &'a str,
+        thread: &'a str,
+        from_seq: u64,
+    ) -> BoxStream<'a, Result<StoredEvent>> {
+        let pages = stream::unfold(Some(from_seq.max(1)), move |next| async move {
+            let from = next?;
+            match self.read(tenant, thread, from, 1000).await {
+                Ok(page) => {
+                    let more = page.next_seq;
+                    Some((page.events.into_iter().map(Ok).collect::<Vec<_>>(), more))
+                }
+                Err(e) => Some((vec![Err(e)], None)),
+            }
+        });
+        pages.flat_map(stream::iter).boxed()
+    }
+
+    /// One run's events (from its `RUN_STARTED` up to the next run's).
+    async fn read_run(&self, tenant: &str, thread: &str, run_id: &str) -> Result<Vec<StoredEvent>> {
+        let run = self.run(tenant, thread, run_id).await?;
+        self.read_range(tenant, thread, run.first_seq, run.last_seq)
+            .await
+    }
+
+    /// The runs of a branch, root first, ending with `run_id` (following
+    /// parent links that point to earlier runs of the same thread).
+    async fn branch(&self, tenant: &str, thread: &str, run_id: &str) -> Result<Vec<RunRecord>> {
+        let mut path = vec![self.run(tenant, thread, run_id).await?];
+        loop {
+            let child = &path[path.len() - 1];
+            let Some(parent_id) = child.parent_run_id.clone() else {
+                break;
+            };
+            let parent = match self.run(tenant, thread, &parent_id).await {
+                Ok(p) => p,
+                Err(e) if e.kind() == crate::ErrorKind::NotFound => break,
+                Err(e) => return Err(e),
+            };
+            if parent.first_seq >= child.first_seq {
+                break; // only earlier runs can be ancestors: no cycles
+            }
+            path.push(parent);
+        }
+        path.reverse();
+        Ok(path)
+    }
+
+    /// The events of one branch: the thread's preamble (events before its
+    /// first run), then the events of every run on the path root → `run_id`.
+    async fn read_branch(
+        &self,
+        tenant: &str,
+        thread: &str,
+        run_id: &str,
+    ) -> Result<Vec<StoredEvent>> {
+        let path = self.branch(tenant, thread, run_id).await?;
+        let mut out = restore::preamble(self, tenant, thread).await?;
+        for run in &path {
+            out.extend(
+                self.read_range(tenant, thread, run.first_seq, run.last_seq)
+                    .await?,
+            );
+        }
+        Ok(out)
+    }
+
+    /// Restores a run's conversation: its own checkpoint when valid and
+    /// current, else the nearest valid checkpoint up its branch plus the log
+    /// from there (storing every checkpoint it rebuilds). A damaged or stale
+    /// checkpoint is never used.
+    async fn restore(&self, tenant: &str, thread: &str, run_id: &str) -> Result<Restored> {
+        restore::restore(self, tenant, thread, run_id).await
+    }
+
+    /// Builds and stores the checkpoints of the runs a batch ended. Backends
+    /// call this at the end of `append`. Failures are not append failures (the
+    /// events are committed): a run whose checkpoint could not be built gets
+    /// it rebuilt on its first restore.
+    async fn checkpoint_ended_runs(&self, tenant: &str, thread: &str, plan: &BatchPlan) {
+        for run in plan.runs.iter().filter(|r| r.ended) {
+            let _ = self.restore(tenant, thread, &run.run_id).await;
+        }
+    }
+}
+
+/// True when a run's status allows a checkpoint (its events are complete).
+pub(crate) fn checkpointable(status: RunStatus) -> bool {
+    status != RunStatus::Running
+}
+
+/// Decodes a checkpoint blob into a conversation, when valid and covering
+/// exactly `last_seq`.
+pub(crate) fn usable_checkpoint(blob: &[u8], last_seq: u64) -> Option<Conversation> {
+    let decoded = checkpoint::decode(blob).ok()?;
+    if decoded.last_seq != last_seq {
+        return None;
+    }
+    serde_json::from_str(&decoded.json).ok()
+}
+
+/// Maps a reduce failure to a portable error.
+pub(crate) fn reduce_failed(run_id: &str, err: impl std::fmt::Display) -> StoreError {
+    let _ = run_id;
+    StoreError::invalid(format!("the run's events cannot be reduced: {err}"))
+}
