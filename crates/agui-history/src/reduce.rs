@@ -1,1 +1,1360 @@
-//! Placeholder: being written.
+//! Events to `{messages, state}`, exactly as the official client.
+//!
+//! The reference is `@ag-ui/client` 1.0.0: `transformChunks` followed by
+//! `defaultApplyEvents` (protocol reference §3), run on the events as they
+//! are, without schema enforcement or sequence verification. Every rule of
+//! that reducer is reproduced, including what it does with values the schema
+//! would have refused (a missing `delta` appends `"undefined"`, a `null`
+//! role is kept, ...), because the result must be the same JSON value.
+//!
+//! Cost is linear in the number of events: messages are found through an
+//! id index and tool calls through a tool-call index, never by scanning, and
+//! nothing is copied per event. The exceptions are the ones inherent in the
+//! result's shape: a `TOOL_CALL_RESULT` inserted before `k` later messages
+//! moves those `k` entries, a `MESSAGES_SNAPSHOT` rebuilds the list, and a
+//! list holding a malformed message (not an object, or a `toolCalls` that is
+//! not an array of tool calls) is searched the way JavaScript searches it.
+//!
+//! The reducer never mutates its input: events are read through borrowed
+//! views and the starting conversation is owned.
+
+use std::collections::{HashMap, HashSet};
+
+use agui_protocol::{Event, EventType};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+mod fields;
+mod js;
+pub mod patch;
+
+use fields::Fields;
+use js::{Key, KeyRef};
+
+/// The reducer's observable result: the message list and the state.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Conversation {
+    /// The messages, in order, with every field.
+    pub messages: Vec<Value>,
+    /// The state (any JSON value).
+    pub state: Value,
+}
+
+impl Default for Conversation {
+    /// No messages and the state `{}`, as a fresh agent.
+    fn default() -> Self {
+        Conversation {
+            messages: Vec::new(),
+            state: Value::Object(Map::new()),
+        }
+    }
+}
+
+/// How the last run ended, as the official client reports it to
+/// `onRunFinishedEvent` (not stored state).
+#[derive(Clone, Debug, PartialEq)]
+pub enum RunOutcome {
+    /// An absent, `success` or unrecognised outcome.
+    Success {
+        /// The run's `result`, when sent.
+        result: Option<Value>,
+        /// The producer's non-empty `pendingToolCallIds`, otherwise the tool
+        /// calls started since the last `RUN_STARTED` and not answered by a
+        /// `TOOL_CALL_RESULT`, in first-seen order.
+        pending_tool_call_ids: Vec<Value>,
+    },
+    /// `interrupt`: the interrupts are in [`Reducer::pending_interrupts`].
+    Interrupt,
+    /// `cancelled`: no result, nothing to resume.
+    Cancelled,
+}
+
+/// What aborts the official pipeline (skipped events are not errors).
+#[derive(Debug, thiserror::Error)]
+pub enum ReduceError {
+    /// Chunk expansion refused a chunk (the official `transformChunks` throws).
+    #[error("event {index}: chunk expansion failed: {reason}")]
+    Chunk {
+        /// Index of the input event.
+        index: usize,
+        /// What the expander reported.
+        reason: String,
+    },
+    /// A chunk event reached the reducer without being expanded.
+    #[error("event {index}: {event_type} must be expanded before it is applied")]
+    UnexpandedChunk {
+        /// Index of the input event.
+        index: usize,
+        /// The chunk's type.
+        event_type: String,
+    },
+    /// The official reducer throws a JavaScript `TypeError` on this event
+    /// (a malformed value it reads without checking).
+    #[error("event {index} ({event_type}): the official reducer throws: {reason}")]
+    Throws {
+        /// Index of the input event.
+        index: usize,
+        /// The event's type.
+        event_type: String,
+        /// Which value is malformed.
+        reason: String,
+    },
+    /// A field could not be decoded (e.g. a string with a lone surrogate).
+    #[error("event {index} ({event_type}): cannot decode a field: {source}")]
+    Field {
+        /// Index of the input event.
+        index: usize,
+        /// The event's type.
+        event_type: String,
+        /// The decoding error.
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// An internal failure, located by [`Reducer::apply`].
+enum Fail {
+    Throws(String),
+    Field(serde_json::Error),
+    Unexpanded,
+}
+
+impl From<serde_json::Error> for Fail {
+    fn from(e: serde_json::Error) -> Self {
+        Fail::Field(e)
+    }
+}
+
+fn throws<T>(reason: impl Into<String>) -> Result<T, Fail> {
+    Err(Fail::Throws(reason.into()))
+}
+
+/// Message ids (and tool-call ids) to their holders, without allocating on
+/// look-up for string ids.
+struct IdMap<V> {
+    strings: HashMap<Box<str>, V>,
+    others: HashMap<Key, V>,
+}
+
+impl<V> Default for IdMap<V> {
+    fn default() -> Self {
+        IdMap {
+            strings: HashMap::new(),
+            others: HashMap::new(),
+        }
+    }
+}
+
+impl<V: Default> IdMap<V> {
+    fn get(&self, key: &KeyRef<'_>) -> Option<&V> {
+        match key {
+            KeyRef::Str(s) => self.strings.get(s.as_ref()),
+            KeyRef::Never => None,
+            other => self.others.get(&other.to_owned_key()?),
+        }
+    }
+
+    fn get_mut(&mut self, key: &KeyRef<'_>) -> Option<&mut V> {
+        match key {
+            KeyRef::Str(s) => self.strings.get_mut(s.as_ref()),
+            KeyRef::Never => None,
+            other => self.others.get_mut(&other.to_owned_key()?),
+        }
+    }
+
+    /// The entry for `key`, created if needed (`None` for unmatchable ids).
+    fn entry(&mut self, key: &KeyRef<'_>) -> Option<&mut V> {
+        match key {
+            KeyRef::Str(s) => {
+                if !self.strings.contains_key(s.as_ref()) {
+                    self.strings.insert(s.as_ref().into(), V::default());
+                }
+                self.strings.get_mut(s.as_ref())
+            }
+            KeyRef::Never => None,
+            other => Some(self.others.entry(other.to_owned_key()?).or_default()),
+        }
+    }
+
+    fn clear(&mut self) {
+        self.strings.clear();
+        self.others.clear();
+    }
+}
+
+/// Where a tool-call search looks, mirroring the three searches of the
+/// official reducer.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum TcSearch {
+    /// `messages.find(m => m.toolCalls?.some(tc => tc.id === id))`.
+    Any,
+    /// `m.role === "assistant" && m.toolCalls?.some(...)`.
+    Assistant,
+    /// `m.role === "assistant" && m.toolCalls` then `.find(...)`.
+    AssistantTruthy,
+}
+
+/// Reduces events one at a time.
+pub struct Reducer {
+    conv: Conversation,
+    /// False when the official reducer's own `state` is `undefined` (a
+    /// `STATE_SNAPSHOT` without `snapshot`): the visible state is then the
+    /// last one it emitted, which is `conv.state`.
+    state_defined: bool,
+    /// Position → handle, and handle → position.
+    handles: Vec<u32>,
+    pos: Vec<u32>,
+    /// Handle → object identity. Two positions share one when the official
+    /// reducer holds the same object twice (a snapshot replacing two local
+    /// messages with one id); a change to one then shows in both.
+    obj: Vec<u32>,
+    next_obj: u32,
+    aliased: bool,
+    ids: IdMap<Vec<u32>>,
+    tool_calls: IdMap<Vec<(u32, u32)>>,
+    /// Messages JavaScript would search differently (see the module docs).
+    irregular: usize,
+    /// The run's tool-call ids in first-seen order (`None` key: an object
+    /// id, never equal to another).
+    run_tool_calls: Vec<(Option<Key>, Value)>,
+    run_tool_call_keys: HashSet<Key>,
+    answered: HashSet<Key>,
+    pending_interrupts: Vec<Value>,
+    outcome: Option<RunOutcome>,
+    chunks: ChunkStage,
+    applied: usize,
+}
+
+/// The chunk-expansion stage in front of the reducer.
+struct ChunkStage;
+
+impl ChunkStage {
+    /// The events the reducer sees for one input event.
+    fn push<'e>(&mut self, event: &'e Event) -> Result<Expanded<'e>, Fail> {
+        if is_chunk(event.event_type()) {
+            return Err(Fail::Unexpanded);
+        }
+        Ok(Expanded::Same(event))
+    }
+}
+
+enum Expanded<'e> {
+    Same(&'e Event),
+}
+
+fn is_chunk(ty: &EventType) -> bool {
+    matches!(
+        ty,
+        EventType::TextMessageChunk | EventType::ToolCallChunk | EventType::ReasoningMessageChunk
+    )
+}
+
+/// Reduces `events` from `start` to the final conversation.
+pub fn reduce<'a>(
+    events: impl IntoIterator<Item = &'a Event>,
+    start: Conversation,
+) -> Result<Conversation, ReduceError> {
+    let mut reducer = Reducer::new(start);
+    for event in events {
+        reducer.apply(event)?;
+    }
+    Ok(reducer.into_conversation())
+}
+
+fn role(message: &Value) -> Option<&Value> {
+    js::prop(message, "role")
+}
+
+fn is_role(message: &Value, name: &str) -> bool {
+    js::is_str(role(message), name)
+}
+
+/// A message JavaScript would search differently from the index.
+fn is_irregular(message: &Value) -> bool {
+    let Value::Object(map) = message else {
+        return true;
+    };
+    match map.get("toolCalls") {
+        None | Some(Value::Null) => false,
+        Some(Value::Array(calls)) => calls.iter().any(|tc| {
+            !matches!(tc, Value::Object(m) if matches!(m.get("function"), Some(Value::Object(_))))
+        }),
+        Some(_) => true,
+    }
+}
+
+/// `target.metadata = mergeMetadata(target.metadata, clone(metadata))`.
+fn merge_metadata_into(target: &mut Value, metadata: &Value) -> Result<(), Fail> {
+    match target {
+        Value::Object(map) => {
+            let merged = js::merge_metadata(map.get("metadata"), metadata);
+            map.insert("metadata".into(), merged);
+            Ok(())
+        }
+        // A property set on an array does not show in JSON.
+        Value::Array(_) => Ok(()),
+        // `!target` returns early for a falsy primitive; a truthy one
+        // throws in strict mode.
+        other if !js::truthy(Some(other)) => Ok(()),
+        _ => throws("cannot create property 'metadata' on a primitive message"),
+    }
+}
+
+/// `target[name] = value` (`None` = `undefined`, which JSON drops).
+fn set_prop(target: &mut Value, name: &str, value: Option<Value>) -> Result<(), Fail> {
+    match target {
+        Value::Object(map) => {
+            match value {
+                Some(v) => {
+                    map.insert(name.into(), v);
+                }
+                None => {
+                    map.shift_remove(name);
+                }
+            }
+            Ok(())
+        }
+        Value::Array(_) => Ok(()),
+        _ => throws(format!("cannot create property '{name}' on a primitive")),
+    }
+}
+
+impl Reducer {
+    /// A reducer starting from `start` (the agent's messages and the run
+    /// input's state).
+    pub fn new(start: Conversation) -> Reducer {
+        let mut reducer = Reducer {
+            conv: start,
+            state_defined: true,
+            handles: Vec::new(),
+            pos: Vec::new(),
+            obj: Vec::new(),
+            next_obj: 0,
+            aliased: false,
+            ids: IdMap::default(),
+            tool_calls: IdMap::default(),
+            irregular: 0,
+            run_tool_calls: Vec::new(),
+            run_tool_call_keys: HashSet::new(),
+            answered: HashSet::new(),
+            pending_interrupts: Vec::new(),
+            outcome: None,
+            chunks: ChunkStage,
+            applied: 0,
+        };
+        let objs: Vec<u32> = (0..reducer.conv.messages.len())
+            .map(|_| reducer.fresh_obj())
+            .collect();
+        reducer.rebuild(objs);
+        reducer
+    }
+
+    /// Applies one event (chunk expansion included).
+    ///
+    /// Events the official reducer skips (unknown targets, failing patches,
+    /// unknown types) change nothing and are not errors.
+    pub fn apply(&mut self, event: &Event) -> Result<(), ReduceError> {
+        let index = self.applied;
+        self.applied += 1;
+        let result = match self.chunks.push(event) {
+            Ok(Expanded::Same(e)) => self.apply_expanded(e),
+            Err(f) => Err(f),
+        };
+        result.map_err(|f| {
+            let event_type = event.type_name().to_owned();
+            match f {
+                Fail::Throws(reason) => ReduceError::Throws {
+                    index,
+                    event_type,
+                    reason,
+                },
+                Fail::Field(source) => ReduceError::Field {
+                    index,
+                    event_type,
+                    source,
+                },
+                Fail::Unexpanded => ReduceError::UnexpandedChunk { index, event_type },
+            }
+        })
+    }
+
+    /// The conversation so far.
+    pub fn conversation(&self) -> &Conversation {
+        &self.conv
+    }
+
+    /// The final conversation.
+    pub fn into_conversation(self) -> Conversation {
+        self.conv
+    }
+
+    /// `agent.pendingInterrupts`: the interrupts of the last `RUN_FINISHED`
+    /// with an `interrupt` outcome (`subagentRunId: null` removed), `[]`
+    /// after any other `RUN_FINISHED`.
+    pub fn pending_interrupts(&self) -> &[Value] {
+        &self.pending_interrupts
+    }
+
+    /// How the last `RUN_FINISHED` ended the run (`None` before any).
+    pub fn last_outcome(&self) -> Option<&RunOutcome> {
+        self.outcome.as_ref()
+    }
+
+    fn fresh_obj(&mut self) -> u32 {
+        self.next_obj += 1;
+        self.next_obj
+    }
+
+    // ----- indexes -------------------------------------------------------
+
+    /// Rebuilds every index for the current message list; `objs[i]` is the
+    /// object identity of message `i`.
+    fn rebuild(&mut self, objs: Vec<u32>) {
+        self.handles.clear();
+        self.pos.clear();
+        self.obj.clear();
+        self.ids.clear();
+        self.tool_calls.clear();
+        self.irregular = 0;
+        let mut seen = HashSet::new();
+        self.aliased = false;
+        for (i, o) in objs.into_iter().enumerate() {
+            if !seen.insert(o) {
+                self.aliased = true;
+            }
+            let h = i as u32;
+            self.handles.push(h);
+            self.pos.push(i as u32);
+            self.obj.push(o);
+            self.index_message(h);
+        }
+    }
+
+    fn index_message(&mut self, h: u32) {
+        let message = &self.conv.messages[self.pos[h as usize] as usize];
+        if is_irregular(message) {
+            self.irregular += 1;
+        }
+        let id_key = js::key_of(js::prop(message, "id"));
+        let mut tcs: Vec<(KeyRef<'_>, u32)> = Vec::new();
+        if let Some(Value::Array(calls)) = js::prop(message, "toolCalls") {
+            for (j, tc) in calls.iter().enumerate() {
+                tcs.push((js::key_of(js::prop(tc, "id")), j as u32));
+            }
+        }
+        if let Some(list) = self.ids.entry(&id_key) {
+            list.push(h);
+        }
+        for (k, j) in tcs {
+            if let Some(list) = self.tool_calls.entry(&k) {
+                list.push((h, j));
+            }
+        }
+    }
+
+    /// Removes what [`Self::index_message`] recorded for the tool calls and
+    /// regularity of message `h` (its id never changes in place).
+    fn unindex_tool_calls(&mut self, h: u32) {
+        let message = &self.conv.messages[self.pos[h as usize] as usize];
+        if is_irregular(message) {
+            self.irregular -= 1;
+        }
+        if let Some(Value::Array(calls)) = js::prop(message, "toolCalls") {
+            let keys: Vec<KeyRef<'_>> = calls
+                .iter()
+                .map(|tc| js::key_of(js::prop(tc, "id")))
+                .collect();
+            for k in keys {
+                if let Some(list) = self.tool_calls.get_mut(&k) {
+                    list.retain(|(hh, _)| *hh != h);
+                }
+            }
+        }
+    }
+
+    fn index_tool_calls_only(&mut self, h: u32) {
+        let message = &self.conv.messages[self.pos[h as usize] as usize];
+        if is_irregular(message) {
+            self.irregular += 1;
+        }
+        let mut tcs: Vec<(KeyRef<'_>, u32)> = Vec::new();
+        if let Some(Value::Array(calls)) = js::prop(message, "toolCalls") {
+            for (j, tc) in calls.iter().enumerate() {
+                tcs.push((js::key_of(js::prop(tc, "id")), j as u32));
+            }
+        }
+        for (k, j) in tcs {
+            if let Some(list) = self.tool_calls.entry(&k) {
+                list.push((h, j));
+            }
+        }
+    }
+
+    /// Replaces the object at position `p` with `value`, as a new object.
+    fn replace_at(&mut self, p: usize, value: Value) {
+        let h = self.handles[p];
+        self.unindex_tool_calls(h);
+        self.conv.messages[p] = value;
+        let o = self.fresh_obj();
+        self.obj[h as usize] = o;
+        self.index_tool_calls_only(h);
+    }
+
+    /// After an in-place change of the object at position `p`, shows the
+    /// change at every position holding the same object.
+    fn propagate(&mut self, p: usize) {
+        if !self.aliased {
+            return;
+        }
+        let h = self.handles[p];
+        let o = self.obj[h as usize];
+        let others: Vec<usize> = (0..self.handles.len())
+            .filter(|&q| q != p && self.obj[self.handles[q] as usize] == o)
+            .collect();
+        for q in others {
+            let hq = self.handles[q];
+            self.unindex_tool_calls(hq);
+            self.conv.messages[q] = self.conv.messages[p].clone();
+            self.index_tool_calls_only(hq);
+        }
+    }
+
+    /// Appends a new object.
+    fn push_message(&mut self, value: Value) -> usize {
+        let p = self.conv.messages.len();
+        self.insert_message(p, value);
+        p
+    }
+
+    /// Inserts a new object at position `p`, shifting the later ones.
+    fn insert_message(&mut self, p: usize, value: Value) {
+        let h = self.pos.len() as u32;
+        self.conv.messages.insert(p, value);
+        self.handles.insert(p, h);
+        self.pos.push(p as u32);
+        let o = self.fresh_obj();
+        self.obj.push(o);
+        for q in p + 1..self.handles.len() {
+            self.pos[self.handles[q] as usize] = q as u32;
+        }
+        self.index_message(h);
+    }
+
+    // ----- searches ------------------------------------------------------
+
+    /// `messages.findIndex(m => m.id === key)`.
+    fn find_message(&self, key: &KeyRef<'_>) -> Result<Option<usize>, Fail> {
+        if self.irregular > 0 {
+            for (p, m) in self.conv.messages.iter().enumerate() {
+                if m.is_null() {
+                    return throws("a message is null (reading 'id')");
+                }
+                if *key != KeyRef::Never && js::key_of(js::prop(m, "id")) == *key {
+                    return Ok(Some(p));
+                }
+            }
+            return Ok(None);
+        }
+        Ok(self
+            .ids
+            .get(key)
+            .and_then(|hs| hs.iter().map(|&h| self.pos[h as usize] as usize).min()))
+    }
+
+    /// The first message (in list order) holding a tool call with this id,
+    /// and the index of the first such tool call in it.
+    fn find_tool_call(
+        &self,
+        key: &KeyRef<'_>,
+        search: TcSearch,
+    ) -> Result<Option<(usize, usize)>, Fail> {
+        if self.irregular > 0 {
+            return self.scan_tool_call(key, search);
+        }
+        let Some(hits) = self.tool_calls.get(key) else {
+            return Ok(None);
+        };
+        let mut best: Option<(usize, usize)> = None;
+        for &(h, j) in hits {
+            let p = self.pos[h as usize] as usize;
+            if search != TcSearch::Any && !is_role(&self.conv.messages[p], "assistant") {
+                continue;
+            }
+            let cand = (p, j as usize);
+            if best.is_none_or(|b| cand < b) {
+                best = Some(cand);
+            }
+        }
+        Ok(best)
+    }
+
+    /// The same search, the way JavaScript runs it (for malformed lists).
+    fn scan_tool_call(
+        &self,
+        key: &KeyRef<'_>,
+        search: TcSearch,
+    ) -> Result<Option<(usize, usize)>, Fail> {
+        for (p, m) in self.conv.messages.iter().enumerate() {
+            if m.is_null() {
+                return throws("a message is null");
+            }
+            if search != TcSearch::Any && !is_role(m, "assistant") {
+                continue;
+            }
+            let calls = js::prop(m, "toolCalls");
+            if search == TcSearch::AssistantTruthy && !js::truthy(calls) {
+                continue;
+            }
+            match calls {
+                None | Some(Value::Null) => continue,
+                Some(Value::Array(calls)) => {
+                    for (j, tc) in calls.iter().enumerate() {
+                        if tc.is_null() {
+                            return throws("a tool call is null (reading 'id')");
+                        }
+                        if *key != KeyRef::Never && js::key_of(js::prop(tc, "id")) == *key {
+                            return Ok(Some((p, j)));
+                        }
+                    }
+                }
+                Some(_) => return throws("toolCalls is not an array"),
+            }
+        }
+        Ok(None)
+    }
+
+    fn tool_call_mut(&mut self, p: usize, j: usize) -> Option<&mut Value> {
+        self.conv.messages[p]
+            .as_object_mut()?
+            .get_mut("toolCalls")?
+            .as_array_mut()?
+            .get_mut(j)
+    }
+
+    // ----- events --------------------------------------------------------
+
+    fn apply_expanded(&mut self, event: &Event) -> Result<(), Fail> {
+        use EventType as T;
+        match event.event_type() {
+            T::TextMessageStart => self.message_start(event, false),
+            T::ReasoningMessageStart => self.message_start(event, true),
+            T::TextMessageContent | T::ReasoningMessageContent => self.message_content(event),
+            T::TextMessageEnd | T::ReasoningMessageEnd => self.message_end(event),
+            T::ToolCallStart => self.tool_call_start(event),
+            T::ToolCallArgs => self.tool_call_args(event),
+            T::ToolCallEnd => self.tool_call_end(event),
+            T::ToolCallResult => self.tool_call_result(event),
+            T::StateSnapshot => self.state_snapshot(event),
+            T::StateDelta => self.state_delta(event),
+            T::MessagesSnapshot => self.messages_snapshot(event),
+            T::ActivitySnapshot => self.activity_snapshot(event),
+            T::ActivityDelta => self.activity_delta(event),
+            T::RunStarted => self.run_started(event),
+            T::RunFinished => self.run_finished(event),
+            T::ReasoningEncryptedValue => self.encrypted_value(event),
+            T::TextMessageChunk | T::ToolCallChunk | T::ReasoningMessageChunk => {
+                Err(Fail::Unexpanded)
+            }
+            // RUN_ERROR, STEP_*, RAW, CUSTOM, REASONING_START/END,
+            // SUBAGENT_* and unknown types change nothing.
+            _ => Ok(()),
+        }
+    }
+
+    /// Merges the event's metadata (if any) into message `p`.
+    fn merge_into_message(&mut self, p: usize, f: &Fields<'_>) -> Result<(), Fail> {
+        if let Some(md) = f.value("metadata")? {
+            merge_metadata_into(&mut self.conv.messages[p], &md)?;
+            self.propagate(p);
+        }
+        Ok(())
+    }
+
+    fn message_start(&mut self, event: &Event, reasoning: bool) -> Result<(), Fail> {
+        let f = Fields::parse(event.json())?;
+        let key = f.key("messageId")?;
+        let existing = self.find_message(&key)?;
+        if let Some(p) = existing {
+            if is_role(&self.conv.messages[p], "activity") {
+                return Ok(());
+            }
+            return self.merge_into_message(p, &f);
+        }
+        let mut m = Map::new();
+        if let Some(id) = f.value("messageId")? {
+            m.insert("id".into(), id);
+        }
+        let role = if reasoning {
+            Value::String("reasoning".into())
+        } else {
+            f.value("role")?
+                .unwrap_or_else(|| Value::String("assistant".into()))
+        };
+        m.insert("role".into(), role);
+        m.insert("content".into(), Value::String(String::new()));
+        match f.value("name")? {
+            Some(name) if !reasoning => {
+                m.insert("name".into(), name);
+            }
+            _ => {}
+        }
+        if f.is_set("subagentRunId") {
+            m.insert(
+                "subagentRunId".into(),
+                f.value("subagentRunId")?.unwrap_or(Value::Null),
+            );
+        }
+        let p = self.push_message(Value::Object(m));
+        self.merge_into_message(p, &f)
+    }
+
+    fn message_content(&mut self, event: &Event) -> Result<(), Fail> {
+        let f = Fields::parse(event.json())?;
+        let key = f.key("messageId")?;
+        let Some(p) = self.find_message(&key)? else {
+            return Ok(());
+        };
+        if is_role(&self.conv.messages[p], "activity") {
+            return Ok(());
+        }
+        let delta_str = f.str("delta")?;
+        let target = &mut self.conv.messages[p];
+        match target {
+            Value::Object(map) => {
+                let content = map
+                    .entry("content")
+                    .or_insert_with(|| Value::String(String::new()));
+                if !content.is_string() {
+                    *content = Value::String(String::new());
+                }
+                if let Value::String(s) = content {
+                    match &delta_str {
+                        Some(d) => s.push_str(d),
+                        None => {
+                            let delta = f.value("delta")?;
+                            js::to_js_string(delta.as_ref(), s);
+                        }
+                    }
+                }
+            }
+            Value::Array(_) => {}
+            _ => return throws("cannot set 'content' on a primitive message"),
+        }
+        self.propagate(p);
+        self.merge_into_message(p, &f)
+    }
+
+    fn message_end(&mut self, event: &Event) -> Result<(), Fail> {
+        let f = Fields::parse(event.json())?;
+        let key = f.key("messageId")?;
+        let Some(p) = self.find_message(&key)? else {
+            return Ok(());
+        };
+        if is_role(&self.conv.messages[p], "activity") {
+            return Ok(());
+        }
+        self.merge_into_message(p, &f)
+    }
+
+    /// `if (!runToolCallIds.includes(id)) runToolCallIds.push(id)`.
+    fn tally_tool_call(&mut self, key: &KeyRef<'_>, id: Option<Value>) {
+        // `undefined` prints as `null` in a JSON array.
+        let id = id.unwrap_or(Value::Null);
+        match key.to_owned_key() {
+            Some(k) => {
+                if self.run_tool_call_keys.insert(k.clone()) {
+                    self.run_tool_calls.push((Some(k), id));
+                }
+            }
+            None => self.run_tool_calls.push((None, id)),
+        }
+    }
+
+    fn tool_call_start(&mut self, event: &Event) -> Result<(), Fail> {
+        let f = Fields::parse(event.json())?;
+        let tc_key = f.key("toolCallId")?;
+        let tc_id = f.value("toolCallId")?;
+        let name = f.value("toolCallName")?;
+        self.tally_tool_call(&tc_key, tc_id.clone());
+        let metadata = f.value("metadata")?;
+
+        if let Some((p, j)) = self.find_tool_call(&tc_key, TcSearch::Any)? {
+            let Some(tc) = self.tool_call_mut(p, j) else {
+                return throws("the tool call is not an object");
+            };
+            let Some(Value::Object(function)) = js::prop(tc, "function") else {
+                return throws("the tool call has no function object");
+            };
+            let renamed = !js::strict_eq(function.get("name"), name.as_ref());
+            match tc.as_object_mut().and_then(|m| m.get_mut("function")) {
+                Some(Value::Object(function)) if renamed => match name {
+                    Some(n) => {
+                        function.insert("name".into(), n);
+                    }
+                    None => {
+                        function.shift_remove("name");
+                    }
+                },
+                _ => {}
+            }
+            if let Some(md) = &metadata {
+                merge_metadata_into(tc, md)?;
+            }
+            self.propagate(p);
+            return Ok(());
+        }
+
+        let parent = f.value("parentMessageId")?;
+        let mut owner: Option<usize> = None;
+        let mut new_id: Option<Value> = tc_id.clone();
+        if js::truthy(parent.as_ref()) {
+            let parent_key = js::key_of(parent.as_ref());
+            let existing = self.find_message(&parent_key)?;
+            match existing {
+                Some(p) if is_role(&self.conv.messages[p], "assistant") => owner = Some(p),
+                Some(_) => {}
+                None => new_id = parent.clone(),
+            }
+        }
+        let p = match owner {
+            Some(p) => p,
+            None => {
+                let id_key = js::key_of(new_id.as_ref());
+                let pre_existing = self.find_message(&id_key)?.is_some();
+                let mut m = Map::new();
+                if let Some(id) = new_id {
+                    m.insert("id".into(), id);
+                }
+                m.insert("role".into(), Value::String("assistant".into()));
+                m.insert("toolCalls".into(), Value::Array(Vec::new()));
+                if !pre_existing && f.is_set("subagentRunId") {
+                    m.insert(
+                        "subagentRunId".into(),
+                        f.value("subagentRunId")?.unwrap_or(Value::Null),
+                    );
+                }
+                self.push_message(Value::Object(m))
+            }
+        };
+
+        let mut tc = Map::new();
+        if let Some(id) = tc_id {
+            tc.insert("id".into(), id);
+        }
+        tc.insert("type".into(), Value::String("function".into()));
+        let mut function = Map::new();
+        if let Some(n) = name {
+            function.insert("name".into(), n);
+        }
+        function.insert("arguments".into(), Value::String(String::new()));
+        tc.insert("function".into(), Value::Object(function));
+        let mut tc = Value::Object(tc);
+        if let Some(md) = &metadata {
+            merge_metadata_into(&mut tc, md)?;
+        }
+        let target = &mut self.conv.messages[p];
+        let Value::Object(map) = target else {
+            return throws("the owner message is not an object");
+        };
+        let calls = map.entry("toolCalls").or_insert(Value::Null);
+        if calls.is_null() {
+            *calls = Value::Array(Vec::new());
+        }
+        let Value::Array(calls) = calls else {
+            return throws("toolCalls.push is not a function");
+        };
+        let j = calls.len() as u32;
+        calls.push(tc);
+        let h = self.handles[p];
+        if let Some(list) = self.tool_calls.entry(&tc_key) {
+            list.push((h, j));
+        }
+        self.propagate(p);
+        Ok(())
+    }
+
+    fn tool_call_args(&mut self, event: &Event) -> Result<(), Fail> {
+        let f = Fields::parse(event.json())?;
+        let key = f.key("toolCallId")?;
+        let Some((p, j)) = self.find_tool_call(&key, TcSearch::Any)? else {
+            return Ok(());
+        };
+        let delta_str = f.str("delta")?;
+        let delta = if delta_str.is_none() {
+            f.value("delta")?
+        } else {
+            None
+        };
+        let Some(tc) = self.tool_call_mut(p, j) else {
+            return throws("the tool call is not an object");
+        };
+        let Some(Value::Object(function)) = tc.as_object_mut().and_then(|m| m.get_mut("function"))
+        else {
+            return throws("the tool call has no function object");
+        };
+        match (function.get_mut("arguments"), &delta_str) {
+            (Some(Value::String(s)), Some(d)) => s.push_str(d),
+            (current, _) => {
+                let current = current.map(|v| v.clone());
+                let d = match &delta_str {
+                    Some(d) => Some(Value::String(d.to_string())),
+                    None => delta,
+                };
+                let sum = js::js_add(current.as_ref(), d.as_ref());
+                function.insert("arguments".into(), sum);
+            }
+        }
+        let metadata = f.value("metadata")?;
+        if let (Some(md), Some(tc)) = (metadata, self.tool_call_mut(p, j)) {
+            merge_metadata_into(tc, &md)?;
+        }
+        self.propagate(p);
+        Ok(())
+    }
+
+    fn tool_call_end(&mut self, event: &Event) -> Result<(), Fail> {
+        let f = Fields::parse(event.json())?;
+        let key = f.key("toolCallId")?;
+        let Some((p, j)) = self.find_tool_call(&key, TcSearch::Any)? else {
+            return Ok(());
+        };
+        if let Some(md) = f.value("metadata")? {
+            let Some(tc) = self.tool_call_mut(p, j) else {
+                return throws("the tool call is not an object");
+            };
+            merge_metadata_into(tc, &md)?;
+            self.propagate(p);
+        }
+        Ok(())
+    }
+
+    fn tool_call_result(&mut self, event: &Event) -> Result<(), Fail> {
+        let f = Fields::parse(event.json())?;
+        let tc_key = f.key("toolCallId")?;
+        if let Some(k) = tc_key.to_owned_key() {
+            self.answered.insert(k);
+        }
+        let mut m = Map::new();
+        if let Some(id) = f.value("messageId")? {
+            m.insert("id".into(), id);
+        }
+        if let Some(tc) = f.value("toolCallId")? {
+            m.insert("toolCallId".into(), tc);
+        }
+        let role = f.value("role")?;
+        let role = if js::truthy(role.as_ref()) {
+            role.unwrap_or(Value::Null)
+        } else {
+            Value::String("tool".into())
+        };
+        m.insert("role".into(), role);
+        if let Some(content) = f.value("content")? {
+            m.insert("content".into(), content);
+        }
+        if f.is_set("subagentRunId") {
+            m.insert(
+                "subagentRunId".into(),
+                f.value("subagentRunId")?.unwrap_or(Value::Null),
+            );
+        }
+        let mut message = Value::Object(m);
+        if let Some(md) = f.value("metadata")? {
+            merge_metadata_into(&mut message, &md)?;
+        }
+        match self.find_tool_call(&tc_key, TcSearch::Assistant)? {
+            None => {
+                self.push_message(message);
+            }
+            Some((owner, _)) => {
+                let mut at = owner + 1;
+                while at < self.conv.messages.len() {
+                    let next = &self.conv.messages[at];
+                    if next.is_null() {
+                        return throws("a message is null (reading 'role')");
+                    }
+                    if !is_role(next, "tool") {
+                        break;
+                    }
+                    at += 1;
+                }
+                self.insert_message(at, message);
+            }
+        }
+        Ok(())
+    }
+
+    fn state_snapshot(&mut self, event: &Event) -> Result<(), Fail> {
+        let f = Fields::parse(event.json())?;
+        match f.value("snapshot")? {
+            Some(v) => {
+                self.conv.state = v;
+                self.state_defined = true;
+            }
+            // `state = undefined` is not emitted: the visible state stays.
+            None => self.state_defined = false,
+        }
+        Ok(())
+    }
+
+    fn state_delta(&mut self, event: &Event) -> Result<(), Fail> {
+        let f = Fields::parse(event.json())?;
+        let delta = f.value("delta")?.unwrap_or(Value::Null);
+        let doc = self.state_defined.then_some(&self.conv.state);
+        match patch::apply_patch_js(doc, &delta) {
+            Ok(Some(v)) => {
+                self.conv.state = v;
+                self.state_defined = true;
+                Ok(())
+            }
+            Ok(None) => {
+                self.state_defined = false;
+                Ok(())
+            }
+            Err(patch::PatchError::Unrepresentable { reason, .. }) => {
+                throws(format!("the patched state cannot be cloned: {reason}"))
+            }
+            // The official reducer warns and keeps the state.
+            Err(_) => Ok(()),
+        }
+    }
+
+    fn messages_snapshot(&mut self, event: &Event) -> Result<(), Fail> {
+        let f = Fields::parse(event.json())?;
+        let Some(Value::Array(raw)) = f.value("messages")? else {
+            return throws("messages.map is not a function");
+        };
+        let mut snapshot = Vec::with_capacity(raw.len());
+        for m in raw {
+            match m {
+                Value::Null => return throws("a snapshot message is null"),
+                Value::Object(mut map) => {
+                    if matches!(map.get("subagentRunId"), Some(Value::Null)) {
+                        map.shift_remove("subagentRunId");
+                    }
+                    snapshot.push(Value::Object(map));
+                }
+                other => snapshot.push(other),
+            }
+        }
+        let metadata = f.value("metadata")?;
+        let authority = authoritative_activity_types(metadata.as_ref());
+        let has_activity = snapshot.iter().any(|m| is_role(m, "activity"));
+        let has_reasoning = snapshot.iter().any(|m| is_role(m, "reasoning"));
+
+        // Snapshot id → index of its last message with that id.
+        let mut by_id: IdMap<usize> = IdMap::default();
+        for (i, m) in snapshot.iter().enumerate() {
+            let k = js::key_of(js::prop(m, "id"));
+            if let Some(slot) = by_id.entry(&k) {
+                *slot = i;
+            }
+        }
+        let snapshot_objs: Vec<u32> = (0..snapshot.len()).map(|_| self.fresh_obj()).collect();
+
+        let preserved = |m: &Value| -> bool {
+            (is_role(m, "activity")
+                && match &authority {
+                    Authority::Types(types) => !matches!(
+                        js::prop(m, "activityType"),
+                        Some(Value::String(t)) if types.iter().any(|x| x == t)
+                    ),
+                    Authority::All => false,
+                    Authority::Inferred => !has_activity,
+                })
+                || (is_role(m, "reasoning") && !has_reasoning)
+        };
+
+        if self.conv.messages.iter().any(Value::is_null) {
+            return throws("a message is null (reading 'id')");
+        }
+        let old = std::mem::take(&mut self.conv.messages);
+        let old_objs: Vec<u32> = self.handles.iter().map(|&h| self.obj[h as usize]).collect();
+        let mut messages = Vec::with_capacity(old.len() + snapshot.len());
+        let mut objs = Vec::with_capacity(old.len() + snapshot.len());
+        let mut kept_ids: IdMap<()> = IdMap::default();
+        for (m, o) in old.into_iter().zip(old_objs) {
+            let k = js::key_of(js::prop(&m, "id"));
+            if let Some(&i) = by_id.get(&k) {
+                kept_ids.entry(&k);
+                messages.push(snapshot[i].clone());
+                objs.push(snapshot_objs[i]);
+            } else if preserved(&m) {
+                kept_ids.entry(&k);
+                messages.push(m);
+                objs.push(o);
+            }
+        }
+        for (i, m) in snapshot.into_iter().enumerate() {
+            let k = js::key_of(js::prop(&m, "id"));
+            if kept_ids.get(&k).is_none() {
+                messages.push(m);
+                objs.push(snapshot_objs[i]);
+            }
+        }
+        self.conv.messages = messages;
+        self.rebuild(objs);
+        Ok(())
+    }
+
+    fn activity_snapshot(&mut self, event: &Event) -> Result<(), Fail> {
+        let f = Fields::parse(event.json())?;
+        let key = f.key("messageId")?;
+        let existing = self.find_message(&key)?;
+        let replace = match f.value("replace")? {
+            None | Some(Value::Null) => true,
+            Some(v) => js::truthy(Some(&v)),
+        };
+        let activity_type = f.value("activityType")?;
+        let content = f.value("content")?;
+        let sub = if f.is_set("subagentRunId") {
+            f.value("subagentRunId")?
+        } else {
+            None
+        };
+        let fresh = || {
+            let mut m = Map::new();
+            if let Ok(Some(id)) = f.value("messageId") {
+                m.insert("id".into(), id);
+            }
+            m.insert("role".into(), Value::String("activity".into()));
+            if let Some(t) = &activity_type {
+                m.insert("activityType".into(), t.clone());
+            }
+            if let Some(c) = &content {
+                m.insert("content".into(), c.clone());
+            }
+            if let Some(s) = &sub {
+                m.insert("subagentRunId".into(), s.clone());
+            }
+            Value::Object(m)
+        };
+        match existing {
+            None => {
+                let p = self.push_message(fresh());
+                self.merge_into_message(p, &f)
+            }
+            Some(p) if is_role(&self.conv.messages[p], "activity") => {
+                if replace {
+                    let mut m = self.conv.messages[p].clone();
+                    set_prop(&mut m, "activityType", activity_type.clone())?;
+                    set_prop(&mut m, "content", content.clone())?;
+                    set_prop(&mut m, "subagentRunId", sub.clone())?;
+                    self.replace_at(p, m);
+                }
+                self.merge_into_message(p, &f)
+            }
+            Some(p) => {
+                if replace {
+                    self.replace_at(p, fresh());
+                    self.merge_into_message(p, &f)
+                } else {
+                    Ok(())
+                }
+            }
+        }
+    }
+
+    fn activity_delta(&mut self, event: &Event) -> Result<(), Fail> {
+        let f = Fields::parse(event.json())?;
+        let key = f.key("messageId")?;
+        let Some(p) = self.find_message(&key)? else {
+            return Ok(());
+        };
+        if !is_role(&self.conv.messages[p], "activity") {
+            return Ok(());
+        }
+        // Metadata first: it stays even when the patch fails.
+        self.merge_into_message(p, &f)?;
+        let base = match js::prop(&self.conv.messages[p], "content") {
+            None | Some(Value::Null) => Value::Object(Map::new()),
+            Some(c) => c.clone(),
+        };
+        let patch_value = match f.value("patch")? {
+            None | Some(Value::Null) => Value::Array(Vec::new()),
+            Some(v) => v,
+        };
+        let new_content = match patch::apply_patch_js(Some(&base), &patch_value) {
+            Ok(c) => c,
+            // Warned and skipped (an unclonable result throws inside the
+            // same try block).
+            Err(_) => return Ok(()),
+        };
+        let mut m = self.conv.messages[p].clone();
+        set_prop(&mut m, "content", new_content)?;
+        set_prop(&mut m, "activityType", f.value("activityType")?)?;
+        self.replace_at(p, m);
+        Ok(())
+    }
+
+    fn run_started(&mut self, event: &Event) -> Result<(), Fail> {
+        self.run_tool_calls.clear();
+        self.run_tool_call_keys.clear();
+        self.answered.clear();
+        let f = Fields::parse(event.json())?;
+        let input = f.value("input")?;
+        let messages = match &input {
+            Some(Value::Object(map)) => map.get("messages"),
+            _ => None,
+        };
+        if !js::truthy(messages) {
+            return Ok(());
+        }
+        let items: Vec<Value> = match messages {
+            Some(Value::Array(items)) => items.clone(),
+            Some(Value::String(s)) => s.chars().map(|c| Value::String(c.to_string())).collect(),
+            _ => return throws("input.messages is not iterable"),
+        };
+        for m in items {
+            let m = match m {
+                Value::Null => return throws("an input message is null"),
+                Value::Object(mut map) => {
+                    if matches!(map.get("subagentRunId"), Some(Value::Null)) {
+                        map.shift_remove("subagentRunId");
+                    }
+                    Value::Object(map)
+                }
+                other => other,
+            };
+            let k = js::key_of(js::prop(&m, "id"));
+            if self.find_message(&k)?.is_none() {
+                self.push_message(m);
+            }
+        }
+        Ok(())
+    }
+
+    fn run_finished(&mut self, event: &Event) -> Result<(), Fail> {
+        let f = Fields::parse(event.json())?;
+        let outcome = f.value("outcome")?;
+        let outcome_type = outcome.as_ref().and_then(|o| js::prop(o, "type"));
+        if js::is_str(outcome_type, "interrupt") {
+            let Some(Value::Array(list)) = outcome.as_ref().and_then(|o| js::prop(o, "interrupts"))
+            else {
+                return throws("outcome.interrupts.map is not a function");
+            };
+            let mut pending = Vec::with_capacity(list.len());
+            for i in list {
+                match i {
+                    Value::Null => return throws("an interrupt is null"),
+                    Value::Object(map) if matches!(map.get("subagentRunId"), Some(Value::Null)) => {
+                        let mut map = map.clone();
+                        map.shift_remove("subagentRunId");
+                        pending.push(Value::Object(map));
+                    }
+                    other => pending.push(other.clone()),
+                }
+            }
+            self.pending_interrupts = pending;
+            self.outcome = Some(RunOutcome::Interrupt);
+            return Ok(());
+        }
+        if js::is_str(outcome_type, "cancelled") {
+            self.pending_interrupts.clear();
+            self.outcome = Some(RunOutcome::Cancelled);
+            return Ok(());
+        }
+        let named = if js::is_str(outcome_type, "success") {
+            outcome
+                .as_ref()
+                .and_then(|o| js::prop(o, "pendingToolCallIds"))
+        } else {
+            None
+        };
+        let named: Option<Vec<Value>> = match named {
+            None => None,
+            Some(Value::Null) => {
+                return throws("cannot read properties of null (reading 'length')");
+            }
+            Some(Value::Array(ids)) if !ids.is_empty() => Some(ids.clone()),
+            Some(Value::String(s)) if !s.is_empty() => {
+                Some(s.chars().map(|c| Value::String(c.to_string())).collect())
+            }
+            Some(Value::Object(map)) if map.get("length").is_some_and(length_positive) => {
+                return throws("pendingToolCallIds is not iterable");
+            }
+            Some(_) => None,
+        };
+        let pending = named.unwrap_or_else(|| {
+            self.run_tool_calls
+                .iter()
+                .filter(|(k, _)| k.as_ref().is_none_or(|k| !self.answered.contains(k)))
+                .map(|(_, id)| id.clone())
+                .collect()
+        });
+        self.pending_interrupts.clear();
+        self.outcome = Some(RunOutcome::Success {
+            result: f.value("result")?,
+            pending_tool_call_ids: pending,
+        });
+        Ok(())
+    }
+
+    fn encrypted_value(&mut self, event: &Event) -> Result<(), Fail> {
+        let f = Fields::parse(event.json())?;
+        let key = f.key("entityId")?;
+        let value = f.value("encryptedValue")?;
+        if js::is_str(f.value("subtype")?.as_ref(), "tool-call") {
+            if let Some((p, j)) = self.find_tool_call(&key, TcSearch::AssistantTruthy)? {
+                let Some(tc) = self.tool_call_mut(p, j) else {
+                    return throws("the tool call is not an object");
+                };
+                set_prop(tc, "encryptedValue", value)?;
+                self.propagate(p);
+            }
+            return Ok(());
+        }
+        if let Some(p) = self.find_message(&key)? {
+            let m = &mut self.conv.messages[p];
+            if !is_role(m, "activity") && js::truthy(Some(m)) {
+                set_prop(m, "encryptedValue", value)?;
+                self.propagate(p);
+            }
+        }
+        Ok(())
+    }
+}
+
+fn length_positive(length: &Value) -> bool {
+    match length {
+        Value::Number(n) => js::number_f64(n) > 0.0,
+        Value::String(s) => s.trim().parse::<f64>().is_ok_and(|x| x > 0.0),
+        Value::Bool(b) => *b,
+        _ => false,
+    }
+}
+
+/// The `"@ag-ui/client".authoritativeActivityTypes` declaration of a
+/// `MESSAGES_SNAPSHOT`.
+enum Authority {
+    /// Absent: the snapshot owns every type when it carries an activity.
+    Inferred,
+    /// `null`: the snapshot owns every type.
+    All,
+    /// The listed types (an invalid declaration lists none).
+    Types(Vec<String>),
+}
+
+fn authoritative_activity_types(metadata: Option<&Value>) -> Authority {
+    const KEY: &str = "@ag-ui/client";
+    let Some(Value::Object(md)) = metadata else {
+        return Authority::Inferred;
+    };
+    let Some(value) = md.get(KEY) else {
+        return Authority::Inferred;
+    };
+    let Value::Object(value) = value else {
+        return Authority::Types(Vec::new());
+    };
+    match value.get("authoritativeActivityTypes") {
+        None => Authority::Inferred,
+        Some(Value::Null) => Authority::All,
+        Some(Value::Array(items)) => {
+            let types: Option<Vec<String>> = items
+                .iter()
+                .map(|t| t.as_str().map(str::to_owned))
+                .collect();
+            Authority::Types(types.unwrap_or_default())
+        }
+        Some(_) => Authority::Types(Vec::new()),
+    }
+}
