@@ -29,12 +29,18 @@
 //! opaque with a diagnostic. Unknown event types are never errors: they are
 //! [`TypedEvent::Opaque`] in both modes (the official client drops them; we
 //! keep them as data).
+//!
+//! Pre-1.0 producers sent `null` in a few optional slots; the official
+//! client reads those as absent before validating. [`strip_legacy_event_nulls`]
+//! and [`strip_legacy_input_nulls`] do the same on a JSON value (opt-in: the
+//! model itself never rewrites input).
 
 mod content;
 pub(crate) mod error;
 mod events;
 mod input;
 pub(crate) mod json;
+mod legacy;
 mod message;
 mod patch;
 mod primitives;
@@ -60,6 +66,7 @@ pub use input::{
     SubagentSuspendedOutcome, SuccessOutcome, TokenUsage, Tool,
 };
 pub use json::FromValue;
+pub use legacy::{strip_legacy_event_nulls, strip_legacy_input_nulls};
 pub use message::{
     ActivityMessage, AssistantMessage, DeveloperMessage, FunctionCall, Message, ReasoningMessage,
     Role, SystemMessage, ToolCall, ToolCallType, ToolMessage, UserMessage,

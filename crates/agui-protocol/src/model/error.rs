@@ -25,6 +25,11 @@ impl FieldPath {
         FieldPath(Vec::new())
     }
 
+    /// A path from its segments, outermost first.
+    pub fn from_segments(segments: Vec<PathSegment>) -> FieldPath {
+        FieldPath(segments)
+    }
+
     /// The segments, outermost first.
     pub fn segments(&self) -> &[PathSegment] {
         &self.0
