@@ -46,6 +46,8 @@ use std::borrow::Cow;
 
 use agui_protocol::Event;
 
+use crate::reduce::{Conversation, ReduceError, Reducer};
+
 pub use index::{Divergence, RunIndex, RunNode, RunStatus};
 use provenance::{Owner, Provenance};
 pub use view::{MAX_TIMESTAMP, RunStart, Timestamp, timestamp};
@@ -135,6 +137,13 @@ pub enum LineageError {
     /// The index was built over another log than the one given.
     #[error("the run index covers {indexed} events but the log has {given}")]
     IndexMismatch { indexed: usize, given: usize },
+    /// The reducer rejected an event of the branch.
+    #[error("event {event_index}: {source}")]
+    Reduce {
+        event_index: usize,
+        #[source]
+        source: ReduceError,
+    },
     /// A restating event could not be rebuilt without its foreign messages.
     #[error("event {event_index}: cannot rewrite the event: {source}")]
     Rewrite {
@@ -286,4 +295,35 @@ impl<'e> Lineage<'e> {
             dropped,
         })
     }
+
+    /// `{messages, state}` after the branch ending at `run_id` (see
+    /// [`Lineage::branch`] for `after_event`), reduced from `start`.
+    pub fn conversation_at(
+        &self,
+        run_id: &str,
+        after_event: Option<usize>,
+        start: Conversation,
+    ) -> Result<Conversation, LineageError> {
+        let branch = self.branch(run_id, after_event)?;
+        let mut reducer = Reducer::new(start);
+        for (event_index, event) in &branch.events {
+            reducer
+                .apply(event)
+                .map_err(|source| LineageError::Reduce {
+                    event_index: *event_index,
+                    source,
+                })?;
+        }
+        Ok(reducer.into_conversation())
+    }
+}
+
+/// `{messages, state}` at a run of `events` (see [`Lineage::conversation_at`]).
+pub fn conversation_at(
+    events: &[Event],
+    run_id: &str,
+    after_event: Option<usize>,
+    start: Conversation,
+) -> Result<Conversation, LineageError> {
+    Lineage::new(events)?.conversation_at(run_id, after_event, start)
 }

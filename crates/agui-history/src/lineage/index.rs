@@ -82,7 +82,8 @@ pub struct RunNode {
     /// The first integer `timestamp` among the run's events (epoch ms).
     pub started_at: Option<i64>,
     /// For a terminated run: the terminal's `timestamp`, or else the last
-    /// integer `timestamp` among the run's events up to the terminal.
+    /// integer `timestamp` among the run's events between its `RUN_STARTED`
+    /// (excluded) and its terminal.
     pub finished_at: Option<i64>,
 }
 
@@ -272,17 +273,17 @@ impl RunIndex {
         };
 
         self.len += 1;
-        if let Some(previous) = self.runs.last_mut()
-            && previous.status == RunStatus::Running
-        {
-            previous.status = RunStatus::Abandoned;
+        if let Some(previous) = self.runs.last_mut() {
+            if previous.status == RunStatus::Running {
+                previous.status = RunStatus::Abandoned;
+            }
         }
         let position = self.runs.len();
         let started_at = match view::timestamp(event) {
             Timestamp::Millis(ms) => Some(ms),
             _ => None,
         };
-        self.last_timestamp = started_at;
+        self.last_timestamp = None;
         let parent_position = if explicit {
             parent.as_ref().and_then(|p| self.by_id.get(p).copied())
         } else {
