@@ -45,15 +45,15 @@ pub fn strip_legacy_event_nulls(event: &mut Value) -> Vec<FieldPath> {
         .unwrap_or("")
         .to_owned();
     let mut path = Vec::new();
-    remove_null(map, "rawEvent", &mut path, &mut removed);
+    remove_null(map, "rawEvent", &path, &mut removed);
     match ty.as_str() {
         "RUN_FINISHED" => {
-            remove_null(map, "result", &mut path, &mut removed);
-            remove_null(map, "outcome", &mut path, &mut removed);
+            remove_null(map, "result", &path, &mut removed);
+            remove_null(map, "outcome", &path, &mut removed);
         }
-        "SUBAGENT_FINISHED" => remove_null(map, "result", &mut path, &mut removed),
+        "SUBAGENT_FINISHED" => remove_null(map, "result", &path, &mut removed),
         "TOOL_CALL_START" | "TOOL_CALL_CHUNK" => {
-            remove_null(map, "parentMessageId", &mut path, &mut removed)
+            remove_null(map, "parentMessageId", &path, &mut removed)
         }
         "RUN_STARTED" => {
             if let Some(input) = map.get_mut("input") {
@@ -77,12 +77,12 @@ pub fn strip_legacy_event_nulls(event: &mut Value) -> Vec<FieldPath> {
 fn remove_null(
     map: &mut Map<String, Value>,
     key: &str,
-    path: &mut Vec<PathSegment>,
+    path: &[PathSegment],
     removed: &mut Vec<FieldPath>,
 ) {
     if map.get(key).is_some_and(Value::is_null) {
         map.shift_remove(key);
-        let mut at = path.clone();
+        let mut at = path.to_vec();
         at.push(PathSegment::Key(key.to_owned()));
         removed.push(FieldPath::from_segments(at));
     }
