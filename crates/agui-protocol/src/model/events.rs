@@ -565,3 +565,76 @@ typed_event! {
     SubagentFinished: req,
     SubagentError: req,
 }
+
+/// `new(required fields)`: optional fields absent, no base fields, no extra keys.
+macro_rules! constructor {
+    ($name:ident ( $($arg:ident : $ty:ty),* ) { $($absent:ident),* }) => {
+        impl $name {
+            #[doc = concat!("A `", stringify!($name), "` with the required fields only.")]
+            pub fn new($($arg: impl Into<$ty>),*) -> $name {
+                $name {
+                    $($arg: $arg.into(),)*
+                    $($absent: None,)*
+                    base: EventBase::default(),
+                    extra: Map::new(),
+                }
+            }
+        }
+    };
+}
+
+constructor!(RunStarted(thread_id: String, run_id: String) { protocol_version, parent_run_id, input });
+constructor!(RunFinished(thread_id: String, run_id: String) { result, outcome, usage });
+constructor!(RunError(message: String) { code, usage });
+constructor!(StepStarted(step_name: String) { subagent_run_id });
+constructor!(StepFinished(step_name: String) { subagent_run_id });
+constructor!(TextMessageStart(message_id: String) { role, name, subagent_run_id });
+constructor!(TextMessageContent(message_id: String, delta: String) { subagent_run_id });
+constructor!(TextMessageEnd(message_id: String) { subagent_run_id });
+constructor!(ToolCallStart(tool_call_id: String, tool_call_name: String) { parent_message_id, subagent_run_id });
+constructor!(ToolCallArgs(tool_call_id: String, delta: String) { subagent_run_id });
+constructor!(ToolCallEnd(tool_call_id: String) { subagent_run_id });
+constructor!(ToolCallResult(message_id: String, tool_call_id: String, content: Content) { role, subagent_run_id });
+constructor!(StateSnapshot(snapshot: Value) { subagent_run_id });
+constructor!(StateDelta(delta: JsonPatch) { subagent_run_id });
+constructor!(MessagesSnapshot(messages: Vec<Message>) {});
+constructor!(ActivitySnapshot(message_id: String, activity_type: String, content: Map<String, Value>) { replace, subagent_run_id });
+constructor!(ActivityDelta(message_id: String, activity_type: String, patch: JsonPatch) { subagent_run_id });
+constructor!(Raw(event: Value) { source, subagent_run_id });
+constructor!(Custom(name: String, value: Value) { subagent_run_id });
+constructor!(SubagentStarted(subagent_run_id: String, name: String) { description, parent_subagent_run_id, parent_tool_call_id, parent_message_id });
+constructor!(SubagentFinished(subagent_run_id: String) { result, outcome });
+constructor!(SubagentError(subagent_run_id: String, message: String) { code });
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::parse_event;
+
+    #[test]
+    fn constructed_events_serialize_with_their_type_and_read_back() {
+        let mut finished = RunFinished::new("t", "r");
+        finished.base.timestamp = crate::model::Timestamp::new(1_767_225_600_000);
+        let events: Vec<TypedEvent> = vec![
+            RunStarted::new("t", "r").into(),
+            TextMessageContent::new("m", "hi").into(),
+            ToolCallResult::new("tm", "c", "done").into(),
+            StateSnapshot::new(serde_json::json!({"a": null})).into(),
+            Custom::new("n", Value::Null).into(),
+            finished.into(),
+        ];
+        let expected = [
+            r#"{"type":"RUN_STARTED","threadId":"t","runId":"r"}"#,
+            r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"hi"}"#,
+            r#"{"type":"TOOL_CALL_RESULT","messageId":"tm","toolCallId":"c","content":"done"}"#,
+            r#"{"type":"STATE_SNAPSHOT","snapshot":{"a":null}}"#,
+            r#"{"type":"CUSTOM","name":"n","value":null}"#,
+            r#"{"type":"RUN_FINISHED","threadId":"t","runId":"r","timestamp":1767225600000}"#,
+        ];
+        for (typed, want) in events.iter().zip(expected) {
+            let event = typed.to_event().unwrap();
+            assert_eq!(event.json(), want);
+            assert_eq!(&parse_event(&event).unwrap(), typed);
+        }
+    }
+}
