@@ -1,1 +1,726 @@
-//! Placeholder: being written.
+//! Chunk expansion, exactly as the official client's `transformChunks`
+//! (`@ag-ui/client` 1.0.0, `src/chunks/transform.ts`).
+//!
+//! `TEXT_MESSAGE_CHUNK`, `TOOL_CALL_CHUNK` and `REASONING_MESSAGE_CHUNK` are a
+//! shorthand: a producer sends only chunks and the consumer synthesizes the
+//! start, content and end events. [`ChunkExpander`] does that one event at a
+//! time; [`expand_chunks`] does it for a whole slice.
+//!
+//! # The rules, in short
+//!
+//! - **Lanes.** One item (text message, tool call or reasoning message) can be
+//!   mid-assembly per *lane*; a lane is a `subagentRunId`, and the parent
+//!   agent's lane is the absent tag (`null` reads as absent).
+//! - **Which lane a chunk continues.** A chunk naming an id continues the lane
+//!   holding an open item of its kind with that id (a disagreeing tag is an
+//!   error), else opens in the lane its own tag names. An id-less chunk goes to
+//!   its tag's lane; untagged, to the parent lane if that has an item of its
+//!   kind open, else to the sole lane that has one (two or more: ambiguous).
+//! - **Continue or open.** A lane with an open item of the same kind whose id
+//!   matches (or the chunk names none) continues it; a continuation repeating
+//!   `role`/`name` (text) or `toolCallName`/`parentMessageId` (tool) must agree
+//!   with the opener. Otherwise the lane's item is closed (synthetic END) and a
+//!   new one opens: the first chunk needs its id (and a tool chunk its name).
+//!   A text opener's role defaults to `"assistant"`; a reasoning opener always
+//!   says `role: "reasoning"`.
+//! - **Content.** A chunk with a `delta` or a `rawEvent` gives a content event
+//!   (`delta` defaulting to `""`). A continuation that would give nothing but
+//!   carries `metadata`, `rawEvent`, `subagentRunId: null` or unknown
+//!   properties gives an empty-delta content event to carry them.
+//! - **Carried fields.** `metadata` goes on every event synthesized from the
+//!   chunk (never on the END closing a previous item); `rawEvent` and unknown
+//!   properties ride the content event (unknown properties go on the opener
+//!   when there is no content event; the opener's own fields win). The content
+//!   event's tag is the chunk's, else the opener's; an END carries the
+//!   opener's. `timestamp` is not carried.
+//! - **Closing.** Explicit text, tool-call, reasoning, step, state and custom
+//!   events close their own lane's item first; `RUN_STARTED`, `RUN_FINISHED`,
+//!   `RUN_ERROR` and `MESSAGES_SNAPSHOT` close every lane (in the order the
+//!   lanes opened); `SUBAGENT_FINISHED`/`SUBAGENT_ERROR` close their subagent's
+//!   lane; `RAW`, `ACTIVITY_*`, `REASONING_ENCRYPTED_VALUE`, `SUBAGENT_STARTED`
+//!   and unknown types close nothing.
+//! - **End of stream.** Items still open are not closed: the official operator
+//!   computes their ENDs and discards them. [`ChunkExpander::finish`] returns
+//!   them for callers that want them; [`expand_chunks`] drops them, as upstream.
+//!
+//! Non-chunk events pass through unchanged (the same [`Event`], same bytes).
+//! When no chunk stream is open, they are not even parsed.
+//!
+//! Synthesized events are built with the key order the TypeScript code gives
+//! its objects, so their JSON text matches `JSON.stringify` of upstream's.
+//!
+//! Beyond upstream: the id of a chunk (`messageId` / `toolCallId`) and a
+//! chunk's `subagentRunId` must be strings (or a `null` tag) when present; the
+//! official pipeline rejects anything else in its schema stage before
+//! expansion, so this crate reports [`ChunkError::NotAString`] instead.
+//! After an error the stream is over, as upstream's observable is: the
+//! expander's state is then unspecified (it never panics).
+
+use serde::Deserialize;
+use serde::de::Deserializer;
+use serde_json::{Map, Value};
+
+use crate::{Event, EventType};
+
+/// Why chunk expansion failed. Messages follow the official client's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ChunkError {
+    /// A chunk that opens an item has no id.
+    #[error("First {chunk} must have a {field}")]
+    MissingId {
+        /// The chunk's type (`TEXT_MESSAGE_CHUNK`, ...).
+        chunk: &'static str,
+        /// `messageId` or `toolCallId`.
+        field: &'static str,
+    },
+    /// A `TOOL_CALL_CHUNK` that opens a tool call has no `toolCallName`.
+    #[error("First TOOL_CALL_CHUNK must have a toolCallName")]
+    MissingToolCallName,
+    /// A continuation chunk repeats an opener field with another value.
+    #[error(
+        "Cannot continue {entity} '{id}': chunk {field} '{incoming}' does not match the open stream's {field} {}",
+        established.as_ref().map_or_else(|| "(absent)".to_owned(), |e| format!("'{e}'"))
+    )]
+    Conflict {
+        /// `text message` or `tool call`.
+        entity: &'static str,
+        /// The open item's id.
+        id: String,
+        /// The repeated field.
+        field: &'static str,
+        /// The chunk's value (JSON text, strings without quotes).
+        incoming: String,
+        /// The opener's value, if it had one.
+        established: Option<String>,
+    },
+    /// A chunk names an item open in another subagent's lane.
+    #[error(
+        "Cannot continue {entity} '{id}': chunk subagentRunId '{tag}' does not match the open stream's subagent '{}'",
+        holder.as_deref().unwrap_or("(the parent agent)")
+    )]
+    LaneMismatch {
+        /// `text message`, `tool call` or `reasoning message`.
+        entity: &'static str,
+        /// The item's id.
+        id: String,
+        /// The chunk's `subagentRunId`.
+        tag: String,
+        /// The lane holding the item (`None`: the parent agent).
+        holder: Option<String>,
+    },
+    /// An id-less, untagged continuation could belong to several lanes.
+    #[error(
+        "Ambiguous {chunk}: it carries neither a {field} nor a subagentRunId, but {lanes} lanes have an open {entity}. Attribute the chunk to the subagent it belongs to."
+    )]
+    Ambiguous {
+        /// The chunk's type.
+        chunk: &'static str,
+        /// `messageId` or `toolCallId`.
+        field: &'static str,
+        /// How many lanes have an item of this kind open.
+        lanes: usize,
+        /// `text message`, `tool call` or `reasoning message`.
+        entity: &'static str,
+    },
+    /// A field the expansion keys on is present but not a string.
+    #[error("{chunk}: '{field}' must be a string when present")]
+    NotAString {
+        /// The event's type.
+        chunk: &'static str,
+        /// The field.
+        field: &'static str,
+    },
+}
+
+/// The kind of item a lane is assembling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Text,
+    Tool,
+    Reasoning,
+}
+
+impl Kind {
+    fn chunk_type(self) -> &'static str {
+        match self {
+            Kind::Text => "TEXT_MESSAGE_CHUNK",
+            Kind::Tool => "TOOL_CALL_CHUNK",
+            Kind::Reasoning => "REASONING_MESSAGE_CHUNK",
+        }
+    }
+    fn id_field(self) -> &'static str {
+        match self {
+            Kind::Tool => "toolCallId",
+            _ => "messageId",
+        }
+    }
+    fn entity(self) -> &'static str {
+        match self {
+            Kind::Text => "text message",
+            Kind::Tool => "tool call",
+            Kind::Reasoning => "reasoning message",
+        }
+    }
+    /// The properties the official chunk schema describes; anything else is
+    /// "remainder" and is carried over.
+    fn described(self, key: &str) -> bool {
+        matches!(
+            key,
+            "type" | "timestamp" | "rawEvent" | "metadata" | "subagentRunId"
+        ) || match self {
+            Kind::Text => matches!(key, "messageId" | "role" | "delta" | "name"),
+            Kind::Tool => matches!(
+                key,
+                "toolCallId" | "toolCallName" | "parentMessageId" | "delta"
+            ),
+            Kind::Reasoning => matches!(key, "messageId" | "delta"),
+        }
+    }
+}
+
+/// A `subagentRunId` as written: absent, `null`, or a value.
+#[derive(Debug, Clone, PartialEq)]
+enum Tag {
+    Absent,
+    Null,
+    Id(String),
+}
+
+impl Tag {
+    /// The lane it names (`null` reads as the parent).
+    fn lane(&self) -> Option<&str> {
+        match self {
+            Tag::Id(s) => Some(s),
+            _ => None,
+        }
+    }
+    fn is_absent(&self) -> bool {
+        matches!(self, Tag::Absent)
+    }
+    fn to_value(&self) -> Option<Value> {
+        match self {
+            Tag::Absent => None,
+            Tag::Null => Some(Value::Null),
+            Tag::Id(s) => Some(Value::String(s.clone())),
+        }
+    }
+}
+
+/// What the opener of a lane's item established.
+#[derive(Debug, Clone)]
+struct Pending {
+    kind: Kind,
+    id: String,
+    /// Text: the role (explicit, or the `"assistant"` default).
+    role: Value,
+    /// Text: `name`; tool: `toolCallName`.
+    name: Option<Value>,
+    /// Tool: `parentMessageId`.
+    parent: Option<Value>,
+    tag: Tag,
+}
+
+/// Expands chunk events one at a time (see the module docs for the rules).
+#[derive(Debug, Default, Clone)]
+pub struct ChunkExpander {
+    /// Open items by lane, in the order the lanes opened.
+    lanes: Vec<(Option<String>, Pending)>,
+}
+
+impl ChunkExpander {
+    /// An expander with no open lanes.
+    pub fn new() -> ChunkExpander {
+        ChunkExpander::default()
+    }
+
+    /// True when some lane has an item mid-assembly.
+    pub fn has_open(&self) -> bool {
+        !self.lanes.is_empty()
+    }
+
+    /// Expands one event into the events that replace it: for a chunk, the
+    /// synthesized ones (maybe none); for any other event, the ENDs of the
+    /// items it closes followed by the event itself.
+    pub fn push(&mut self, event: &Event) -> Result<Vec<Event>, ChunkError> {
+        let closes = match event.event_type() {
+            EventType::TextMessageChunk => return self.chunk(event, Kind::Text),
+            EventType::ToolCallChunk => return self.chunk(event, Kind::Tool),
+            EventType::ReasoningMessageChunk => return self.chunk(event, Kind::Reasoning),
+            EventType::RunStarted
+            | EventType::RunFinished
+            | EventType::RunError
+            | EventType::MessagesSnapshot => Closes::All,
+            EventType::Raw
+            | EventType::ActivitySnapshot
+            | EventType::ActivityDelta
+            | EventType::ReasoningEncryptedValue
+            | EventType::SubagentStarted
+            | EventType::Unknown(_) => Closes::Nothing,
+            EventType::SubagentFinished | EventType::SubagentError => Closes::OwnLaneIfTagged,
+            EventType::TextMessageStart
+            | EventType::TextMessageContent
+            | EventType::TextMessageEnd
+            | EventType::ToolCallStart
+            | EventType::ToolCallArgs
+            | EventType::ToolCallEnd
+            | EventType::ToolCallResult
+            | EventType::StateSnapshot
+            | EventType::StateDelta
+            | EventType::Custom
+            | EventType::StepStarted
+            | EventType::StepFinished
+            | EventType::ReasoningStart
+            | EventType::ReasoningMessageStart
+            | EventType::ReasoningMessageContent
+            | EventType::ReasoningMessageEnd
+            | EventType::ReasoningEnd => Closes::OwnLane,
+        };
+        if self.lanes.is_empty() || matches!(closes, Closes::Nothing) {
+            return Ok(vec![event.clone()]);
+        }
+        let mut out = match closes {
+            Closes::All => self.close_all(),
+            Closes::Nothing => Vec::new(),
+            Closes::OwnLane | Closes::OwnLaneIfTagged => {
+                let tag = read_tag_of(event);
+                match tag {
+                    // A non-string tag names no lane that can exist.
+                    TagOf::Other => Vec::new(),
+                    TagOf::Tag(Tag::Id(lane)) => self.close_lane(Some(&lane)),
+                    TagOf::Tag(_) if matches!(closes, Closes::OwnLaneIfTagged) => Vec::new(),
+                    TagOf::Tag(_) => self.close_lane(None),
+                }
+            }
+        };
+        out.push(event.clone());
+        Ok(out)
+    }
+
+    /// The ENDs of the items still open, in lane order, and forget them.
+    ///
+    /// The official operator computes these when the stream completes and
+    /// **discards** them; [`expand_chunks`] does the same. Use this only when
+    /// you deliberately want a stream cut mid-chunk to read as closed.
+    pub fn finish(&mut self) -> Vec<Event> {
+        self.close_all()
+    }
+
+    fn close_all(&mut self) -> Vec<Event> {
+        let lanes = std::mem::take(&mut self.lanes);
+        lanes.into_iter().map(|(_, p)| end_event(&p)).collect()
+    }
+
+    fn close_lane(&mut self, lane: Option<&str>) -> Vec<Event> {
+        match self.lanes.iter().position(|(l, _)| l.as_deref() == lane) {
+            Some(i) => {
+                let (_, p) = self.lanes.remove(i);
+                vec![end_event(&p)]
+            }
+            None => Vec::new(),
+        }
+    }
+
+    fn lane(&self, lane: Option<&str>) -> Option<&Pending> {
+        self.lanes
+            .iter()
+            .find(|(l, _)| l.as_deref() == lane)
+            .map(|(_, p)| p)
+    }
+
+    /// Which lane a chunk belongs to (upstream's `resolveLane`).
+    fn resolve_lane(
+        &self,
+        kind: Kind,
+        id: Option<&str>,
+        tag: Option<&str>,
+    ) -> Result<Option<String>, ChunkError> {
+        if let Some(id) = id {
+            let holder = self
+                .lanes
+                .iter()
+                .find(|(_, p)| p.kind == kind && p.id == id)
+                .map(|(l, _)| l.clone());
+            if let Some(holder) = holder {
+                if let Some(tag) = tag
+                    && Some(tag) != holder.as_deref()
+                {
+                    return Err(ChunkError::LaneMismatch {
+                        entity: kind.entity(),
+                        id: id.to_owned(),
+                        tag: tag.to_owned(),
+                        holder,
+                    });
+                }
+                return Ok(holder);
+            }
+            return Ok(tag.map(str::to_owned));
+        }
+        if let Some(tag) = tag {
+            return Ok(Some(tag.to_owned()));
+        }
+        if self.lane(None).is_some_and(|p| p.kind == kind) {
+            return Ok(None);
+        }
+        let mut candidates = self.lanes.iter().filter(|(_, p)| p.kind == kind);
+        match (candidates.next(), candidates.next()) {
+            (Some((l, _)), None) => Ok(l.clone()),
+            (Some(_), Some(_)) => Err(ChunkError::Ambiguous {
+                chunk: kind.chunk_type(),
+                field: kind.id_field(),
+                lanes: self.lanes.iter().filter(|(_, p)| p.kind == kind).count(),
+                entity: kind.entity(),
+            }),
+            _ => Ok(None),
+        }
+    }
+
+    fn chunk(&mut self, event: &Event, kind: Kind) -> Result<Vec<Event>, ChunkError> {
+        let chunk_type = kind.chunk_type();
+        let mut fields: Map<String, Value> = match event.to_value() {
+            Value::Object(m) => m,
+            // An Event is always an object.
+            _ => Map::new(),
+        };
+        let id = match fields.get(kind.id_field()) {
+            None => None,
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(_) => {
+                return Err(ChunkError::NotAString {
+                    chunk: chunk_type,
+                    field: kind.id_field(),
+                });
+            }
+        };
+        let tag = match fields.get("subagentRunId") {
+            None => Tag::Absent,
+            Some(Value::Null) => Tag::Null,
+            Some(Value::String(s)) => Tag::Id(s.clone()),
+            Some(_) => {
+                return Err(ChunkError::NotAString {
+                    chunk: chunk_type,
+                    field: "subagentRunId",
+                });
+            }
+        };
+        let remainder: Vec<(String, Value)> = fields
+            .iter()
+            .filter(|(k, _)| !kind.described(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let metadata = fields.remove("metadata");
+        let raw_event = fields.remove("rawEvent");
+        let delta = fields.remove("delta");
+
+        let lane = self.resolve_lane(kind, id.as_deref(), tag.lane())?;
+        let mut out: Vec<Map<String, Value>> = Vec::new();
+        let mut ends: Vec<Event> = Vec::new();
+
+        let continuing = self
+            .lane(lane.as_deref())
+            .is_some_and(|p| p.kind == kind && id.as_deref().is_none_or(|id| id == p.id));
+        let opener: Pending = if continuing {
+            let open = self
+                .lane(lane.as_deref())
+                .cloned()
+                .ok_or(ChunkError::MissingId {
+                    chunk: chunk_type,
+                    field: kind.id_field(),
+                })?;
+            match kind {
+                Kind::Text => {
+                    agree(&open, "role", fields.get("role"), Some(&open.role))?;
+                    agree(&open, "name", fields.get("name"), open.name.as_ref())?;
+                }
+                Kind::Tool => {
+                    agree(
+                        &open,
+                        "toolCallName",
+                        fields.get("toolCallName"),
+                        open.name.as_ref(),
+                    )?;
+                    agree(
+                        &open,
+                        "parentMessageId",
+                        fields.get("parentMessageId"),
+                        open.parent.as_ref(),
+                    )?;
+                }
+                Kind::Reasoning => {}
+            }
+            open
+        } else {
+            ends = self.close_lane(lane.as_deref());
+            let Some(id) = id.clone() else {
+                return Err(ChunkError::MissingId {
+                    chunk: chunk_type,
+                    field: kind.id_field(),
+                });
+            };
+            let pending = match kind {
+                Kind::Text => Pending {
+                    kind,
+                    id,
+                    role: fields
+                        .get("role")
+                        .cloned()
+                        .unwrap_or_else(|| Value::String("assistant".into())),
+                    name: fields.get("name").cloned(),
+                    parent: None,
+                    tag: tag.clone(),
+                },
+                Kind::Tool => {
+                    let Some(name) = fields.get("toolCallName").cloned() else {
+                        return Err(ChunkError::MissingToolCallName);
+                    };
+                    Pending {
+                        kind,
+                        id,
+                        role: Value::Null,
+                        name: Some(name),
+                        parent: fields.get("parentMessageId").cloned(),
+                        tag: tag.clone(),
+                    }
+                }
+                Kind::Reasoning => Pending {
+                    kind,
+                    id,
+                    role: Value::Null,
+                    name: None,
+                    parent: None,
+                    tag: tag.clone(),
+                },
+            };
+            self.lanes.push((lane, pending.clone()));
+            let mut start = Map::new();
+            match kind {
+                Kind::Text => {
+                    start.insert("type".into(), "TEXT_MESSAGE_START".into());
+                    start.insert("messageId".into(), pending.id.clone().into());
+                    start.insert("role".into(), pending.role.clone());
+                    if let Some(name) = &pending.name {
+                        start.insert("name".into(), name.clone());
+                    }
+                }
+                Kind::Tool => {
+                    start.insert("type".into(), "TOOL_CALL_START".into());
+                    start.insert("toolCallId".into(), pending.id.clone().into());
+                    start.insert(
+                        "toolCallName".into(),
+                        pending.name.clone().unwrap_or(Value::Null),
+                    );
+                    if let Some(parent) = &pending.parent {
+                        start.insert("parentMessageId".into(), parent.clone());
+                    }
+                }
+                Kind::Reasoning => {
+                    start.insert("type".into(), "REASONING_MESSAGE_START".into());
+                    start.insert("messageId".into(), pending.id.clone().into());
+                    start.insert("role".into(), "reasoning".into());
+                }
+            }
+            if let Some(t) = tag.to_value() {
+                start.insert("subagentRunId".into(), t);
+            }
+            if let Some(m) = &metadata {
+                start.insert("metadata".into(), m.clone());
+            }
+            out.push(start);
+            pending
+        };
+
+        let (content_type, id_key) = match kind {
+            Kind::Text => ("TEXT_MESSAGE_CONTENT", "messageId"),
+            Kind::Tool => ("TOOL_CALL_ARGS", "toolCallId"),
+            Kind::Reasoning => ("REASONING_MESSAGE_CONTENT", "messageId"),
+        };
+        // The content event's owner: the chunk's own tag, else the opener's.
+        let owner = if tag.is_absent() {
+            opener.tag.to_value()
+        } else {
+            tag.to_value()
+        };
+        let mut carried = false;
+        if delta.is_some() || raw_event.is_some() {
+            let mut content = Map::new();
+            for (k, v) in &remainder {
+                content.insert(k.clone(), v.clone());
+            }
+            content.insert("type".into(), content_type.into());
+            content.insert(id_key.into(), opener.id.clone().into());
+            content.insert(
+                "delta".into(),
+                delta
+                    .clone()
+                    .unwrap_or_else(|| Value::String(String::new())),
+            );
+            if let Some(o) = &owner {
+                content.insert("subagentRunId".into(), o.clone());
+            }
+            if let Some(m) = &metadata {
+                content.insert("metadata".into(), m.clone());
+            }
+            if let Some(r) = &raw_event {
+                content.insert("rawEvent".into(), r.clone());
+            }
+            out.push(content);
+            carried = true;
+        }
+        if out.is_empty()
+            && (metadata.is_some()
+                || raw_event.is_some()
+                || tag == Tag::Null
+                || !remainder.is_empty())
+        {
+            let mut content = Map::new();
+            for (k, v) in &remainder {
+                content.insert(k.clone(), v.clone());
+            }
+            content.insert("type".into(), content_type.into());
+            content.insert(id_key.into(), opener.id.clone().into());
+            content.insert("delta".into(), Value::String(String::new()));
+            if let Some(m) = &metadata {
+                content.insert("metadata".into(), m.clone());
+            }
+            if let Some(r) = &raw_event {
+                content.insert("rawEvent".into(), r.clone());
+            }
+            if let Some(o) = &owner {
+                content.insert("subagentRunId".into(), o.clone());
+            }
+            out.push(content);
+            carried = true;
+        }
+        if !carried
+            && !remainder.is_empty()
+            && let Some(last) = out.pop()
+        {
+            // `{...remainder, ...opener}`: remainder keys first, the opener's
+            // values win on a clash.
+            let mut merged = Map::new();
+            for (k, v) in &remainder {
+                merged.insert(k.clone(), v.clone());
+            }
+            for (k, v) in last {
+                merged.insert(k, v);
+            }
+            out.push(merged);
+        }
+
+        let mut events = ends;
+        for map in out {
+            events.push(build(map));
+        }
+        Ok(events)
+    }
+}
+
+enum Closes {
+    All,
+    Nothing,
+    OwnLane,
+    OwnLaneIfTagged,
+}
+
+/// A continuation's repeat of an opener field must equal it. Strings,
+/// numbers, booleans and `null` compare by value; objects and arrays never
+/// compare equal (JavaScript's `!==` on two parsed objects).
+fn agree(
+    open: &Pending,
+    field: &'static str,
+    incoming: Option<&Value>,
+    established: Option<&Value>,
+) -> Result<(), ChunkError> {
+    let Some(incoming) = incoming else {
+        return Ok(());
+    };
+    let same = match established {
+        Some(e) => !incoming.is_object() && !incoming.is_array() && incoming == e,
+        None => false,
+    };
+    if same {
+        return Ok(());
+    }
+    Err(ChunkError::Conflict {
+        entity: open.kind.entity(),
+        id: open.id.clone(),
+        field,
+        incoming: display_value(incoming),
+        established: established.map(display_value),
+    })
+}
+
+fn display_value(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn end_event(p: &Pending) -> Event {
+    let mut map = Map::new();
+    let (ty, key) = match p.kind {
+        Kind::Text => ("TEXT_MESSAGE_END", "messageId"),
+        Kind::Tool => ("TOOL_CALL_END", "toolCallId"),
+        Kind::Reasoning => ("REASONING_MESSAGE_END", "messageId"),
+    };
+    map.insert("type".into(), ty.into());
+    map.insert(key.into(), p.id.clone().into());
+    if let Some(t) = p.tag.to_value() {
+        map.insert("subagentRunId".into(), t);
+    }
+    build(map)
+}
+
+fn build(map: Map<String, Value>) -> Event {
+    // The map always has a string "type" and serializes to a JSON object, so
+    // this cannot fail; fall back to a minimal event rather than panic.
+    Event::from_serialize(&Value::Object(map)).unwrap_or_else(|_| fallback_event())
+}
+
+fn fallback_event() -> Event {
+    match Event::from_json(r#"{"type":"RAW","event":null}"#) {
+        Ok(e) => e,
+        Err(_) => unreachable!("a fixed valid event"),
+    }
+}
+
+/// `subagentRunId` of a non-chunk event, as the closing rules read it.
+enum TagOf {
+    Tag(Tag),
+    Other,
+}
+
+fn read_tag_of(event: &Event) -> TagOf {
+    #[derive(Deserialize)]
+    struct View {
+        #[serde(rename = "subagentRunId", default, deserialize_with = "present")]
+        tag: Option<Value>,
+    }
+    match event.view::<View>() {
+        Ok(View { tag: None }) => TagOf::Tag(Tag::Absent),
+        Ok(View {
+            tag: Some(Value::Null),
+        }) => TagOf::Tag(Tag::Null),
+        Ok(View {
+            tag: Some(Value::String(s)),
+        }) => TagOf::Tag(Tag::Id(s)),
+        _ => TagOf::Other,
+    }
+}
+
+/// Deserializes a present field (even `null`) as `Some`.
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
+}
+
+/// Expands every chunk of a stream (see [`ChunkExpander`]). Items still open
+/// at the end are left open, as upstream does. On error, returns the index of
+/// the input event that caused it.
+pub fn expand_chunks(events: &[Event]) -> Result<Vec<Event>, (usize, ChunkError)> {
+    let mut expander = ChunkExpander::new();
+    let mut out = Vec::with_capacity(events.len());
+    for (i, e) in events.iter().enumerate() {
+        out.extend(expander.push(e).map_err(|err| (i, err))?);
+    }
+    Ok(out)
+}

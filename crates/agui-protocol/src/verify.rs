@@ -1,1 +1,1272 @@
-//! Placeholder: being written.
+//! Sequence verification: every rule of the official client's `verifyEvents`
+//! (`@ag-ui/client` 1.0.0, `src/verify/verify.ts`).
+//!
+//! # Pipeline
+//!
+//! The official client runs `enforceEvents -> transformChunks -> verifyEvents`.
+//! agui verifies raw stored events, so:
+//!
+//! - **Chunks are expanded first** ([`crate::chunks::ChunkExpander`]), exactly
+//!   as upstream; an error in an event synthesized by the expansion is
+//!   reported at the index of the input event whose push produced it (a
+//!   synthetic END is produced by the event that closes the chunk stream).
+//!   Chunk expansion errors are verification errors ([`VerifyError::Chunk`]).
+//! - **Unknown event types are ignored entirely.** Upstream's enforcement stage
+//!   drops them before verification, so they neither count as the first event
+//!   nor break "nothing after `RUN_FINISHED`"; the verifier skips them the same
+//!   way (they also pass chunk expansion without closing anything, as they do
+//!   upstream).
+//! - **Fields the rules key on must be present strings** (`messageId`,
+//!   `toolCallId`, `stepName`, `entityId`, and `subagentRunId` when present).
+//!   Upstream's schema stage rejects such events before verification; this
+//!   verifier reports [`VerifyError::BadField`] for them. It is not a schema
+//!   validator otherwise (see `model` for that).
+//!
+//! # The rules (in upstream's order)
+//!
+//! 1. After `RUN_ERROR` only `RUN_STARTED` may follow; after `RUN_FINISHED`
+//!    only `RUN_STARTED` or `RUN_ERROR`. The first event must be `RUN_STARTED`
+//!    or `RUN_ERROR`; `RUN_STARTED` while a run is active is an error; a new
+//!    run resets all per-run tracking.
+//! 2. `subagentRunId: null` is rejected on every event; on `SUBAGENT_*` a
+//!    `null` optional field is rejected, `outcome.type` must be `success` or
+//!    `suspended`, `outcome.interruptIds` must be an array of strings; on
+//!    `RUN_FINISHED` an interrupt with `subagentRunId: null` is rejected.
+//! 3. Text messages, tool calls, reasoning spans and reasoning messages open
+//!    and close by id; steps by (subagent, name); subagents by id, never
+//!    reused within a run, with a started parent.
+//! 4. Ownership: each entity kind (message, tool call, activity, reasoning)
+//!    records its opener's `subagentRunId` (absent = the parent agent) for the
+//!    whole run; a tagged continuation must agree; an absent tag always
+//!    agrees. `MESSAGES_SNAPSHOT` seeds owners authoritatively and
+//!    `RUN_STARTED.input.messages` non-authoritatively.
+//! 5. `RUN_FINISHED` requires no open steps, text messages, reasoning
+//!    messages, reasoning spans, tool calls or subagents (checked in that
+//!    order).
+//!
+//! # Cost
+//!
+//! Linear time: each event is parsed once into a borrowed view. Memory holds
+//! the open items plus the owners recorded in the current run (upstream keeps
+//! owners for the whole run, because continuations may legally follow a
+//! close); everything is dropped when the next run starts.
+//!
+//! # Collecting every diagnostic
+//!
+//! [`verify_all`] keeps going after an error. A rejected event changes no
+//! state (it is skipped), with two exceptions that follow the producer's
+//! evident intent: a `RUN_STARTED` rejected because a run is active still
+//! starts a new run, and a `RUN_FINISHED` rejected because items are open
+//! still ends the run. A rejected chunk is skipped.
+
+use std::borrow::{Borrow, Cow};
+use std::collections::HashMap;
+use std::fmt;
+
+use serde::Deserialize;
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::value::RawValue;
+
+use crate::chunks::{ChunkError, ChunkExpander};
+use crate::{Event, EventType};
+
+/// The kinds of item that open and close by id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ItemKind {
+    /// `TEXT_MESSAGE_*`.
+    TextMessage,
+    /// `TOOL_CALL_*`.
+    ToolCall,
+    /// `REASONING_START` / `REASONING_END`.
+    ReasoningSpan,
+    /// `REASONING_MESSAGE_*`.
+    ReasoningMessage,
+}
+
+impl ItemKind {
+    fn noun(self) -> &'static str {
+        match self {
+            ItemKind::TextMessage => "text message",
+            ItemKind::ToolCall => "tool call",
+            ItemKind::ReasoningSpan => "reasoning span",
+            ItemKind::ReasoningMessage => "reasoning message",
+        }
+    }
+    fn start(self) -> &'static str {
+        match self {
+            ItemKind::TextMessage => "TEXT_MESSAGE_START",
+            ItemKind::ToolCall => "TOOL_CALL_START",
+            ItemKind::ReasoningSpan => "REASONING_START",
+            ItemKind::ReasoningMessage => "REASONING_MESSAGE_START",
+        }
+    }
+    fn end(self) -> &'static str {
+        match self {
+            ItemKind::TextMessage => "TEXT_MESSAGE_END",
+            ItemKind::ToolCall => "TOOL_CALL_END",
+            ItemKind::ReasoningSpan => "REASONING_END",
+            ItemKind::ReasoningMessage => "REASONING_MESSAGE_END",
+        }
+    }
+}
+
+fn parent_or(owner: &Option<String>) -> &str {
+    owner.as_deref().unwrap_or("(the parent agent)")
+}
+
+/// Why a stream breaks a sequence rule. Messages follow the official client's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum VerifyError {
+    /// Chunk expansion failed on this event.
+    #[error("{0}")]
+    Chunk(#[from] ChunkError),
+    /// A field the rules key on is missing or not a string.
+    #[error("Cannot send '{event_type}': '{field}' must be a string")]
+    BadField {
+        /// The event's type.
+        event_type: String,
+        /// The field.
+        field: &'static str,
+    },
+    /// Anything but `RUN_STARTED` after `RUN_ERROR`.
+    #[error(
+        "Cannot send event type '{event_type}': The run has already errored with 'RUN_ERROR'. No further events can be sent."
+    )]
+    AfterRunError {
+        /// The event's type.
+        event_type: String,
+    },
+    /// Anything but `RUN_STARTED` / `RUN_ERROR` after `RUN_FINISHED`.
+    #[error(
+        "Cannot send event type '{event_type}': The run has already finished with 'RUN_FINISHED'. Start a new run with 'RUN_STARTED'."
+    )]
+    AfterRunFinished {
+        /// The event's type.
+        event_type: String,
+    },
+    /// The first event is neither `RUN_STARTED` nor `RUN_ERROR`.
+    #[error("First event must be 'RUN_STARTED'")]
+    FirstEventNotRunStarted,
+    /// `RUN_STARTED` while a run is active.
+    #[error(
+        "Cannot send 'RUN_STARTED' while a run is still active. The previous run must be finished with 'RUN_FINISHED' before starting a new run."
+    )]
+    RunStillActive,
+    /// `subagentRunId: null` on an event.
+    #[error(
+        "Cannot send '{event_type}' with 'subagentRunId: null'. The field is optional — omit it entirely."
+    )]
+    NullSubagentRunId {
+        /// The event's type.
+        event_type: String,
+    },
+    /// `null` in an optional field of a `SUBAGENT_*` event.
+    #[error(
+        "Cannot send '{event_type}' with '{field}: null'. The field is optional — omit it entirely."
+    )]
+    NullLifecycleField {
+        /// The event's type.
+        event_type: String,
+        /// The field.
+        field: &'static str,
+    },
+    /// A `SUBAGENT_*` outcome whose `type` is neither `success` nor `suspended`.
+    #[error(
+        "Cannot send '{event_type}' with outcome type '{found}'. The outcome is either {{ type: \"success\" }} or {{ type: \"suspended\" }}."
+    )]
+    BadSubagentOutcome {
+        /// The event's type.
+        event_type: String,
+        /// The `type` found (as JavaScript would print it).
+        found: String,
+    },
+    /// `outcome.interruptIds: null`.
+    #[error(
+        "Cannot send '{event_type}' with 'outcome.interruptIds: null'. The field is optional — omit it entirely."
+    )]
+    NullInterruptIds {
+        /// The event's type.
+        event_type: String,
+    },
+    /// A non-string entry in `outcome.interruptIds`.
+    #[error(
+        "Cannot send '{event_type}' with a non-string entry in 'outcome.interruptIds'. Interrupt ids are strings."
+    )]
+    NonStringInterruptId {
+        /// The event's type.
+        event_type: String,
+    },
+    /// An interrupt with `subagentRunId: null` in `RUN_FINISHED.outcome`.
+    #[error(
+        "Cannot send 'RUN_FINISHED' with an interrupt (id '{interrupt_id}') carrying 'subagentRunId: null'. The field is optional — omit it entirely."
+    )]
+    NullInterruptSubagent {
+        /// The interrupt's id.
+        interrupt_id: String,
+    },
+    /// A replayed message (snapshot or run input) with `subagentRunId: null`.
+    #[error(
+        "Cannot send a message (id '{message_id}') with 'subagentRunId: null'. The field is optional — omit it entirely."
+    )]
+    NullMessageSubagent {
+        /// The message's id.
+        message_id: String,
+    },
+    /// A start for an id that is already open.
+    #[error(
+        "Cannot send '{}' event: A {} with ID '{id}' is already in progress. Complete it with '{}' first.",
+        kind.start(), kind.noun(), kind.end()
+    )]
+    AlreadyOpen {
+        /// What kind of item.
+        kind: ItemKind,
+        /// Its id.
+        id: String,
+    },
+    /// A continuation or end for an id that is not open.
+    #[error("Cannot send '{event_type}' event: No active {} found with ID '{id}'. {}",
+        kind.noun(),
+        if event_type == kind.end() { format!("A '{}' event must be sent first.", kind.start()) }
+        else { format!("Start a {} with '{}' first.", kind.noun(), kind.start()) })]
+    NotOpen {
+        /// The event's type.
+        event_type: String,
+        /// What kind of item.
+        kind: ItemKind,
+        /// Its id.
+        id: String,
+    },
+    /// A tagged event disagrees with the owner recorded for its entity.
+    #[error(
+        "Cannot send '{event_type}': subagentRunId '{tag}' does not match the {entity} '{id}' opener's subagent '{}'.",
+        parent_or(owner)
+    )]
+    OwnerMismatch {
+        /// The event's type.
+        event_type: String,
+        /// The event's `subagentRunId`.
+        tag: String,
+        /// `message`, `tool call`, `reasoning message`, `activity`.
+        entity: &'static str,
+        /// The entity's id.
+        id: String,
+        /// The recorded owner (`None`: the parent agent).
+        owner: Option<String>,
+    },
+    /// A tool call tagged differently from its parent message's owner.
+    #[error(
+        "Cannot send 'TOOL_CALL_START': subagentRunId '{tag}' does not match its parent message '{parent}' owner '{}'. A tool call belongs to the message that carries it.",
+        parent_or(owner)
+    )]
+    ToolParentMismatch {
+        /// The event's tag.
+        tag: String,
+        /// `parentMessageId`.
+        parent: String,
+        /// The parent message's owner.
+        owner: Option<String>,
+    },
+    /// An untagged re-open of a tool call under a parent message with another owner.
+    #[error(
+        "Cannot send 'TOOL_CALL_START': tool call '{id}' is owned by '{}' but its parent message '{parent}' is owned by '{}'. A tool call belongs to the message that carries it.",
+        parent_or(owner),
+        parent_or(parent_owner)
+    )]
+    ToolReopenMismatch {
+        /// The tool call id.
+        id: String,
+        /// Its recorded owner.
+        owner: Option<String>,
+        /// `parentMessageId`.
+        parent: String,
+        /// The parent message's owner.
+        parent_owner: Option<String>,
+    },
+    /// `STEP_STARTED` for a (subagent, name) already open.
+    #[error("Step \"{name}\" is already active for 'STEP_STARTED'{}",
+        owner.as_ref().map(|o| format!(" in subagent '{o}'")).unwrap_or_default())]
+    StepAlreadyActive {
+        /// The step name.
+        name: String,
+        /// The step's owner.
+        owner: Option<String>,
+    },
+    /// `STEP_FINISHED` for a name open only under another owner.
+    #[error(
+        "Cannot send 'STEP_FINISHED' for step \"{name}\" attributed to {}: that step is open under {}. A step must be finished by whoever started it.",
+        who(owner),
+        who(open_under)
+    )]
+    StepOwnerMismatch {
+        /// The step name.
+        name: String,
+        /// The event's tag.
+        owner: Option<String>,
+        /// The owner that has it open.
+        open_under: Option<String>,
+    },
+    /// `STEP_FINISHED` for a step that is not open.
+    #[error("Cannot send 'STEP_FINISHED' for step \"{name}\" that was not started")]
+    StepNotStarted {
+        /// The step name.
+        name: String,
+    },
+    /// A `SUBAGENT_*` event without its `subagentRunId`.
+    #[error("Cannot send '{event_type}' without a 'subagentRunId'.")]
+    SubagentWithoutId {
+        /// The event's type.
+        event_type: String,
+    },
+    /// `SUBAGENT_STARTED` without a string `name`.
+    #[error("Cannot send 'SUBAGENT_STARTED' without a 'name'.")]
+    SubagentWithoutName,
+    /// `SUBAGENT_ERROR` without a string `message`.
+    #[error("Cannot send 'SUBAGENT_ERROR' without a 'message'.")]
+    SubagentErrorWithoutMessage,
+    /// `SUBAGENT_STARTED` for an active subagent.
+    #[error(
+        "Cannot send 'SUBAGENT_STARTED': subagent '{id}' is already active. Finish it with 'SUBAGENT_FINISHED' first."
+    )]
+    SubagentAlreadyActive {
+        /// The subagent run id.
+        id: String,
+    },
+    /// `SUBAGENT_STARTED` for an id already finished in this run.
+    #[error(
+        "Cannot send 'SUBAGENT_STARTED': subagent '{id}' has already finished in this run. Subagent IDs are per-invocation and cannot be reused."
+    )]
+    SubagentReused {
+        /// The subagent run id.
+        id: String,
+    },
+    /// `SUBAGENT_STARTED` naming a parent never started in this run.
+    #[error(
+        "Cannot send 'SUBAGENT_STARTED': parentSubagentRunId '{parent}' has not been started in this run."
+    )]
+    SubagentUnknownParent {
+        /// `parentSubagentRunId`.
+        parent: String,
+    },
+    /// `SUBAGENT_FINISHED` / `SUBAGENT_ERROR` for a subagent that is not active.
+    #[error(
+        "Cannot send '{event_type}': no active subagent found with ID '{id}'. A 'SUBAGENT_STARTED' event must be sent first."
+    )]
+    SubagentNotActive {
+        /// The event's type.
+        event_type: String,
+        /// The subagent run id.
+        id: String,
+    },
+    /// `RUN_FINISHED` while items are open.
+    #[error("Cannot send 'RUN_FINISHED' while {what} are still active: {}", open.join(", "))]
+    OpenAtRunFinished {
+        /// `steps`, `text messages`, `reasoning messages`, `reasoning spans`,
+        /// `tool calls` or `subagents`.
+        what: &'static str,
+        /// The open items, in the order they opened.
+        open: Vec<String>,
+    },
+}
+
+fn who(owner: &Option<String>) -> String {
+    match owner {
+        Some(o) => format!("subagent '{o}'"),
+        None => "the parent agent".to_owned(),
+    }
+}
+
+/// One problem found by [`verify_all`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Diagnostic {
+    /// Index (from 0) of the input event.
+    pub index: usize,
+    /// The input event's type.
+    pub event_type: String,
+    /// What is wrong.
+    pub error: VerifyError,
+}
+
+impl fmt::Display for Diagnostic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "event #{} ({}): {}",
+            self.index, self.event_type, self.error
+        )
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Views
+// ---------------------------------------------------------------------------
+
+/// A JSON value read loosely: absent, `null`, a string, `false`, or anything else.
+#[derive(Debug, Default)]
+enum Loose<'a> {
+    #[default]
+    Absent,
+    Null,
+    Str(Cow<'a, str>),
+    False,
+    Other,
+}
+
+impl<'a> Loose<'a> {
+    fn str(&self) -> Option<&str> {
+        match self {
+            Loose::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+    fn is_null(&self) -> bool {
+        matches!(self, Loose::Null)
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Loose<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = Loose<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, s: &'de str) -> Result<Loose<'a>, E> {
+                Ok(Loose::Str(Cow::Borrowed(s)))
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Loose<'a>, E> {
+                Ok(Loose::Str(Cow::Owned(s.to_owned())))
+            }
+            fn visit_string<E: de::Error>(self, s: String) -> Result<Loose<'a>, E> {
+                Ok(Loose::Str(Cow::Owned(s)))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Loose<'a>, E> {
+                Ok(Loose::Null)
+            }
+            fn visit_none<E: de::Error>(self) -> Result<Loose<'a>, E> {
+                Ok(Loose::Null)
+            }
+            fn visit_bool<E: de::Error>(self, b: bool) -> Result<Loose<'a>, E> {
+                Ok(if b { Loose::Other } else { Loose::False })
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Loose<'a>, E> {
+                Ok(Loose::Other)
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Loose<'a>, E> {
+                Ok(Loose::Other)
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Loose<'a>, E> {
+                Ok(Loose::Other)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<Loose<'a>, A::Error> {
+                while s.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Loose::Other)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Loose<'a>, A::Error> {
+                while m.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Loose::Other)
+            }
+        }
+        d.deserialize_any(V(std::marker::PhantomData))
+    }
+}
+
+fn raw<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&RawValue>::deserialize(d).map(Some)
+}
+
+/// Every field the rules read, borrowed from the event's text.
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct View<'a> {
+    #[serde(default, borrow)]
+    subagent_run_id: Loose<'a>,
+    #[serde(default, borrow)]
+    message_id: Loose<'a>,
+    #[serde(default, borrow)]
+    tool_call_id: Loose<'a>,
+    #[serde(default, borrow)]
+    parent_message_id: Loose<'a>,
+    #[serde(default, borrow)]
+    step_name: Loose<'a>,
+    #[serde(default, borrow)]
+    entity_id: Loose<'a>,
+    #[serde(default, borrow)]
+    subtype: Loose<'a>,
+    #[serde(default, borrow)]
+    replace: Loose<'a>,
+    #[serde(default, borrow)]
+    name: Loose<'a>,
+    #[serde(default, borrow)]
+    message: Loose<'a>,
+    #[serde(default, borrow)]
+    description: Loose<'a>,
+    #[serde(default, borrow)]
+    parent_subagent_run_id: Loose<'a>,
+    #[serde(default, borrow)]
+    parent_tool_call_id: Loose<'a>,
+    #[serde(default, borrow)]
+    code: Loose<'a>,
+    #[serde(default, borrow, deserialize_with = "raw")]
+    outcome: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "raw")]
+    messages: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "raw")]
+    input: Option<&'a RawValue>,
+}
+
+/// A message replayed by a snapshot or a run input, as the seeding reads it.
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct MessageView<'a> {
+    #[serde(default, borrow)]
+    id: Loose<'a>,
+    #[serde(default, borrow)]
+    role: Loose<'a>,
+    #[serde(default, borrow)]
+    subagent_run_id: Loose<'a>,
+    #[serde(default, borrow, deserialize_with = "raw")]
+    tool_calls: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize, Default)]
+struct IdView<'a> {
+    #[serde(default, borrow)]
+    id: Loose<'a>,
+}
+
+#[derive(Deserialize, Default)]
+struct InputView<'a> {
+    #[serde(default, borrow, deserialize_with = "raw")]
+    messages: Option<&'a RawValue>,
+}
+
+// ---------------------------------------------------------------------------
+// State
+// ---------------------------------------------------------------------------
+
+type Owner = Option<String>;
+
+/// An insertion-ordered set with O(1) insert and remove.
+#[derive(Default, Debug)]
+struct OrderedSet {
+    seq: u64,
+    items: HashMap<String, u64>,
+}
+
+impl OrderedSet {
+    fn contains(&self, k: &str) -> bool {
+        self.items.contains_key(k)
+    }
+    fn insert(&mut self, k: &str) {
+        if !self.items.contains_key(k) {
+            self.seq += 1;
+            self.items.insert(k.to_owned(), self.seq);
+        }
+    }
+    fn remove(&mut self, k: &str) -> bool {
+        self.items.remove(k).is_some()
+    }
+    fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+    fn clear(&mut self) {
+        self.items.clear();
+    }
+    fn in_order(&self) -> Vec<String> {
+        let mut v: Vec<(&String, &u64)> = self.items.iter().collect();
+        v.sort_by_key(|(_, s)| **s);
+        v.into_iter().map(|(k, _)| k.clone()).collect()
+    }
+}
+
+#[derive(Default, Debug)]
+struct Owners {
+    message: HashMap<String, Owner>,
+    tool_call: HashMap<String, Owner>,
+    activity: HashMap<String, Owner>,
+    reasoning: HashMap<String, Owner>,
+}
+
+impl Owners {
+    fn clear(&mut self) {
+        self.message.clear();
+        self.tool_call.clear();
+        self.activity.clear();
+        self.reasoning.clear();
+    }
+}
+
+/// Verifies a stream one event at a time (see the module docs).
+///
+/// [`Verifier::push`] takes raw events (chunks included) and expands chunks
+/// itself; [`Verifier::push_expanded`] takes events already expanded.
+#[derive(Default, Debug)]
+pub struct Verifier {
+    expander: ChunkExpander,
+    texts: OrderedSet,
+    tools: OrderedSet,
+    spans: OrderedSet,
+    reasonings: OrderedSet,
+    owners: Owners,
+    /// Open steps: (owner, name) -> order; owners in the order first seen.
+    steps: HashMap<(Owner, String), u64>,
+    step_owner_order: HashMap<Owner, u64>,
+    step_seq: u64,
+    subagents: OrderedSet,
+    closed_subagents: HashMap<String, ()>,
+    run_started: bool,
+    run_finished: bool,
+    run_error: bool,
+    first_seen: bool,
+    count: usize,
+    /// Keep going after an error (see [`verify_all`]).
+    lenient: bool,
+}
+
+impl Verifier {
+    /// A verifier at the start of a stream.
+    pub fn new() -> Verifier {
+        Verifier::default()
+    }
+
+    /// How many input events were accepted so far.
+    pub fn count(&self) -> usize {
+        self.count
+    }
+
+    /// Verifies one raw event (a chunk is expanded first, and every event it
+    /// expands into is verified). Unknown event types are accepted without
+    /// any check.
+    pub fn push(&mut self, event: &Event) -> Result<(), VerifyError> {
+        if !event.event_type().is_known() {
+            self.count += 1;
+            return Ok(());
+        }
+        let expanded = self.expander.push(event)?;
+        for e in &expanded {
+            self.push_expanded(e)?;
+        }
+        self.count += 1;
+        Ok(())
+    }
+
+    /// Verifies one event that is already chunk-expanded (a chunk event given
+    /// here is checked only by the global rules, as upstream would).
+    pub fn push_expanded(&mut self, event: &Event) -> Result<(), VerifyError> {
+        let ty = event.event_type();
+        if !ty.is_known() {
+            return Ok(());
+        }
+        let view: View<'_> = event.view().unwrap_or_default();
+        self.check(ty, &view)
+    }
+
+    fn reset_run(&mut self) {
+        self.texts.clear();
+        self.tools.clear();
+        self.spans.clear();
+        self.reasonings.clear();
+        self.owners.clear();
+        self.steps.clear();
+        self.step_owner_order.clear();
+        self.subagents.clear();
+        self.closed_subagents.clear();
+        self.run_finished = false;
+        self.run_error = false;
+        self.run_started = true;
+    }
+
+    fn check(&mut self, ty: &EventType, v: &View<'_>) -> Result<(), VerifyError> {
+        let name = ty.as_str();
+        let is_run_started = *ty == EventType::RunStarted;
+        if self.run_error && !is_run_started {
+            return Err(VerifyError::AfterRunError {
+                event_type: name.to_owned(),
+            });
+        }
+        if self.run_finished && *ty != EventType::RunError && !is_run_started {
+            return Err(VerifyError::AfterRunFinished {
+                event_type: name.to_owned(),
+            });
+        }
+        if !self.first_seen {
+            self.first_seen = true;
+            if !is_run_started && *ty != EventType::RunError {
+                return Err(VerifyError::FirstEventNotRunStarted);
+            }
+        } else if is_run_started {
+            if self.run_started && !self.run_finished && !self.run_error {
+                if self.lenient {
+                    // The producer evidently started a new run.
+                    self.reset_run();
+                }
+                return Err(VerifyError::RunStillActive);
+            }
+            if self.run_finished || self.run_error {
+                self.reset_run();
+            }
+        }
+
+        if v.subagent_run_id.is_null() {
+            return Err(VerifyError::NullSubagentRunId {
+                event_type: name.to_owned(),
+            });
+        }
+        let lifecycle = matches!(
+            ty,
+            EventType::SubagentStarted | EventType::SubagentFinished | EventType::SubagentError
+        );
+        if lifecycle {
+            self.check_lifecycle_nulls(ty, v)?;
+        }
+        if *ty == EventType::RunFinished
+            && let Some(outcome) = v.outcome
+        {
+            check_interrupts(outcome)?;
+        }
+
+        let tag: Option<&str> = match &v.subagent_run_id {
+            Loose::Absent => None,
+            Loose::Str(s) => Some(s),
+            // A non-string tag on a lifecycle event is reported by its own
+            // rule below; elsewhere it is a malformed field.
+            _ if lifecycle => None,
+            _ => {
+                return Err(VerifyError::BadField {
+                    event_type: name.to_owned(),
+                    field: "subagentRunId",
+                });
+            }
+        };
+        let field = |f: &Loose<'_>, field: &'static str| -> Result<String, VerifyError> {
+            f.str().map(str::to_owned).ok_or(VerifyError::BadField {
+                event_type: name.to_owned(),
+                field,
+            })
+        };
+
+        match ty {
+            EventType::TextMessageStart => {
+                let id = field(&v.message_id, "messageId")?;
+                if self.texts.contains(&id) {
+                    return Err(VerifyError::AlreadyOpen {
+                        kind: ItemKind::TextMessage,
+                        id,
+                    });
+                }
+                let existing = self.owners.message.get(&id);
+                if let Some(owner) = existing {
+                    tag_agrees(name, tag, owner, "message", &id)?;
+                }
+                let known = existing.is_some();
+                self.texts.insert(&id);
+                if !known {
+                    self.owners.message.insert(id, tag.map(str::to_owned));
+                }
+            }
+            EventType::TextMessageContent | EventType::TextMessageEnd => {
+                let id = field(&v.message_id, "messageId")?;
+                if !self.texts.contains(&id) {
+                    return Err(VerifyError::NotOpen {
+                        event_type: name.to_owned(),
+                        kind: ItemKind::TextMessage,
+                        id,
+                    });
+                }
+                if let Some(owner) = self.owners.message.get(&id) {
+                    tag_agrees(name, tag, owner, "message", &id)?;
+                }
+                if *ty == EventType::TextMessageEnd {
+                    self.texts.remove(&id);
+                }
+            }
+            EventType::ToolCallStart => {
+                let id = field(&v.tool_call_id, "toolCallId")?;
+                if self.tools.contains(&id) {
+                    return Err(VerifyError::AlreadyOpen {
+                        kind: ItemKind::ToolCall,
+                        id,
+                    });
+                }
+                let parent = v.parent_message_id.str();
+                let mut inherited: Option<Owner> = None;
+                if let Some(parent) = parent
+                    && let Some(parent_owner) = self.owners.message.get(parent)
+                {
+                    if let Some(t) = tag
+                        && Some(t) != parent_owner.as_deref()
+                    {
+                        return Err(VerifyError::ToolParentMismatch {
+                            tag: t.to_owned(),
+                            parent: parent.to_owned(),
+                            owner: parent_owner.clone(),
+                        });
+                    }
+                    inherited = Some(parent_owner.clone());
+                }
+                let existing = self.owners.tool_call.get(&id).cloned();
+                if let Some(owner) = &existing {
+                    tag_agrees(name, tag, owner, "tool call", &id)?;
+                    if tag.is_none()
+                        && let Some(inh) = &inherited
+                        && inh != owner
+                    {
+                        return Err(VerifyError::ToolReopenMismatch {
+                            id,
+                            owner: owner.clone(),
+                            parent: parent.unwrap_or_default().to_owned(),
+                            parent_owner: inh.clone(),
+                        });
+                    }
+                }
+                self.tools.insert(&id);
+                if existing.is_none() {
+                    let owner = match tag {
+                        Some(t) => Some(t.to_owned()),
+                        None => inherited.unwrap_or(None),
+                    };
+                    self.owners.tool_call.insert(id, owner);
+                }
+            }
+            EventType::ToolCallArgs | EventType::ToolCallEnd => {
+                let id = field(&v.tool_call_id, "toolCallId")?;
+                if !self.tools.contains(&id) {
+                    return Err(VerifyError::NotOpen {
+                        event_type: name.to_owned(),
+                        kind: ItemKind::ToolCall,
+                        id,
+                    });
+                }
+                if let Some(owner) = self.owners.tool_call.get(&id) {
+                    tag_agrees(name, tag, owner, "tool call", &id)?;
+                }
+                if *ty == EventType::ToolCallEnd {
+                    self.tools.remove(&id);
+                }
+            }
+            EventType::ToolCallResult => {
+                if let Some(mid) = v.message_id.str() {
+                    self.owners
+                        .message
+                        .insert(mid.to_owned(), tag.map(str::to_owned));
+                }
+            }
+            EventType::StepStarted => {
+                let step = field(&v.step_name, "stepName")?;
+                let owner: Owner = tag.map(str::to_owned);
+                self.touch_step_owner(&owner);
+                let key = (owner, step);
+                if self.steps.contains_key(&key) {
+                    return Err(VerifyError::StepAlreadyActive {
+                        name: key.1,
+                        owner: key.0,
+                    });
+                }
+                self.step_seq += 1;
+                self.steps.insert(key, self.step_seq);
+            }
+            EventType::StepFinished => {
+                let step = field(&v.step_name, "stepName")?;
+                let owner: Owner = tag.map(str::to_owned);
+                self.touch_step_owner(&owner);
+                let key = (owner, step);
+                if self.steps.remove(&key).is_none() {
+                    let (owner, step) = key;
+                    let other = self
+                        .steps
+                        .keys()
+                        .filter(|(o, n)| *n == step && *o != owner)
+                        .min_by_key(|(o, _)| self.step_owner_order.get(o).copied().unwrap_or(0))
+                        .map(|(o, _)| o.clone());
+                    return Err(match other {
+                        Some(open_under) => VerifyError::StepOwnerMismatch {
+                            name: step,
+                            owner,
+                            open_under,
+                        },
+                        None => VerifyError::StepNotStarted { name: step },
+                    });
+                }
+            }
+            EventType::ActivitySnapshot => {
+                let id = field(&v.message_id, "messageId")?;
+                let is_new = !self.owners.activity.contains_key(&id);
+                if is_new || !matches!(v.replace, Loose::False) {
+                    self.owners.activity.insert(id, tag.map(str::to_owned));
+                }
+            }
+            EventType::ActivityDelta => {
+                let id = field(&v.message_id, "messageId")?;
+                if let Some(owner) = self.owners.activity.get(&id) {
+                    tag_agrees(name, tag, owner, "activity", &id)?;
+                }
+            }
+            EventType::ReasoningStart | EventType::ReasoningMessageStart => {
+                let id = field(&v.message_id, "messageId")?;
+                let span = *ty == EventType::ReasoningStart;
+                let (open, kind) = if span {
+                    (&mut self.spans, ItemKind::ReasoningSpan)
+                } else {
+                    (&mut self.reasonings, ItemKind::ReasoningMessage)
+                };
+                if open.contains(&id) {
+                    return Err(VerifyError::AlreadyOpen { kind, id });
+                }
+                let existing = self.owners.reasoning.get(&id);
+                if let Some(owner) = existing {
+                    tag_agrees(name, tag, owner, "reasoning message", &id)?;
+                }
+                let known = existing.is_some();
+                open.insert(&id);
+                if !known {
+                    self.owners.reasoning.insert(id, tag.map(str::to_owned));
+                }
+            }
+            EventType::ReasoningMessageContent
+            | EventType::ReasoningMessageEnd
+            | EventType::ReasoningEnd => {
+                let id = field(&v.message_id, "messageId")?;
+                let span = *ty == EventType::ReasoningEnd;
+                let (open, kind) = if span {
+                    (&mut self.spans, ItemKind::ReasoningSpan)
+                } else {
+                    (&mut self.reasonings, ItemKind::ReasoningMessage)
+                };
+                if !open.contains(&id) {
+                    return Err(VerifyError::NotOpen {
+                        event_type: name.to_owned(),
+                        kind,
+                        id,
+                    });
+                }
+                if let Some(owner) = self.owners.reasoning.get(&id) {
+                    tag_agrees(name, tag, owner, "reasoning message", &id)?;
+                }
+                if *ty != EventType::ReasoningMessageContent {
+                    open.remove(&id);
+                }
+            }
+            EventType::ReasoningEncryptedValue => {
+                let id = field(&v.entity_id, "entityId")?;
+                let (owner, label) = match v.subtype.str() {
+                    Some("tool-call") => (self.owners.tool_call.get(&id), "tool call"),
+                    Some("message") => (
+                        self.owners
+                            .message
+                            .get(&id)
+                            .or_else(|| self.owners.reasoning.get(&id)),
+                        "message",
+                    ),
+                    _ => (self.owners.reasoning.get(&id), "reasoning message"),
+                };
+                if let Some(owner) = owner {
+                    tag_agrees(name, tag, owner, label, &id)?;
+                }
+            }
+            EventType::SubagentStarted => {
+                let Some(id) = v.subagent_run_id.str() else {
+                    return Err(VerifyError::SubagentWithoutId {
+                        event_type: name.to_owned(),
+                    });
+                };
+                if v.name.str().is_none() {
+                    return Err(VerifyError::SubagentWithoutName);
+                }
+                if self.subagents.contains(id) {
+                    return Err(VerifyError::SubagentAlreadyActive { id: id.to_owned() });
+                }
+                if self.closed_subagents.contains_key(id) {
+                    return Err(VerifyError::SubagentReused { id: id.to_owned() });
+                }
+                match &v.parent_subagent_run_id {
+                    Loose::Absent => {}
+                    Loose::Str(p)
+                        if self.subagents.contains(p)
+                            || self.closed_subagents.contains_key(&**p) => {}
+                    other => {
+                        return Err(VerifyError::SubagentUnknownParent {
+                            parent: match other {
+                                Loose::Str(p) => p.to_string(),
+                                _ => "(not a string)".to_owned(),
+                            },
+                        });
+                    }
+                }
+                self.subagents.insert(id);
+            }
+            EventType::SubagentFinished | EventType::SubagentError => {
+                let Some(id) = v.subagent_run_id.str() else {
+                    return Err(VerifyError::SubagentWithoutId {
+                        event_type: name.to_owned(),
+                    });
+                };
+                if *ty == EventType::SubagentError && v.message.str().is_none() {
+                    return Err(VerifyError::SubagentErrorWithoutMessage);
+                }
+                if !self.subagents.remove(id) {
+                    return Err(VerifyError::SubagentNotActive {
+                        event_type: name.to_owned(),
+                        id: id.to_owned(),
+                    });
+                }
+                self.closed_subagents.insert(id.to_owned(), ());
+            }
+            EventType::MessagesSnapshot => {
+                if let Some(messages) = v.messages {
+                    self.seed(messages, true)?;
+                }
+            }
+            EventType::RunStarted => {
+                self.run_started = true;
+                if let Some(input) = v.input
+                    && let Ok(InputView {
+                        messages: Some(messages),
+                    }) = serde_json::from_str::<InputView<'_>>(input.get())
+                {
+                    self.seed(messages, false)?;
+                }
+            }
+            EventType::RunFinished => {
+                if let Some(err) = self.open_at_finish() {
+                    if self.lenient {
+                        self.run_finished = true;
+                    }
+                    return Err(err);
+                }
+                self.run_finished = true;
+            }
+            EventType::RunError => {
+                self.run_error = true;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn touch_step_owner(&mut self, owner: &Owner) {
+        if !self.step_owner_order.contains_key(owner) {
+            self.step_seq += 1;
+            self.step_owner_order.insert(owner.clone(), self.step_seq);
+        }
+    }
+
+    fn check_lifecycle_nulls(&self, ty: &EventType, v: &View<'_>) -> Result<(), VerifyError> {
+        let name = ty.as_str();
+        let outcome_null = v.outcome.is_some_and(|o| o.get() == "null");
+        let optionals: &[(&'static str, bool)] = match ty {
+            EventType::SubagentStarted => &[
+                ("description", v.description.is_null()),
+                ("parentSubagentRunId", v.parent_subagent_run_id.is_null()),
+                ("parentToolCallId", v.parent_tool_call_id.is_null()),
+                ("parentMessageId", v.parent_message_id.is_null()),
+            ],
+            EventType::SubagentFinished => &[("outcome", outcome_null)],
+            _ => &[("code", v.code.is_null())],
+        };
+        for (field, is_null) in optionals {
+            if *is_null {
+                return Err(VerifyError::NullLifecycleField {
+                    event_type: name.to_owned(),
+                    field,
+                });
+            }
+        }
+        let Some(outcome) = v.outcome else {
+            return Ok(());
+        };
+        if outcome_null {
+            return Ok(());
+        }
+        let value: serde_json::Value = serde_json::from_str(outcome.get()).unwrap_or_default();
+        let ty_field = value.get("type");
+        let ok = matches!(ty_field, Some(serde_json::Value::String(s)) if s == "success" || s == "suspended");
+        if !ok {
+            return Err(VerifyError::BadSubagentOutcome {
+                event_type: name.to_owned(),
+                found: js_string(ty_field),
+            });
+        }
+        match value.get("interruptIds") {
+            Some(serde_json::Value::Null) => Err(VerifyError::NullInterruptIds {
+                event_type: name.to_owned(),
+            }),
+            Some(serde_json::Value::Array(ids)) if ids.iter().any(|i| !i.is_string()) => {
+                Err(VerifyError::NonStringInterruptId {
+                    event_type: name.to_owned(),
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Seeds owners from replayed messages (upstream's `seedOwnersFromMessages`).
+    fn seed(&mut self, messages: &RawValue, authoritative: bool) -> Result<(), VerifyError> {
+        let Ok(list) = serde_json::from_str::<Vec<&RawValue>>(messages.get()) else {
+            return Ok(()); // not an array: nothing to seed
+        };
+        for raw in list {
+            let Ok(m) = serde_json::from_str::<MessageView<'_>>(raw.get()) else {
+                continue; // not an object
+            };
+            let Some(id) = m.id.str() else { continue };
+            if m.subagent_run_id.is_null() {
+                return Err(VerifyError::NullMessageSubagent {
+                    message_id: id.to_owned(),
+                });
+            }
+            let owner: Owner = m.subagent_run_id.str().map(str::to_owned);
+            let bucket = match m.role.str() {
+                Some("reasoning") => &mut self.owners.reasoning,
+                Some("activity") => &mut self.owners.activity,
+                _ => &mut self.owners.message,
+            };
+            if authoritative || !bucket.contains_key(id) {
+                bucket.insert(id.to_owned(), owner.clone());
+            }
+            if let Some(calls) = m.tool_calls
+                && let Ok(calls) = serde_json::from_str::<Vec<&RawValue>>(calls.get())
+            {
+                for call in calls {
+                    if let Ok(IdView {
+                        id: Loose::Str(cid),
+                    }) = serde_json::from_str::<IdView<'_>>(call.get())
+                        && (authoritative || !self.owners.tool_call.contains_key(&*cid))
+                    {
+                        self.owners
+                            .tool_call
+                            .insert(cid.into_owned(), owner.clone());
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn open_at_finish(&self) -> Option<VerifyError> {
+        if !self.steps.is_empty() {
+            let mut open: Vec<(&(Owner, String), &u64)> = self.steps.iter().collect();
+            open.sort_by_key(|((o, _), seq)| {
+                (self.step_owner_order.get(o).copied().unwrap_or(0), **seq)
+            });
+            let open = open
+                .into_iter()
+                .map(|((o, n), _)| match o {
+                    Some(o) => format!("{n} (subagent '{o}')"),
+                    None => n.clone(),
+                })
+                .collect();
+            return Some(VerifyError::OpenAtRunFinished {
+                what: "steps",
+                open,
+            });
+        }
+        for (what, set) in [
+            ("text messages", &self.texts),
+            ("reasoning messages", &self.reasonings),
+            ("reasoning spans", &self.spans),
+            ("tool calls", &self.tools),
+            ("subagents", &self.subagents),
+        ] {
+            if !set.is_empty() {
+                return Some(VerifyError::OpenAtRunFinished {
+                    what,
+                    open: set.in_order(),
+                });
+            }
+        }
+        None
+    }
+}
+
+/// `RUN_FINISHED.outcome.interrupts[*].subagentRunId` must not be `null`.
+fn check_interrupts(outcome: &RawValue) -> Result<(), VerifyError> {
+    // Cheap pre-check: most outcomes are not interrupts.
+    if !outcome.get().contains("interrupt") {
+        return Ok(());
+    }
+    let value: serde_json::Value = serde_json::from_str(outcome.get()).unwrap_or_default();
+    if value.get("type").and_then(|t| t.as_str()) != Some("interrupt") {
+        return Ok(());
+    }
+    if let Some(serde_json::Value::Array(list)) = value.get("interrupts") {
+        for i in list {
+            if let Some(serde_json::Value::Null) = i.get("subagentRunId") {
+                return Err(VerifyError::NullInterruptSubagent {
+                    interrupt_id: js_string(i.get("id")),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `String(x)` for a JSON value, roughly as JavaScript prints it.
+fn js_string(v: Option<&serde_json::Value>) -> String {
+    match v {
+        None => "undefined".to_owned(),
+        Some(serde_json::Value::String(s)) => s.clone(),
+        Some(serde_json::Value::Object(_)) => "[object Object]".to_owned(),
+        Some(other) => other.to_string(),
+    }
+}
+
+/// An absent tag always agrees; a present one must equal the owner.
+fn tag_agrees(
+    event_type: &str,
+    tag: Option<&str>,
+    owner: &Owner,
+    entity: &'static str,
+    id: &str,
+) -> Result<(), VerifyError> {
+    match tag {
+        Some(t) if Some(t) != owner.as_deref() => Err(VerifyError::OwnerMismatch {
+            event_type: event_type.to_owned(),
+            tag: t.to_owned(),
+            entity,
+            id: id.to_owned(),
+            owner: owner.clone(),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Verifies a whole stream of raw events. Returns how many events were
+/// checked, or the index (from 0) of the first bad event and why.
+pub fn verify_events<I>(events: I) -> Result<usize, (usize, VerifyError)>
+where
+    I: IntoIterator,
+    I::Item: Borrow<Event>,
+{
+    let mut v = Verifier::new();
+    let mut n = 0;
+    for (i, e) in events.into_iter().enumerate() {
+        v.push(e.borrow()).map_err(|err| (i, err))?;
+        n = i + 1;
+    }
+    Ok(n)
+}
+
+/// Verifies a whole stream and lists every problem found, in order (empty
+/// when the stream is valid). See the module docs for how it continues
+/// after an error.
+pub fn verify_all<I>(events: I) -> Vec<Diagnostic>
+where
+    I: IntoIterator,
+    I::Item: Borrow<Event>,
+{
+    let mut v = Verifier::new();
+    v.lenient = true;
+    let mut out = Vec::new();
+    for (i, e) in events.into_iter().enumerate() {
+        let e = e.borrow();
+        if let Err(error) = v.push(e) {
+            out.push(Diagnostic {
+                index: i,
+                event_type: e.type_name().to_owned(),
+                error,
+            });
+        }
+    }
+    out
+}

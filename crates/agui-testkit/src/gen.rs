@@ -1892,3 +1892,144 @@ fn apply_mutation(m: Mutation, values: &mut Vec<Value>, rng: &mut ChaCha8Rng) ->
         }
     }
 }
+
+// ---------------------------------------------------------------------------
+// Chunk soup
+// ---------------------------------------------------------------------------
+
+/// A run whose body is a random mix of chunk events (all three kinds, ids
+/// from a small pool, present or absent; tags absent, `null` or one of two
+/// subagents; repeated fields that agree or conflict; `metadata`,
+/// `rawEvent`, unknown properties) and events that close lanes or not. It is
+/// schema-valid for the official client apart from unknown properties and
+/// unknown types (which its enforcement strips or drops), and usually breaks
+/// some verification or chunk rule: it exists to compare chunk expansion
+/// (and its errors) with the official one.
+pub fn chunk_soup(seed: u64) -> Vec<Event> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xC4A2_5009_0000_0000);
+    let mut out = vec![json!({"type": "RUN_STARTED", "threadId": "t", "runId": "r1"})];
+    let n = rng.gen_range(3..30);
+    let ids = ["a", "b", "c", ""];
+    let tags: [Option<&str>; 4] = [None, None, Some("s1"), Some("s2")];
+    for _ in 0..n {
+        let tag = if rng.gen_bool(0.03) {
+            Some(Value::Null)
+        } else {
+            tags.choose(&mut rng).copied().flatten().map(|t| json!(t))
+        };
+        let id = if rng.gen_bool(0.6) {
+            Some(*ids.choose(&mut rng).unwrap_or(&"a"))
+        } else {
+            None
+        };
+        let mut ev = match rng.gen_range(0..12) {
+            0..=2 => {
+                let mut e = json!({"type": "TEXT_MESSAGE_CHUNK"});
+                if let Some(id) = id {
+                    e["messageId"] = json!(format!("m{id}"));
+                }
+                if rng.gen_bool(0.3) {
+                    e["role"] = json!(
+                        *["assistant", "user", "system", "developer"]
+                            .choose(&mut rng)
+                            .unwrap_or(&"assistant")
+                    );
+                }
+                if rng.gen_bool(0.15) {
+                    e["name"] = json!(if rng.gen_bool(0.5) { "n1" } else { "n2" });
+                }
+                e
+            }
+            3..=5 => {
+                let mut e = json!({"type": "TOOL_CALL_CHUNK"});
+                if let Some(id) = id {
+                    e["toolCallId"] = json!(format!("c{id}"));
+                }
+                if rng.gen_bool(0.6) {
+                    e["toolCallName"] = json!(if rng.gen_bool(0.8) { "search" } else { "other" });
+                }
+                if rng.gen_bool(0.2) {
+                    e["parentMessageId"] = json!(if rng.gen_bool(0.7) { "ma" } else { "mb" });
+                }
+                e
+            }
+            6..=7 => {
+                let mut e = json!({"type": "REASONING_MESSAGE_CHUNK"});
+                if let Some(id) = id {
+                    e["messageId"] = json!(format!("r{id}"));
+                }
+                e
+            }
+            8 => {
+                let closers = [
+                    json!({"type": "TEXT_MESSAGE_START", "messageId": "mx"}),
+                    json!({"type": "CUSTOM", "name": "c", "value": 1}),
+                    json!({"type": "STATE_DELTA", "delta": []}),
+                    json!({"type": "STEP_STARTED", "stepName": "s"}),
+                    json!({"type": "TOOL_CALL_RESULT", "messageId": "tr", "toolCallId": "ca", "content": "ok"}),
+                ];
+                closers.choose(&mut rng).cloned().unwrap_or_default()
+            }
+            9 => {
+                let passers = [
+                    json!({"type": "RAW", "event": {"x": 1}}),
+                    json!({"type": "ACTIVITY_SNAPSHOT", "messageId": "act", "activityType": "PLAN", "content": {}}),
+                    json!({"type": "X_UNKNOWN_TYPE", "payload": 1}),
+                    json!({"type": "SUBAGENT_STARTED", "subagentRunId": "s1", "name": "sub"}),
+                ];
+                passers.choose(&mut rng).cloned().unwrap_or_default()
+            }
+            10 => {
+                let sub = if rng.gen_bool(0.5) { "s1" } else { "s2" };
+                if rng.gen_bool(0.7) {
+                    json!({"type": "SUBAGENT_FINISHED", "subagentRunId": sub})
+                } else {
+                    json!({"type": "SUBAGENT_ERROR", "subagentRunId": sub, "message": "x"})
+                }
+            }
+            _ => {
+                if rng.gen_bool(0.5) {
+                    json!({"type": "MESSAGES_SNAPSHOT", "messages": []})
+                } else {
+                    json!({"type": "RUN_FINISHED", "threadId": "t", "runId": "r1"})
+                }
+            }
+        };
+        let is_chunk = ty(&ev).ends_with("_CHUNK");
+        let lifecycle = ty(&ev).starts_with("SUBAGENT");
+        let run_level = matches!(ty(&ev), "RUN_FINISHED" | "MESSAGES_SNAPSHOT");
+        if is_chunk {
+            if rng.gen_bool(0.75) {
+                ev["delta"] = json!(["x", "", "yz"].choose(&mut rng).copied().unwrap_or("x"));
+            }
+            if rng.gen_bool(0.2) {
+                ev["metadata"] = json!({"k": rng.gen_range(0..3)});
+            }
+            if rng.gen_bool(0.15) {
+                ev["rawEvent"] = json!({"p": 1});
+            }
+            if rng.gen_bool(0.15) {
+                ev["x_extra"] = json!("u");
+            }
+            if rng.gen_bool(0.2) {
+                ev["timestamp"] = json!(1000 + out.len());
+            }
+        }
+        if !lifecycle
+            && !run_level
+            && ty(&ev) != "X_UNKNOWN_TYPE"
+            && let Some(t) = tag
+        {
+            ev["subagentRunId"] = t;
+        }
+        out.push(ev);
+        if ty(out.last().unwrap_or(&Value::Null)) == "RUN_FINISHED" {
+            out.push(
+                json!({"type": "RUN_STARTED", "threadId": "t", "runId": format!("r{}", out.len())}),
+            );
+        }
+    }
+    out.iter()
+        .map(|v| Event::from_serialize(v).expect("soup events are valid envelopes"))
+        .collect()
+}

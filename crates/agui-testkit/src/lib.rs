@@ -9,4 +9,6 @@ pub mod oracle;
 
 // `gen` is a reserved word in edition 2024, so callers write
 // `agui_testkit::r#gen::...`; the main entry points are also re-exported here.
-pub use r#gen::{Mutation, Profile, invalid_stream, invalid_stream_with, realistic, stream};
+pub use r#gen::{
+    Mutation, Profile, chunk_soup, invalid_stream, invalid_stream_with, realistic, stream,
+};
