@@ -114,6 +114,7 @@ fn golden_events() -> Vec<(String, Value)> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(workspace().join("fixtures/golden"))
         .unwrap()
         .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
         .collect();
     files.sort();
     let mut out = Vec::new();
