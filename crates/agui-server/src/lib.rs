@@ -1,1 +1,29 @@
-//! Placeholder: being written.
+//! `agui serve`: the AG-UI gateway.
+//!
+//! It sits between AG-UI clients and agents: `POST /agents/{name}/run` takes a
+//! `RunAgentInput`, forwards it to the upstream agent (HTTP POST + SSE),
+//! stores every event in an [`agui_store::EventStore`] and only then streams it
+//! back as SSE with `id: <thread sequence number>`. History, attach (with
+//! `Last-Event-ID`), AG-UI `connect`, branching and server-managed sessions
+//! are built on the stored log. See `docs/server.md`.
+//!
+//! The crate is generic over the store: it holds an `Arc<dyn EventStore>` and
+//! never names a backend.
+
+mod app;
+mod gateway;
+mod history;
+mod input;
+mod run;
+mod tracker;
+
+pub mod config;
+pub mod demo;
+pub mod error;
+pub mod metrics;
+pub mod sse;
+
+pub use app::{router, serve};
+pub use config::{AgentConfig, Auth, GatewayConfig, Limits, ServeFile, SessionMode, Upstream};
+pub use error::{ApiError, ServerError};
+pub use gateway::{DEFAULT_TENANT, Gateway};

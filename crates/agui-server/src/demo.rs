@@ -1,0 +1,371 @@
+//! The built-in deterministic demo agent.
+//!
+//! It answers `POST` with a `RunAgentInput` body by streaming a fixed-shape
+//! AG-UI run as SSE, so the gateway works out of the box and tests have a
+//! real upstream to talk to. Its behaviour depends only on the input:
+//!
+//! 1. `RUN_STARTED` with the input's `threadId` and `runId`.
+//! 2. State: when the input state is an object holding a numeric `turn`, a
+//!    `STATE_DELTA` replacing `/turn` with the number of user messages in the
+//!    input and setting `/lastUserMessage`; otherwise a `STATE_SNAPSHOT` that
+//!    keeps the input state's other keys (when it is an object) and sets both.
+//! 3. An assistant text message `msg-<runId>-1` whose text is
+//!    `You said: <last user text>` (or `Hello! Say something.` without one),
+//!    streamed in token-sized deltas (a word with its leading space).
+//! 4. A tool call `tool-<runId>-1` named `echo`, child of that message, with
+//!    the arguments `{"text":"<last user text>"}` streamed in fragments of at
+//!    most 8 bytes, ended, and answered by a `TOOL_CALL_RESULT` (message
+//!    `result-<runId>-1`) whose content is `echo: <last user text>`.
+//! 5. `RUN_FINISHED`.
+//!
+//! When the last user message contains `error` (any case), the run stops
+//! midway through the text message: after half of its deltas it sends a
+//! `RUN_ERROR` with code `demo_error` and no `TEXT_MESSAGE_END`.
+//!
+//! `forwardedProps.demo` tunes the pacing, for tests and benchmarks:
+//! `delayMs` (pause before each event after `RUN_STARTED`, at most 60,000)
+//! and `extraDeltas` (additional `TEXT_MESSAGE_CONTENT` deltas of one word
+//! each, at most 1,000,000).
+
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::error::ApiError;
+
+/// The most `extraDeltas` the demo agent honours.
+pub const MAX_EXTRA_DELTAS: u64 = 1_000_000;
+/// The longest `delayMs` the demo agent honours.
+pub const MAX_DELAY_MS: u64 = 60_000;
+
+#[derive(Deserialize)]
+struct DemoInput {
+    #[serde(rename = "threadId")]
+    thread_id: String,
+    #[serde(rename = "runId")]
+    run_id: String,
+    #[serde(default)]
+    messages: Vec<Value>,
+    #[serde(default)]
+    state: Option<Value>,
+    #[serde(rename = "forwardedProps", default)]
+    forwarded_props: Option<Value>,
+}
+
+/// Pacing options from `forwardedProps.demo`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pacing {
+    /// Pause before each event after the first.
+    pub delay: Duration,
+    /// Extra one-word deltas appended to the answer.
+    pub extra_deltas: u64,
+}
+
+fn pacing(props: Option<&Value>) -> Pacing {
+    let demo = props.and_then(|p| p.get("demo"));
+    let num = |k: &str| demo.and_then(|d| d.get(k)).and_then(Value::as_u64);
+    Pacing {
+        delay: Duration::from_millis(num("delayMs").unwrap_or(0).min(MAX_DELAY_MS)),
+        extra_deltas: num("extraDeltas").unwrap_or(0).min(MAX_EXTRA_DELTAS),
+    }
+}
+
+/// The text of a message's `content`: a string, or the `text` parts of an
+/// array of content parts joined together.
+fn content_text(content: Option<&Value>) -> Option<String> {
+    match content? {
+        Value::String(s) => Some(s.clone()),
+        Value::Array(parts) => {
+            let mut out = String::new();
+            for p in parts {
+                if p.get("type").and_then(Value::as_str) == Some("text")
+                    && let Some(t) = p.get("text").and_then(Value::as_str)
+                {
+                    out.push_str(t);
+                }
+            }
+            Some(out)
+        }
+        _ => None,
+    }
+}
+
+/// Splits text into token-sized pieces: each word keeps its leading spaces.
+pub fn tokens(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut in_word = false;
+    for (i, c) in text.char_indices() {
+        if c.is_whitespace() {
+            if in_word {
+                out.push(&text[start..i]);
+                start = i;
+                in_word = false;
+            }
+        } else {
+            in_word = true;
+        }
+    }
+    if start < text.len() {
+        out.push(&text[start..]);
+    }
+    out
+}
+
+/// Splits text in pieces of at most `max` bytes, on char boundaries.
+fn fragments(text: &str, max: usize) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    while start < text.len() {
+        let mut end = (start + max).min(text.len());
+        while !text.is_char_boundary(end) {
+            end += 1;
+        }
+        out.push(&text[start..end]);
+        start = end;
+    }
+    out
+}
+
+/// The events of one demo run, in order, for an input (already parsed).
+/// The first element is `RUN_STARTED`; pacing applies to the others.
+fn script(input: &DemoInput, extra_deltas: u64) -> Vec<Value> {
+    let thread = &input.thread_id;
+    let run = &input.run_id;
+    let user_msgs: Vec<&Value> = input
+        .messages
+        .iter()
+        .filter(|m| m.get("role").and_then(Value::as_str) == Some("user"))
+        .collect();
+    let turn = user_msgs.len() as u64;
+    let last_text = user_msgs
+        .last()
+        .and_then(|m| content_text(m.get("content")));
+    let mut ev = Vec::new();
+    ev.push(json!({"type":"RUN_STARTED","threadId":thread,"runId":run}));
+
+    let last_for_state = last_text.clone().map(Value::String).unwrap_or(Value::Null);
+    match &input.state {
+        Some(Value::Object(obj)) if obj.get("turn").is_some_and(Value::is_number) => {
+            let op = if obj.contains_key("lastUserMessage") {
+                "replace"
+            } else {
+                "add"
+            };
+            ev.push(json!({"type":"STATE_DELTA","delta":[
+                {"op":"replace","path":"/turn","value":turn},
+                {"op":op,"path":"/lastUserMessage","value":last_for_state}
+            ]}));
+        }
+        other => {
+            let mut snapshot = match other {
+                Some(Value::Object(obj)) => obj.clone(),
+                _ => serde_json::Map::new(),
+            };
+            snapshot.insert("turn".into(), json!(turn));
+            snapshot.insert("lastUserMessage".into(), last_for_state);
+            ev.push(json!({"type":"STATE_SNAPSHOT","snapshot":Value::Object(snapshot)}));
+        }
+    }
+
+    let msg_id = format!("msg-{run}-1");
+    let answer = match &last_text {
+        Some(t) => format!("You said: {t}"),
+        None => "Hello! Say something.".to_owned(),
+    };
+    ev.push(json!({"type":"TEXT_MESSAGE_START","messageId":msg_id,"role":"assistant"}));
+    let toks = tokens(&answer);
+    let wants_error = last_text
+        .as_deref()
+        .is_some_and(|t| t.to_lowercase().contains("error"));
+    if wants_error {
+        let half = toks.len().div_ceil(2);
+        for t in &toks[..half] {
+            ev.push(json!({"type":"TEXT_MESSAGE_CONTENT","messageId":msg_id,"delta":t}));
+        }
+        ev.push(json!({"type":"RUN_ERROR","message":"the demo agent was asked for an error","code":"demo_error"}));
+        return ev;
+    }
+    for t in &toks {
+        ev.push(json!({"type":"TEXT_MESSAGE_CONTENT","messageId":msg_id,"delta":t}));
+    }
+    for i in 0..extra_deltas {
+        ev.push(json!({"type":"TEXT_MESSAGE_CONTENT","messageId":msg_id,"delta":format!(" w{i}")}));
+    }
+    ev.push(json!({"type":"TEXT_MESSAGE_END","messageId":msg_id}));
+
+    let echo = last_text.clone().unwrap_or_default();
+    let call_id = format!("tool-{run}-1");
+    ev.push(json!({"type":"TOOL_CALL_START","toolCallId":call_id,"toolCallName":"echo","parentMessageId":msg_id}));
+    let args = json!({"text": echo}).to_string();
+    for f in fragments(&args, 8) {
+        ev.push(json!({"type":"TOOL_CALL_ARGS","toolCallId":call_id,"delta":f}));
+    }
+    ev.push(json!({"type":"TOOL_CALL_END","toolCallId":call_id}));
+    ev.push(json!({"type":"TOOL_CALL_RESULT","messageId":format!("result-{run}-1"),"toolCallId":call_id,"content":format!("echo: {echo}"),"role":"tool"}));
+    ev.push(json!({"type":"RUN_FINISHED","threadId":thread,"runId":run}));
+    ev
+}
+
+fn frame(v: &Value) -> Bytes {
+    let mut s = String::with_capacity(64);
+    s.push_str("data: ");
+    s.push_str(&v.to_string());
+    s.push_str("\n\n");
+    Bytes::from(s)
+}
+
+/// The demo run for a request body, as a stream of SSE bytes.
+pub fn stream_for(
+    body: &[u8],
+) -> Result<impl futures::Stream<Item = Bytes> + Send + 'static, ApiError> {
+    let input: DemoInput = serde_json::from_slice(body).map_err(|e| {
+        ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_input",
+            format!("the demo agent needs a RunAgentInput: {e}"),
+        )
+    })?;
+    let pace = pacing(input.forwarded_props.as_ref());
+    let events = script(&input, pace.extra_deltas);
+    Ok(paced(events, pace.delay))
+}
+
+/// The axum handler of the demo agent: `POST` a `RunAgentInput`, get SSE.
+pub async fn handler(body: Bytes) -> Response {
+    match stream_for(&body) {
+        Err(e) => e.into_response(),
+        Ok(stream) => Response::builder()
+            .status(StatusCode::OK)
+            .header(header::CONTENT_TYPE, "text/event-stream")
+            .header(header::CACHE_CONTROL, "no-cache")
+            .body(Body::from_stream(futures::StreamExt::map(
+                stream,
+                Ok::<_, std::convert::Infallible>,
+            )))
+            .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response()),
+    }
+}
+
+fn paced(
+    events: Vec<Value>,
+    delay: Duration,
+) -> impl futures::Stream<Item = Bytes> + Send + 'static {
+    // Without a delay the whole run goes out in large writes.
+    futures::stream::unfold(
+        (events.into_iter(), 0usize),
+        move |(mut it, i)| async move {
+            if delay.is_zero() {
+                let mut buf = Vec::new();
+                for v in it.by_ref().take(256) {
+                    buf.extend_from_slice(&frame(&v));
+                }
+                if buf.is_empty() {
+                    return None;
+                }
+                return Some((Bytes::from(buf), (it, i + 1)));
+            }
+            let v = it.next()?;
+            if i > 0 {
+                tokio::time::sleep(delay).await;
+            }
+            Some((frame(&v), (it, i + 1)))
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn input(text: &str, state: Option<Value>) -> DemoInput {
+        DemoInput {
+            thread_id: "t".into(),
+            run_id: "r".into(),
+            messages: vec![json!({"id":"u1","role":"user","content":text})],
+            state,
+            forwarded_props: None,
+        }
+    }
+
+    fn types(ev: &[Value]) -> Vec<&str> {
+        ev.iter().map(|e| e["type"].as_str().unwrap()).collect()
+    }
+
+    #[test]
+    fn tokens_keep_leading_spaces() {
+        assert_eq!(
+            tokens("You said: hi  there"),
+            vec!["You", " said:", " hi", "  there"]
+        );
+        assert_eq!(tokens(""), Vec::<&str>::new());
+        assert_eq!(tokens("é ü"), vec!["é", " ü"]);
+    }
+
+    #[test]
+    fn fragments_respect_char_boundaries() {
+        let f = fragments("ééééé", 3);
+        assert_eq!(f.concat(), "ééééé");
+        assert!(f.iter().all(|p| p.len() <= 4));
+    }
+
+    #[test]
+    fn normal_run_shape() {
+        let ev = script(&input("hello world", None), 0);
+        let t = types(&ev);
+        assert_eq!(t.first(), Some(&"RUN_STARTED"));
+        assert_eq!(t.last(), Some(&"RUN_FINISHED"));
+        assert_eq!(t[1], "STATE_SNAPSHOT");
+        assert!(t.contains(&"TOOL_CALL_RESULT"));
+        let text: String = ev
+            .iter()
+            .filter(|e| e["type"] == "TEXT_MESSAGE_CONTENT")
+            .map(|e| e["delta"].as_str().unwrap())
+            .collect();
+        assert_eq!(text, "You said: hello world");
+        let args: String = ev
+            .iter()
+            .filter(|e| e["type"] == "TOOL_CALL_ARGS")
+            .map(|e| e["delta"].as_str().unwrap())
+            .collect();
+        assert_eq!(args, r#"{"text":"hello world"}"#);
+        assert_eq!(ev[1]["snapshot"]["turn"], json!(1));
+    }
+
+    #[test]
+    fn second_turn_uses_a_delta() {
+        let ev = script(
+            &input(
+                "again",
+                Some(json!({"turn":1,"lastUserMessage":"x","keep":true})),
+            ),
+            0,
+        );
+        assert_eq!(ev[1]["type"], "STATE_DELTA");
+        assert_eq!(ev[1]["delta"][1]["op"], "replace");
+    }
+
+    #[test]
+    fn error_stops_midway_through_the_message() {
+        let ev = script(&input("please ERROR now", None), 0);
+        let t = types(&ev);
+        assert_eq!(t.last(), Some(&"RUN_ERROR"));
+        assert!(t.contains(&"TEXT_MESSAGE_START"));
+        assert!(!t.contains(&"TEXT_MESSAGE_END"));
+        assert!(t.contains(&"TEXT_MESSAGE_CONTENT"));
+    }
+
+    #[test]
+    fn extra_deltas_and_pacing() {
+        let p = pacing(Some(&json!({"demo":{"delayMs":99999999,"extraDeltas":3}})));
+        assert_eq!(p.delay, Duration::from_millis(MAX_DELAY_MS));
+        assert_eq!(p.extra_deltas, 3);
+        let a = script(&input("x", None), 0).len();
+        let b = script(&input("x", None), 3).len();
+        assert_eq!(b, a + 3);
+    }
+}

@@ -1,0 +1,366 @@
+//! The gateway's shared state: store, agents, auth, in-flight runs, metrics,
+//! shutdown, and start-up recovery.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use agui_protocol::Event;
+use agui_store::{
+    AppendRequest, ErrorKind, EventStore, RunFilter, RunRecord, RunStatus, StoreError,
+};
+use axum::http::{HeaderMap, StatusCode, header};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::config::{AgentConfig, Auth, GatewayConfig, SessionMode, Upstream};
+use crate::error::{ApiError, ServerError};
+use crate::metrics::Metrics;
+use crate::tracker::OpenItems;
+
+/// The tenant of every thread when auth is off.
+pub const DEFAULT_TENANT: &str = "default";
+
+/// The gateway: everything a request handler needs.
+pub struct Gateway {
+    pub(crate) store: Arc<dyn EventStore>,
+    pub(crate) config: GatewayConfig,
+    pub(crate) agents: HashMap<String, AgentConfig>,
+    pub(crate) http: reqwest::Client,
+    pub(crate) metrics: Metrics,
+    /// (tenant, thread) → run id of the run this process forwards now.
+    active: Mutex<HashMap<(String, String), String>>,
+    pub(crate) runs: TaskTracker,
+    /// Cancelled when in-flight runs must be closed (shutdown deadline).
+    pub(crate) close_runs: CancellationToken,
+    /// Cancelled when the gateway starts shutting down (ends live streams).
+    pub(crate) shutting_down: CancellationToken,
+}
+
+impl Gateway {
+    /// A gateway over `store`. With no agent configured, the demo agent serves
+    /// under the name `demo`.
+    pub fn new(
+        store: Arc<dyn EventStore>,
+        mut config: GatewayConfig,
+    ) -> Result<Gateway, ServerError> {
+        if config.agents.is_empty() {
+            config.agents.push(AgentConfig {
+                name: "demo".into(),
+                upstream: Upstream::Demo,
+                sessions: SessionMode::Client,
+            });
+        }
+        let mut agents = HashMap::new();
+        for a in &config.agents {
+            if agents.insert(a.name.clone(), a.clone()).is_some() {
+                return Err(ServerError::Config(format!(
+                    "agent `{}` is configured twice",
+                    a.name
+                )));
+            }
+        }
+        let http = reqwest::Client::builder()
+            .connect_timeout(config.limits.upstream_connect_timeout)
+            .tcp_nodelay(true)
+            .pool_max_idle_per_host(256)
+            .build()
+            .map_err(|e| ServerError::Config(format!("HTTP client: {e}")))?;
+        Ok(Gateway {
+            store,
+            config,
+            agents,
+            http,
+            metrics: Metrics::default(),
+            active: Mutex::new(HashMap::new()),
+            runs: TaskTracker::new(),
+            close_runs: CancellationToken::new(),
+            shutting_down: CancellationToken::new(),
+        })
+    }
+
+    /// The configured agents.
+    pub fn agents(&self) -> impl Iterator<Item = &AgentConfig> {
+        self.config.agents.iter()
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// The tenant of a request, from its bearer token.
+    pub(crate) fn tenant(&self, headers: &HeaderMap) -> Result<String, ApiError> {
+        match &self.config.auth {
+            Auth::Open => Ok(DEFAULT_TENANT.to_owned()),
+            Auth::Tokens(map) => {
+                let unauthorized =
+                    |m: &str| ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", m);
+                let Some(value) = headers.get(header::AUTHORIZATION) else {
+                    return Err(unauthorized(
+                        "an Authorization: Bearer <token> header is required",
+                    ));
+                };
+                let token = value
+                    .to_str()
+                    .ok()
+                    .and_then(|v| {
+                        v.strip_prefix("Bearer ")
+                            .or_else(|| v.strip_prefix("bearer "))
+                    })
+                    .map(str::trim)
+                    .ok_or_else(|| {
+                        unauthorized("the Authorization header must be `Bearer <token>`")
+                    })?;
+                // Compare with every token in constant time per token.
+                let mut found: Option<&String> = None;
+                for (t, tenant) in map {
+                    if constant_time_eq(t.as_bytes(), token.as_bytes()) {
+                        found = Some(tenant);
+                    }
+                }
+                found
+                    .cloned()
+                    .ok_or_else(|| unauthorized("the bearer token is not valid"))
+            }
+        }
+    }
+
+    /// Reserves a thread for a run in this process: 409 when one is in flight.
+    pub(crate) fn reserve(
+        self: &Arc<Self>,
+        tenant: &str,
+        thread: &str,
+        run: &str,
+    ) -> Result<RunSlot, ApiError> {
+        let key = (tenant.to_owned(), thread.to_owned());
+        let mut active = self.active.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(current) = active.get(&key) {
+            return Err(in_flight(current));
+        }
+        active.insert(key.clone(), run.to_owned());
+        self.metrics
+            .runs_in_flight
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(RunSlot {
+            gw: self.clone(),
+            key,
+        })
+    }
+
+    /// Closes runs a previous process left `running`: each gets its open
+    /// messages and tool calls ended and a `RUN_ERROR` with code
+    /// `interrupted`; its status becomes `interrupted`. Returns how many.
+    pub async fn recover(&self) -> Result<u64, ServerError> {
+        let err = |during: &'static str| {
+            move |e: StoreError| ServerError::Store {
+                during,
+                message: e.to_string(),
+            }
+        };
+        let mut stale: Vec<(String, RunRecord)> = Vec::new();
+        for tenant in self.store.tenants().await.map_err(err("listing tenants"))? {
+            let mut cursor = None;
+            loop {
+                let page = self
+                    .store
+                    .list_runs(
+                        &tenant,
+                        &RunFilter {
+                            status: Some(RunStatus::Running),
+                            limit: agui_store::MAX_PAGE,
+                            cursor: cursor.take(),
+                            ..RunFilter::default()
+                        },
+                    )
+                    .await
+                    .map_err(err("listing running runs"))?;
+                stale.extend(page.runs.into_iter().map(|r| (tenant.clone(), r)));
+                match page.next_cursor {
+                    Some(c) => cursor = Some(c),
+                    None => break,
+                }
+            }
+        }
+        if stale.is_empty() {
+            return Ok(0);
+        }
+        self.store
+            .mark_interrupted()
+            .await
+            .map_err(err("marking runs interrupted"))?;
+        let mut closed = 0;
+        for (tenant, run) in stale {
+            let events = self
+                .store
+                .read_run(&tenant, &run.thread_id, &run.run_id)
+                .await
+                .map_err(err("reading an interrupted run"))?;
+            let mut open = OpenItems::default();
+            for e in &events {
+                open.track(&e.event);
+            }
+            let mut batch = open.closers();
+            batch.push(run_error(
+                "interrupted",
+                "the gateway stopped while this run was in flight",
+            ));
+            match self
+                .store
+                .append(
+                    &tenant,
+                    &run.thread_id,
+                    AppendRequest::new(batch).agent_opt(run.agent.clone()),
+                )
+                .await
+            {
+                Ok(_) => closed += 1,
+                Err(e) => {
+                    tracing::error!(thread = %run.thread_id, run = %run.run_id, error = %e, "cannot close an interrupted run")
+                }
+            }
+        }
+        self.metrics
+            .runs_interrupted
+            .fetch_add(closed, std::sync::atomic::Ordering::Relaxed);
+        Ok(closed)
+    }
+
+    /// Starts shutting down: live streams end; runs may go on until
+    /// [`Gateway::close_runs`] or their end.
+    pub fn begin_shutdown(&self) {
+        self.shutting_down.cancel();
+        self.runs.close();
+    }
+
+    /// Waits for in-flight runs to end, up to the grace period, then closes
+    /// the rest with `RUN_ERROR` (code `shutdown`) and waits for that.
+    pub async fn drain_runs(&self) {
+        self.runs.close();
+        if tokio::time::timeout(self.config.shutdown_grace, self.runs.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!("closing the runs still in flight after the shutdown grace period");
+            self.close_runs.cancel();
+            self.runs.wait().await;
+        }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn EventStore> {
+        &self.store
+    }
+}
+
+fn in_flight(run: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::CONFLICT,
+        "run_in_flight",
+        format!(
+            "run {run:?} of this thread is still in flight; wait for it to end, or attach to it with GET /threads/{{id}}/events"
+        ),
+    )
+}
+
+/// The 409 for a run in flight on the thread.
+pub(crate) fn in_flight_error(run: &str) -> ApiError {
+    in_flight(run)
+}
+
+/// A thread reserved for one run; released on drop.
+pub struct RunSlot {
+    gw: Arc<Gateway>,
+    key: (String, String),
+}
+
+impl Drop for RunSlot {
+    fn drop(&mut self) {
+        let mut active = self.gw.active.lock().unwrap_or_else(|p| p.into_inner());
+        active.remove(&self.key);
+        self.gw
+            .metrics
+            .runs_in_flight
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// A `RUN_ERROR` event.
+pub(crate) fn run_error(code: &str, message: &str) -> Event {
+    Event::from_serialize(&json!({"type": "RUN_ERROR", "message": message, "code": code}))
+        .unwrap_or_else(|_| {
+            // Serializing a `json!` object with a string `type` cannot fail;
+            // this constant is the fallback all the same.
+            Event::from_json(r#"{"type":"RUN_ERROR","message":"internal error","code":"internal"}"#)
+                .expect("a constant, valid event")
+        })
+}
+
+/// Maps a store error onto an API error without leaking its details.
+pub(crate) fn store_error(e: StoreError) -> ApiError {
+    match e.kind() {
+        ErrorKind::NotFound => ApiError::not_found("no such thread or run"),
+        ErrorKind::Invalid => ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid",
+            e.message().to_owned(),
+        ),
+        ErrorKind::Conflict => ApiError::new(
+            StatusCode::CONFLICT,
+            "conflict",
+            "the thread changed meanwhile (another run started); retry",
+        ),
+        ErrorKind::Unavailable => {
+            tracing::error!(error = %e, source = ?std::error::Error::source(&e), "store unavailable");
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store_unavailable",
+                "the event store is unavailable; retry later",
+            )
+        }
+        _ => {
+            tracing::error!(error = %e, source = ?std::error::Error::source(&e), "store error");
+            ApiError::store()
+        }
+    }
+}
+
+/// Sets the agent only when there is one.
+pub(crate) trait AgentOpt {
+    fn agent_opt(self, agent: Option<String>) -> Self;
+}
+
+impl AgentOpt for AppendRequest {
+    fn agent_opt(mut self, agent: Option<String>) -> Self {
+        self.agent = agent;
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn constant_time_compare() {
+        assert!(constant_time_eq(b"abc", b"abc"));
+        assert!(!constant_time_eq(b"abc", b"abd"));
+        assert!(!constant_time_eq(b"abc", b"ab"));
+    }
+
+    #[test]
+    fn run_error_event() {
+        let e = run_error("x", "a \"b\"");
+        assert_eq!(
+            e.json(),
+            r#"{"type":"RUN_ERROR","message":"a \"b\"","code":"x"}"#
+        );
+    }
+}

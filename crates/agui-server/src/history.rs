@@ -1,0 +1,556 @@
+//! History, attach and threads: `GET /threads`, `GET|DELETE /threads/{id}`,
+//! `GET /threads/{id}/messages`, `GET /threads/{id}/events`,
+//! `POST /agents/{name}/connect`.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+
+use agui_history::compact::{Mode, compact};
+use agui_protocol::Event;
+use agui_store::{Conversation, EventStream, RunRecord, RunStatus, StoredEvent, ThreadFilter};
+use axum::Json;
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use bytes::BytesMut;
+use futures::{FutureExt, StreamExt};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::error::ApiError;
+use crate::gateway::{Gateway, store_error};
+use crate::run::{POLL, all_runs, read_body, sse_response, unknown_agent};
+use crate::sse::put_frame;
+
+/// `GET /threads` query.
+#[derive(Deserialize)]
+pub struct ListQuery {
+    agent: Option<String>,
+    cursor: Option<String>,
+    limit: Option<usize>,
+}
+
+fn ts(t: agui_store::Timestamp) -> Value {
+    // Microseconds since the epoch → RFC 3339.
+    let secs = t.as_micros().div_euclid(1_000_000);
+    let micros = t.as_micros().rem_euclid(1_000_000) as u32;
+    match chrono::DateTime::from_timestamp(secs, micros * 1000) {
+        Some(d) => Value::String(d.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)),
+        None => Value::Null,
+    }
+}
+
+fn thread_json(t: &agui_store::ThreadInfo) -> Value {
+    json!({
+        "threadId": t.thread_id,
+        "agent": t.agent,
+        "createdAt": ts(t.created_at),
+        "updatedAt": ts(t.updated_at),
+        "lastSeq": t.last_seq,
+        "runCount": t.run_count,
+        "bytes": t.bytes,
+    })
+}
+
+fn run_json(r: &RunRecord) -> Value {
+    json!({
+        "runId": r.run_id,
+        "parentRunId": r.parent_run_id,
+        "agent": r.agent,
+        "status": r.status.as_str(),
+        "startedAt": ts(r.started_at),
+        "finishedAt": r.finished_at.map(ts),
+        "firstSeq": r.first_seq,
+        "lastSeq": r.last_seq,
+        "eventCount": r.event_count,
+        "bytes": r.bytes,
+    })
+}
+
+/// `GET /threads`.
+pub async fn list_threads(
+    State(gw): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    Query(q): Query<ListQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let tenant = gw.tenant(&headers)?;
+    let page = gw
+        .store
+        .list_threads(
+            &tenant,
+            &ThreadFilter {
+                agent: q.agent,
+                limit: q.limit.unwrap_or(100),
+                cursor: q.cursor,
+            },
+        )
+        .await
+        .map_err(store_error)?;
+    Ok(Json(json!({
+        "threads": page.threads.iter().map(thread_json).collect::<Vec<_>>(),
+        "nextCursor": page.next_cursor,
+    })))
+}
+
+/// `GET /threads/{id}`: summary and run tree.
+pub async fn get_thread(
+    State(gw): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    Path(thread): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let tenant = gw.tenant(&headers)?;
+    let info = gw
+        .store
+        .thread(&tenant, &thread)
+        .await
+        .map_err(store_error)?;
+    let runs = all_runs(&gw, &tenant, &thread).await?;
+    let mut out = thread_json(&info);
+    out["runs"] = Value::Array(runs.iter().map(run_json).collect());
+    out["tree"] = Value::Array(run_tree(&runs));
+    Ok(Json(out))
+}
+
+/// The runs as a forest: each node is a run with its `children`.
+fn run_tree(runs: &[RunRecord]) -> Vec<Value> {
+    let ids: std::collections::HashSet<&str> = runs.iter().map(|r| r.run_id.as_str()).collect();
+    let mut children: HashMap<&str, Vec<&RunRecord>> = HashMap::new();
+    let mut roots = Vec::new();
+    for r in runs {
+        match r.parent_run_id.as_deref() {
+            Some(p) if ids.contains(p) && p != r.run_id => children.entry(p).or_default().push(r),
+            _ => roots.push(r),
+        }
+    }
+    fn node(r: &RunRecord, children: &HashMap<&str, Vec<&RunRecord>>, depth: usize) -> Value {
+        let kids = if depth > 10_000 {
+            Vec::new()
+        } else {
+            children
+                .get(r.run_id.as_str())
+                .map(|c| c.iter().map(|k| node(k, children, depth + 1)).collect())
+                .unwrap_or_default()
+        };
+        json!({"runId": r.run_id, "status": r.status.as_str(), "children": kids})
+    }
+    roots.iter().map(|r| node(r, &children, 0)).collect()
+}
+
+/// `DELETE /threads/{id}`.
+pub async fn delete_thread(
+    State(gw): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    Path(thread): Path<String>,
+) -> Result<Response, ApiError> {
+    let tenant = gw.tenant(&headers)?;
+    let runs = all_runs(&gw, &tenant, &thread).await?;
+    if let Some(r) = runs.iter().find(|r| r.status == RunStatus::Running) {
+        return Err(crate::gateway::in_flight_error(&r.run_id));
+    }
+    gw.store
+        .delete_thread(&tenant, &thread)
+        .await
+        .map_err(store_error)?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// `?run=` query.
+#[derive(Deserialize)]
+pub struct RunQuery {
+    run: Option<String>,
+}
+
+/// The conversation at the end of a run, as JSON `{messages, state}`.
+async fn conversation_at(
+    gw: &Gateway,
+    tenant: &str,
+    thread: &str,
+    run: &str,
+) -> Result<(Value, Value), ApiError> {
+    let restored = gw
+        .store
+        .restore(tenant, thread, run)
+        .await
+        .map_err(store_error)?;
+    Ok(split(&restored.conversation))
+}
+
+fn split(conv: &Conversation) -> (Value, Value) {
+    let v = serde_json::to_value(conv).unwrap_or_default();
+    let messages = v.get("messages").cloned().unwrap_or_else(|| json!([]));
+    let state = v.get("state").cloned().unwrap_or(Value::Null);
+    (messages, state)
+}
+
+/// `GET /threads/{id}/messages[?run=RUN_ID]`.
+pub async fn get_messages(
+    State(gw): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    Path(thread): Path<String>,
+    Query(q): Query<RunQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let tenant = gw.tenant(&headers)?;
+    gw.store
+        .thread(&tenant, &thread)
+        .await
+        .map_err(store_error)?;
+    let run = match q.run {
+        Some(r) => r,
+        None => match all_runs(&gw, &tenant, &thread).await?.last() {
+            Some(r) => r.run_id.clone(),
+            None => return Ok(Json(json!({"messages": [], "state": null, "runId": null}))),
+        },
+    };
+    let (messages, state) = conversation_at(&gw, &tenant, &thread, &run).await?;
+    Ok(Json(
+        json!({"messages": messages, "state": state, "runId": run}),
+    ))
+}
+
+/// `GET /threads/{id}/events` query.
+#[derive(Deserialize)]
+pub struct EventsQuery {
+    after: Option<u64>,
+    branch: Option<String>,
+    compact: Option<String>,
+}
+
+fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
+    match headers.get("last-event-id") {
+        None => Ok(None),
+        Some(v) => v
+            .to_str()
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+            .map(Some)
+            .ok_or_else(|| {
+                ApiError::bad_request(
+                    "invalid_last_event_id",
+                    "Last-Event-ID must be a sequence number",
+                )
+            }),
+    }
+}
+
+/// `GET /threads/{id}/events`.
+pub async fn get_events(
+    State(gw): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    Path(thread): Path<String>,
+    Query(q): Query<EventsQuery>,
+) -> Result<Response, ApiError> {
+    let tenant = gw.tenant(&headers)?;
+    let mode = match q.compact.as_deref() {
+        None | Some("none") => None,
+        Some(m) => Some(m.parse::<Mode>().map_err(|_| {
+            ApiError::bad_request(
+                "invalid_compact",
+                "compact must be none, deltas, snapshot or latest",
+            )
+        })?),
+    };
+    let after = last_event_id(&headers)?.or(q.after).unwrap_or(0);
+    let info = gw
+        .store
+        .thread(&tenant, &thread)
+        .await
+        .map_err(store_error)?;
+    let runs = all_runs(&gw, &tenant, &thread).await?;
+    let running = runs
+        .iter()
+        .find(|r| r.status == RunStatus::Running)
+        .cloned();
+    if let Some(b) = &q.branch
+        && !runs.iter().any(|r| &r.run_id == b)
+    {
+        return Err(ApiError::not_found(format!("no run {b:?} in this thread")));
+    }
+    if q.branch.is_none() && mode.is_none() {
+        // Everything from `after` on, then live: one subscription.
+        let sub = gw
+            .store
+            .subscribe(&tenant, &thread, after + 1)
+            .await
+            .map_err(store_error)?;
+        let body = follow(
+            gw.clone(),
+            tenant,
+            thread,
+            sub,
+            after,
+            info.last_seq,
+            running.is_some(),
+            BytesMut::new(),
+        );
+        return Ok(sse_response(body));
+    }
+    if matches!(mode, Some(Mode::Snapshot | Mode::Latest)) && after > 0 {
+        return Err(ApiError::bad_request(
+            "invalid_after",
+            "compact=snapshot and compact=latest replay from the start; drop after and Last-Event-ID",
+        ));
+    }
+    // Stored part of the branch (or of the whole thread).
+    let stored: Vec<StoredEvent> = match &q.branch {
+        Some(b) => gw
+            .store
+            .read_branch(&tenant, &thread, b)
+            .await
+            .map_err(store_error)?,
+        None => gw
+            .store
+            .read_range(&tenant, &thread, 1, info.last_seq)
+            .await
+            .map_err(store_error)?,
+    };
+    let stored: Vec<StoredEvent> = stored.into_iter().filter(|e| e.seq > after).collect();
+    let last_seq = stored.last().map(|e| e.seq).unwrap_or(after).max(after);
+    let mut buf = BytesMut::new();
+    match mode {
+        None => {
+            for e in &stored {
+                put_frame(&mut buf, &e.event, Some(e.seq));
+            }
+        }
+        Some(m) => {
+            let events: Vec<Event> = stored.iter().map(|e| e.event.clone()).collect();
+            let out =
+                compact(events, m, &Conversation::default(), q.branch.as_deref()).map_err(|e| {
+                    ApiError::new(
+                        StatusCode::UNPROCESSABLE_ENTITY,
+                        "cannot_compact",
+                        format!("the stored events cannot be compacted: {e}"),
+                    )
+                })?;
+            let n = out.len();
+            for (i, e) in out.iter().enumerate() {
+                put_frame(&mut buf, e, (i + 1 == n).then_some(last_seq));
+            }
+        }
+    }
+    // The live tail, when the branch asked for is the run in flight.
+    let live = match (&running, &q.branch) {
+        (Some(r), None) => Some(r),
+        (Some(r), Some(b)) if &r.run_id == b => Some(r),
+        _ => None,
+    };
+    match live {
+        Some(_) => {
+            let sub = gw
+                .store
+                .subscribe(&tenant, &thread, last_seq + 1)
+                .await
+                .map_err(store_error)?;
+            Ok(sse_response(follow(
+                gw.clone(),
+                tenant,
+                thread,
+                sub,
+                last_seq,
+                last_seq,
+                true,
+                buf,
+            )))
+        }
+        None => Ok(sse_response(Body::from(buf.freeze()))),
+    }
+}
+
+/// Streams a subscription as SSE: first `prefix`, then events until the
+/// thread has nothing in flight and everything up to its head was sent.
+#[allow(clippy::too_many_arguments)]
+fn follow(
+    gw: Arc<Gateway>,
+    tenant: String,
+    thread: String,
+    sub: EventStream,
+    after: u64,
+    head: u64,
+    running: bool,
+    prefix: BytesMut,
+) -> Body {
+    struct S {
+        gw: Arc<Gateway>,
+        tenant: String,
+        thread: String,
+        sub: EventStream,
+        last: u64,
+        head: u64,
+        running: bool,
+        prefix: Option<Bytes>,
+        done: bool,
+        _count: SubscriberCount,
+    }
+    gw.metrics.subscribers.fetch_add(1, Relaxed);
+    let state = S {
+        _count: SubscriberCount(gw.clone()),
+        gw,
+        tenant,
+        thread,
+        sub,
+        last: after,
+        head,
+        running,
+        prefix: (!prefix.is_empty()).then(|| prefix.freeze()),
+        done: false,
+    };
+    let stream = futures::stream::unfold(state, |mut s| async move {
+        if let Some(p) = s.prefix.take() {
+            return Some((Ok::<Bytes, Infallible>(p), s));
+        }
+        loop {
+            if s.done || (!s.running && s.last >= s.head) {
+                return None;
+            }
+            let next = tokio::select! {
+                n = tokio::time::timeout(POLL, s.sub.next()) => n,
+                _ = s.gw.shutting_down.cancelled() => return None,
+            };
+            match next {
+                Err(_) => {
+                    // Quiet: is anything still in flight?
+                    refresh(&mut s.running, &mut s.head, &s.gw, &s.tenant, &s.thread).await;
+                    continue;
+                }
+                Ok(None) | Ok(Some(Err(_))) => return None,
+                Ok(Some(Ok(first))) => {
+                    let mut buf = BytesMut::new();
+                    let mut ended = false;
+                    let mut take = |e: &StoredEvent, buf: &mut BytesMut, last: &mut u64| {
+                        put_frame(buf, &e.event, Some(e.seq));
+                        *last = e.seq;
+                        if e.event.event_type().is_run_terminal() {
+                            ended = true;
+                        }
+                    };
+                    take(&first, &mut buf, &mut s.last);
+                    for _ in 0..1024 {
+                        match s.sub.next().now_or_never() {
+                            Some(Some(Ok(e))) => take(&e, &mut buf, &mut s.last),
+                            Some(_) => {
+                                s.done = true;
+                                break;
+                            }
+                            None => break,
+                        }
+                    }
+                    if ended {
+                        refresh(&mut s.running, &mut s.head, &s.gw, &s.tenant, &s.thread).await;
+                    }
+                    s.head = s.head.max(s.last);
+                    return Some((Ok(buf.freeze()), s));
+                }
+            }
+        }
+    });
+    Body::from_stream(stream)
+}
+
+async fn refresh(running: &mut bool, head: &mut u64, gw: &Gateway, tenant: &str, thread: &str) {
+    match all_runs(gw, tenant, thread).await {
+        Ok(runs) => *running = runs.iter().any(|r| r.status == RunStatus::Running),
+        Err(_) => *running = false,
+    }
+    if let Ok(info) = gw.store.thread(tenant, thread).await {
+        *head = (*head).max(info.last_seq);
+    }
+}
+
+struct SubscriberCount(Arc<Gateway>);
+
+impl Drop for SubscriberCount {
+    fn drop(&mut self) {
+        self.0.metrics.subscribers.fetch_sub(1, Relaxed);
+    }
+}
+
+/// `POST /agents/{name}/connect`: the thread's latest branch as one run
+/// envelope, then the live tail of a run in flight.
+pub async fn connect(
+    State(gw): State<Arc<Gateway>>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let tenant = gw.tenant(&headers)?;
+    if !gw.agents.contains_key(&name) {
+        return Err(unknown_agent(&name));
+    }
+    let bytes = read_body(body, gw.config.limits.max_body_bytes).await?;
+    let input = crate::input::parse(&bytes)?;
+    let thread = input.thread_id.clone();
+    let runs = match gw.store.thread(&tenant, &thread).await {
+        Ok(_) => all_runs(&gw, &tenant, &thread).await?,
+        Err(e) if e.kind() == agui_store::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(store_error(e)),
+    };
+    let running = runs
+        .last()
+        .filter(|r| r.status == RunStatus::Running)
+        .cloned();
+    let base = match &running {
+        Some(r) => r
+            .parent_run_id
+            .clone()
+            .filter(|p| runs.iter().any(|x| &x.run_id == p)),
+        None => runs.last().map(|r| r.run_id.clone()),
+    };
+    let mut buf = BytesMut::new();
+    let put = |v: Value, buf: &mut BytesMut| {
+        if let Ok(e) = Event::from_serialize(&v) {
+            put_frame(buf, &e, None);
+        }
+    };
+    put(
+        json!({"type":"RUN_STARTED","threadId":thread,"runId":input.run_id}),
+        &mut buf,
+    );
+    let mut last_seq = 0;
+    if let Some(b) = &base {
+        let restored = gw
+            .store
+            .restore(&tenant, &thread, b)
+            .await
+            .map_err(store_error)?;
+        last_seq = restored.last_seq;
+        let (messages, state) = split(&restored.conversation);
+        put(
+            json!({"type":"MESSAGES_SNAPSHOT","messages":messages}),
+            &mut buf,
+        );
+        if !state.is_null() {
+            put(json!({"type":"STATE_SNAPSHOT","snapshot":state}), &mut buf);
+        }
+    }
+    put(
+        json!({"type":"RUN_FINISHED","threadId":thread,"runId":input.run_id}),
+        &mut buf,
+    );
+    match running {
+        Some(r) => {
+            let sub = gw
+                .store
+                .subscribe(&tenant, &thread, r.first_seq)
+                .await
+                .map_err(store_error)?;
+            let from = r
+                .first_seq
+                .saturating_sub(1)
+                .max(last_seq.min(r.first_seq.saturating_sub(1)));
+            Ok(sse_response(follow(
+                gw.clone(),
+                tenant,
+                thread,
+                sub,
+                from,
+                from,
+                true,
+                buf,
+            )))
+        }
+        None => Ok(sse_response(Body::from(buf.freeze()))),
+    }
+}

@@ -1,0 +1,503 @@
+//! The gateway end to end over real HTTP, with the demo agent and with small
+//! real upstream servers that fail on purpose.
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use agui_server::{Auth, GatewayConfig, SessionMode, config::parse_agent_flag};
+use axum::Router;
+use axum::body::Body;
+use axum::routing::post;
+use common::*;
+use serde_json::{Value, json};
+
+fn with_agents(agents: &[&str]) -> GatewayConfig {
+    GatewayConfig {
+        agents: agents
+            .iter()
+            .map(|a| parse_agent_flag(a, SessionMode::Client).unwrap())
+            .collect(),
+        ..GatewayConfig::default()
+    }
+}
+
+#[tokio::test]
+async fn demo_run_is_stored_then_streamed_with_thread_seqs() {
+    let g = start(GatewayConfig::default()).await;
+    let (status, frames, _) = run(&g.base, "demo", &input("t1", "r1", "hello there")).await;
+    assert_eq!(status, 200);
+    assert_eq!(frames.first().unwrap().ty(), "RUN_STARTED");
+    assert_eq!(frames.last().unwrap().ty(), "RUN_FINISHED");
+    let ids: Vec<u64> = frames.iter().map(|f| f.id.unwrap()).collect();
+    assert_eq!(ids, (1..=frames.len() as u64).collect::<Vec<_>>());
+    // RUN_STARTED carries the exact input the upstream received.
+    assert_eq!(frames[0].data["input"], input("t1", "r1", "hello there"));
+    assert!(frames[0].data.get("parentRunId").is_none());
+    // What the store holds is what the client saw, frame for frame.
+    let resp = client()
+        .get(format!("{}/threads/t1/events", g.base))
+        .send()
+        .await
+        .unwrap();
+    let stored = parse_sse(&resp.text().await.unwrap());
+    assert_eq!(stored.len(), frames.len());
+    for (a, b) in stored.iter().zip(&frames) {
+        assert_eq!(a.id, b.id);
+        assert_eq!(a.data, b.data);
+    }
+    // Second turn: parentRunId is the previous run.
+    let (_, frames2, _) = run(&g.base, "demo", &input("t1", "r2", "more")).await;
+    assert_eq!(frames2[0].data["parentRunId"], "r1");
+    assert_eq!(frames2[0].id, Some(frames.len() as u64 + 1));
+    let (_, thread) = get_json(&format!("{}/threads/t1", g.base)).await;
+    assert_eq!(thread["runCount"], 2);
+    assert_eq!(thread["runs"][1]["parentRunId"], "r1");
+    assert_eq!(thread["tree"][0]["children"][0]["runId"], "r2");
+    g.shutdown().await;
+}
+
+#[tokio::test]
+async fn demo_error_midway_is_passed_through() {
+    let g = start(GatewayConfig::default()).await;
+    let (_, frames, _) = run(&g.base, "demo", &input("t", "r", "please error")).await;
+    let types: Vec<&str> = frames.iter().map(Frame::ty).collect();
+    assert_eq!(types.last(), Some(&"RUN_ERROR"));
+    assert_eq!(frames.last().unwrap().data["code"], "demo_error");
+    assert!(!types.contains(&"TEXT_MESSAGE_END"));
+    let thread = wait_run_end(&g.base, "t").await;
+    assert_eq!(thread["runs"][0]["status"], "error");
+    g.shutdown().await;
+}
+
+#[tokio::test]
+async fn upstream_down_is_a_recorded_run_error() {
+    // A port nobody listens on.
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = format!("http://{}/", l.local_addr().unwrap());
+    drop(l);
+    let g = start(with_agents(&[&format!("down={dead}")])).await;
+    let (status, frames, _) = run(&g.base, "down", &input("t", "r", "hi")).await;
+    assert_eq!(status, 200);
+    let types: Vec<&str> = frames.iter().map(Frame::ty).collect();
+    assert_eq!(types, vec!["RUN_STARTED", "RUN_ERROR"]);
+    assert_eq!(frames[1].data["code"], "upstream_unreachable");
+    assert!(
+        !frames[1].data["message"]
+            .as_str()
+            .unwrap()
+            .contains("127.0.0.1")
+    );
+    let thread = wait_run_end(&g.base, "t").await;
+    assert_eq!(thread["runs"][0]["status"], "error");
+    assert_eq!(thread["lastSeq"], 2);
+    g.shutdown().await;
+}
+
+fn sse_body(text: &'static str, close_early: bool) -> Router {
+    Router::new().route(
+        "/",
+        post(move || async move {
+            let chunks: Vec<Result<String, std::io::Error>> = if close_early {
+                vec![Ok(text.to_owned()), Err(std::io::Error::other("cut"))]
+            } else {
+                vec![Ok(text.to_owned())]
+            };
+            axum::response::Response::builder()
+                .header("content-type", "text/event-stream")
+                .body(Body::from_stream(futures::stream::iter(chunks)))
+                .unwrap()
+        }),
+    )
+}
+
+#[tokio::test]
+async fn upstream_closing_mid_message_gets_its_message_and_tool_call_ended() {
+    let up = serve_upstream(sse_body(
+        "data: {\"type\":\"RUN_STARTED\",\"threadId\":\"t\",\"runId\":\"r\"}\n\n\
+         data: {\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"m\",\"role\":\"assistant\"}\n\n\
+         data: {\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m\",\"delta\":\"hi\"}\n\n\
+         data: {\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c\",\"toolCallName\":\"f\"}\n\n",
+        false,
+    ))
+    .await;
+    let g = start(with_agents(&[&format!("a={up}/")])).await;
+    let (_, frames, _) = run(&g.base, "a", &input("t", "r", "hi")).await;
+    let types: Vec<&str> = frames.iter().map(Frame::ty).collect();
+    assert_eq!(
+        types,
+        vec![
+            "RUN_STARTED",
+            "TEXT_MESSAGE_START",
+            "TEXT_MESSAGE_CONTENT",
+            "TOOL_CALL_START",
+            "TOOL_CALL_END",
+            "TEXT_MESSAGE_END",
+            "RUN_ERROR"
+        ]
+    );
+    assert_eq!(frames[6].data["code"], "upstream_closed");
+    // The upstream's RUN_STARTED got the input added.
+    assert_eq!(frames[0].data["input"]["runId"], "r");
+    g.shutdown().await;
+}
+
+#[tokio::test]
+async fn upstream_garbage_and_broken_connections_are_closed_cleanly() {
+    let garbage = serve_upstream(sse_body(
+        "data: {\"type\":\"RUN_STARTED\",\"threadId\":\"t\",\"runId\":\"r\"}\n\ndata: hello\n\n",
+        false,
+    ))
+    .await;
+    let cut = serve_upstream(sse_body(
+        "data: {\"type\":\"RUN_STARTED\",\"threadId\":\"t\",\"runId\":\"r\"}\n\n",
+        true,
+    ))
+    .await;
+    let status500 = serve_upstream(Router::new().route(
+        "/",
+        post(|| async {
+            (
+                axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                "secret-token-xyz",
+            )
+        }),
+    ))
+    .await;
+    let g = start(with_agents(&[
+        &format!("g={garbage}/"),
+        &format!("c={cut}/"),
+        &format!("s={status500}/"),
+    ]))
+    .await;
+    let (_, f, _) = run(&g.base, "g", &input("t1", "r", "x")).await;
+    assert_eq!(f.last().unwrap().data["code"], "upstream_garbage");
+    let (_, f, _) = run(&g.base, "c", &input("t2", "r", "x")).await;
+    let code = f.last().unwrap().data["code"].as_str().unwrap().to_owned();
+    assert!(
+        code == "upstream_error" || code == "upstream_closed",
+        "{code}"
+    );
+    let (_, f, text) = run(&g.base, "s", &input("t3", "r", "x")).await;
+    assert_eq!(f.last().unwrap().data["code"], "upstream_status");
+    assert!(!text.contains("secret-token-xyz"));
+    for t in ["t1", "t2", "t3"] {
+        let thread = wait_run_end(&g.base, t).await;
+        assert_eq!(thread["runs"][0]["status"], "error");
+    }
+    // The store is unharmed: every thread is listed and replays in full.
+    let (_, list) = get_json(&format!("{}/threads", g.base)).await;
+    assert_eq!(list["threads"].as_array().unwrap().len(), 3);
+    for t in ["t1", "t2", "t3"] {
+        let text = client()
+            .get(format!("{}/threads/{t}/events", g.base))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let frames = parse_sse(&text);
+        assert_eq!(frames.first().unwrap().ty(), "RUN_STARTED");
+        assert_eq!(frames.last().unwrap().ty(), "RUN_ERROR");
+    }
+    g.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_second_run_in_flight_is_refused_and_the_run_outlives_its_client() {
+    let g = start(GatewayConfig::default()).await;
+    let mut slow = input("t", "r1", "slow one");
+    slow["forwardedProps"] = json!({"demo": {"delayMs": 40}});
+    let resp = client()
+        .post(format!("{}/agents/demo/run", g.base))
+        .json(&slow)
+        .send()
+        .await
+        .unwrap();
+    let first = read_frames(resp, 1).await; // then the client goes away
+    assert_eq!(first[0].ty(), "RUN_STARTED");
+    let resp = client()
+        .post(format!("{}/agents/demo/run", g.base))
+        .json(&input("t", "r2", "again"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 409);
+    let err: Value = resp.json().await.unwrap();
+    assert_eq!(err["error"]["code"], "run_in_flight");
+    let thread = wait_run_end(&g.base, "t").await;
+    assert_eq!(thread["runs"][0]["status"], "finished");
+    // Now the thread is free again, and a reused run id is refused.
+    let (s, _, _) = run(&g.base, "demo", &input("t", "r1", "again")).await;
+    assert_eq!(s, 409);
+    let (s, f, _) = run(&g.base, "demo", &input("t", "r2", "again")).await;
+    assert_eq!(s, 200);
+    assert_eq!(f.last().unwrap().ty(), "RUN_FINISHED");
+    g.shutdown().await;
+}
+
+#[tokio::test]
+async fn attach_with_last_event_id_has_no_gap_and_no_duplicate() {
+    let g = start(GatewayConfig::default()).await;
+    let mut slow = input("t", "r1", "a b c d e f g h");
+    slow["forwardedProps"] = json!({"demo": {"delayMs": 15}});
+    let resp = client()
+        .post(format!("{}/agents/demo/run", g.base))
+        .json(&slow)
+        .send()
+        .await
+        .unwrap();
+    let seen = read_frames(resp, 4).await;
+    let last = seen.last().unwrap().id.unwrap();
+    // Drop the run's own stream; attach from where we were.
+    let resp = client()
+        .get(format!("{}/threads/t/events", g.base))
+        .header("Last-Event-ID", last.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let rest = parse_sse(&resp.text().await.unwrap());
+    assert_eq!(rest.first().unwrap().id, Some(last + 1));
+    assert_eq!(rest.last().unwrap().ty(), "RUN_FINISHED");
+    let all: Vec<u64> = seen.iter().chain(&rest).map(|f| f.id.unwrap()).collect();
+    assert_eq!(all, (1..=all.len() as u64).collect::<Vec<_>>());
+    g.shutdown().await;
+}
+
+#[tokio::test]
+async fn request_errors_are_json_with_codes() {
+    let g = start(GatewayConfig::default()).await;
+    let c = client();
+    let post = |path: &str, body: Vec<u8>| {
+        c.post(format!("{}{path}", g.base))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+    let check = |resp: reqwest::Response, status: u16, code: &'static str| async move {
+        assert_eq!(resp.status().as_u16(), status);
+        let v: Value = resp.json().await.unwrap();
+        assert_eq!(v["error"]["code"], code, "{v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty())
+        );
+    };
+    check(
+        post("/agents/nope/run", b"{}".to_vec()).await.unwrap(),
+        404,
+        "not_found",
+    )
+    .await;
+    check(
+        post("/agents/demo/run", b"{not json".to_vec())
+            .await
+            .unwrap(),
+        400,
+        "invalid_json",
+    )
+    .await;
+    check(
+        post(
+            "/agents/demo/run",
+            br#"{"threadId":"t","runId":"r","messages":[{"id":1}]}"#.to_vec(),
+        )
+        .await
+        .unwrap(),
+        422,
+        "invalid_input",
+    )
+    .await;
+    check(
+        post("/agents/demo/run", vec![b' '; 5 * 1024 * 1024])
+            .await
+            .unwrap(),
+        413,
+        "body_too_large",
+    )
+    .await;
+    check(
+        c.get(format!("{}/threads/none", g.base))
+            .send()
+            .await
+            .unwrap(),
+        404,
+        "not_found",
+    )
+    .await;
+    check(
+        c.get(format!("{}/nowhere", g.base)).send().await.unwrap(),
+        404,
+        "not_found",
+    )
+    .await;
+    let mut bad_parent = input("t", "r", "x");
+    bad_parent["parentRunId"] = json!("ghost");
+    check(
+        post("/agents/demo/run", serde_json::to_vec(&bad_parent).unwrap())
+            .await
+            .unwrap(),
+        422,
+        "unknown_parent_run",
+    )
+    .await;
+    // Nothing was stored by any of those.
+    let (_, list) = get_json(&format!("{}/threads", g.base)).await;
+    assert_eq!(list["threads"], json!([]));
+    let (s, _) = get_json(&format!("{}/healthz", g.base)).await;
+    assert_eq!(s, 200);
+    g.shutdown().await;
+}
+
+#[tokio::test]
+async fn tenants_are_isolated_and_tokens_required() {
+    let tokens: HashMap<String, String> = [
+        ("tok-a".to_owned(), "acme".to_owned()),
+        ("tok-b".to_owned(), "globex".to_owned()),
+    ]
+    .into();
+    let g = start(GatewayConfig {
+        auth: Auth::Tokens(tokens),
+        ..GatewayConfig::default()
+    })
+    .await;
+    let c = client();
+    let resp = c
+        .post(format!("{}/agents/demo/run", g.base))
+        .json(&input("t", "r", "x"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 401);
+    let resp = c
+        .post(format!("{}/agents/demo/run", g.base))
+        .bearer_auth("wrong")
+        .json(&input("t", "r", "x"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 401);
+    let resp = c
+        .post(format!("{}/agents/demo/run", g.base))
+        .bearer_auth("tok-a")
+        .json(&input("t", "r", "x"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let _ = resp.text().await.unwrap();
+    let get = |path: &str, tok: &str| {
+        c.get(format!("{}{path}", g.base))
+            .bearer_auth(tok.to_owned())
+            .send()
+    };
+    assert_eq!(
+        get("/threads/t", "tok-a").await.unwrap().status().as_u16(),
+        200
+    );
+    assert_eq!(
+        get("/threads/t", "tok-b").await.unwrap().status().as_u16(),
+        404
+    );
+    assert_eq!(
+        get("/threads/t/events", "tok-b")
+            .await
+            .unwrap()
+            .status()
+            .as_u16(),
+        404
+    );
+    assert_eq!(
+        get("/threads/t/messages", "tok-b")
+            .await
+            .unwrap()
+            .status()
+            .as_u16(),
+        404
+    );
+    let list: Value = get("/threads", "tok-b")
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(list["threads"], json!([]));
+    let list: Value = get("/threads", "tok-a")
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(list["threads"][0]["threadId"], "t");
+    let del = c
+        .delete(format!("{}/threads/t", g.base))
+        .bearer_auth("tok-b")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(del.status().as_u16(), 404);
+    // The same thread id for the other tenant is a different thread.
+    let resp = c
+        .post(format!("{}/agents/demo/run", g.base))
+        .bearer_auth("tok-b")
+        .json(&input("t", "r", "x"))
+        .send()
+        .await
+        .unwrap();
+    let frames = parse_sse(&resp.text().await.unwrap());
+    assert_eq!(frames[0].id, Some(1));
+    g.shutdown().await;
+}
+
+#[tokio::test]
+async fn shutdown_closes_runs_past_the_grace_period() {
+    let g = start(GatewayConfig {
+        shutdown_grace: Duration::from_millis(100),
+        ..GatewayConfig::default()
+    })
+    .await;
+    let mut slow = input("t", "r", "a b c d e f g h i j k l m n o p");
+    slow["forwardedProps"] = json!({"demo": {"delayMs": 200}});
+    let resp = client()
+        .post(format!("{}/agents/demo/run", g.base))
+        .json(&slow)
+        .send()
+        .await
+        .unwrap();
+    let store = g.store.clone();
+    let reader = tokio::spawn(async move { parse_sse(&resp.text().await.unwrap()) });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    g.shutdown().await;
+    let frames = reader.await.unwrap();
+    let last = frames.last().unwrap();
+    assert_eq!(last.ty(), "RUN_ERROR");
+    assert_eq!(last.data["code"], "shutdown");
+    let run = store.run("default", "t", "r").await.unwrap();
+    assert_eq!(run.status, agui_store::RunStatus::Error);
+    assert_eq!(run.last_seq, last.id.unwrap());
+}
+
+#[tokio::test]
+async fn metrics_count_runs_and_events() {
+    let g = start(GatewayConfig::default()).await;
+    let (_, frames, _) = run(&g.base, "demo", &input("t", "r", "hi")).await;
+    let text = client()
+        .get(format!("{}/metrics", g.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        text.contains(&format!("agui_events_stored_total {}\n", frames.len())),
+        "{text}"
+    );
+    assert!(text.contains("agui_runs_total{status=\"finished\"} 1\n"));
+    assert!(text.contains("agui_runs_in_flight 0\n"));
+    g.shutdown().await;
+}
