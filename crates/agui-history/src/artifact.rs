@@ -261,11 +261,10 @@ pub enum ArtifactError {
     #[error("run {run_id:?} has no timestamp on any of its events; a start time must be given")]
     NoStartTime { run_id: String },
     /// A time could not be written, or a given time is not RFC 3339 UTC.
-    #[error("{field}: {source}")]
+    #[error("{field}: {error}")]
     Time {
         field: &'static str,
-        #[source]
-        source: TimeError,
+        error: TimeError,
     },
 }
 
@@ -397,11 +396,11 @@ fn timestamp_is_invalid(event: &Event) -> bool {
 }
 
 fn format_time(field: &'static str, ms: i64) -> Result<String, ArtifactError> {
-    time::format_rfc3339(ms).map_err(|source| ArtifactError::Time { field, source })
+    time::format_rfc3339(ms).map_err(|error| ArtifactError::Time { field, error })
 }
 
 fn checked_time(field: &'static str, text: &str) -> Result<String, ArtifactError> {
-    time::parse_rfc3339(text).map_err(|source| ArtifactError::Time { field, source })?;
+    time::parse_rfc3339(text).map_err(|error| ArtifactError::Time { field, error })?;
     Ok(text.to_owned())
 }
 
@@ -502,11 +501,10 @@ pub enum Malformed {
     #[error("error_message has {chars} characters, more than {MAX_ERROR_MESSAGE_CHARS}")]
     ErrorMessageTooLong { chars: usize },
     /// A time that is not RFC 3339 UTC.
-    #[error("{field}: {source}")]
+    #[error("{field}: {error}")]
     Time {
         field: &'static str,
-        #[source]
-        source: TimeError,
+        error: TimeError,
     },
     /// `finished_at` is earlier than `started_at`.
     #[error("finished_at {finished:?} is earlier than started_at {started:?}")]
@@ -593,15 +591,15 @@ pub fn validate(text: &str) -> Result<Artifact, Malformed> {
     let run_id_ref = string_at(required("run_id_ref")?, "run_id_ref")?;
     let parent_run_id_ref = optional_string("parent_run_id_ref")?;
     let started_at = string_at(required("started_at")?, "started_at")?;
-    let started = time::parse_rfc3339(&started_at).map_err(|source| Malformed::Time {
+    let started = time::parse_rfc3339(&started_at).map_err(|error| Malformed::Time {
         field: "started_at",
-        source,
+        error,
     })?;
     let finished_at = optional_string("finished_at")?;
     if let Some(finished_at) = &finished_at {
-        let finished = time::parse_rfc3339(finished_at).map_err(|source| Malformed::Time {
+        let finished = time::parse_rfc3339(finished_at).map_err(|error| Malformed::Time {
             field: "finished_at",
-            source,
+            error,
         })?;
         if finished < started {
             return Err(Malformed::FinishedBeforeStarted {

@@ -138,18 +138,16 @@ pub enum LineageError {
     #[error("the run index covers {indexed} events but the log has {given}")]
     IndexMismatch { indexed: usize, given: usize },
     /// The reducer rejected an event of the branch.
-    #[error("event {event_index}: {source}")]
+    #[error("event {event_index}: {error}")]
     Reduce {
         event_index: usize,
-        #[source]
-        source: ReduceError,
+        error: ReduceError,
     },
     /// A restating event could not be rebuilt without its foreign messages.
-    #[error("event {event_index}: cannot rewrite the event: {source}")]
+    #[error("event {event_index}: cannot rewrite the event: {error}")]
     Rewrite {
         event_index: usize,
-        #[source]
-        source: agui_protocol::EnvelopeError,
+        error: agui_protocol::EnvelopeError,
     },
 }
 
@@ -278,9 +276,9 @@ impl<'e> Lineage<'e> {
                 let (event, removed) = provenance::without_foreign(event, |id| {
                     self.provenance.is_foreign(id, on_path)
                 })
-                .map_err(|source| LineageError::Rewrite {
+                .map_err(|error| LineageError::Rewrite {
                     event_index: i,
-                    source,
+                    error,
                 })?;
                 dropped.extend(removed.into_iter().map(|message_id| Dropped {
                     event_index: i,
@@ -307,12 +305,10 @@ impl<'e> Lineage<'e> {
         let branch = self.branch(run_id, after_event)?;
         let mut reducer = Reducer::new(start);
         for (event_index, event) in &branch.events {
-            reducer
-                .apply(event)
-                .map_err(|source| LineageError::Reduce {
-                    event_index: *event_index,
-                    source,
-                })?;
+            reducer.apply(event).map_err(|error| LineageError::Reduce {
+                event_index: *event_index,
+                error,
+            })?;
         }
         Ok(reducer.into_conversation())
     }
