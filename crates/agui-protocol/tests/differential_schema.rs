@@ -203,6 +203,20 @@ fn generated_breakages_are_rejected_by_both_at_the_same_place() {
 }
 
 #[test]
+fn generated_input_breakages_are_rejected_by_both_at_the_same_place() {
+    let broken = sample(support::broken_input(), 200, 5);
+    let cases: Vec<(&str, Value)> = broken
+        .iter()
+        .map(|(_, _, b)| ("input", b.clone()))
+        .collect();
+    let verdicts = zod(&cases);
+    for ((_, site, value), verdict) in broken.iter().zip(&verdicts) {
+        let what = format!("{site:?}");
+        assert_same_rejection(&what, value, ours("input", value), verdict);
+    }
+}
+
+#[test]
 fn arbitrary_objects_under_known_types_get_the_same_verdict() {
     let keys = prop_keys();
     let strategy = (

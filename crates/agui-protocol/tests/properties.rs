@@ -12,7 +12,7 @@ use serde_json::Value;
 
 fn config() -> ProptestConfig {
     ProptestConfig {
-        cases: 384,
+        cases: 256,
         failure_persistence: None,
         ..ProptestConfig::default()
     }
@@ -86,6 +86,16 @@ proptest! {
         let text = serde_json::to_string(&value).unwrap();
         let parsed: RunAgentInput = serde_json::from_str(&text).unwrap();
         prop_assert_eq!(parsed, input);
+    }
+
+    #[test]
+    fn one_broken_input_field_is_reported_at_its_path((_, site, broken) in support::broken_input()) {
+        let err = match RunAgentInput::from_value(broken.clone()) {
+            Ok(_) => return Err(TestCaseError::fail(format!("accepted after {site:?}: {broken}"))),
+            Err(e) => e,
+        };
+        prop_assert_eq!(err.path().to_string(), site.expected_path.clone(), "{} after {:?}", err, site);
+        prop_assert!(err.to_string().starts_with(&format!("{}: ", site.expected_path)), "{}", err);
     }
 
     /// Arbitrary objects under a known type: reading never panics, and

@@ -914,6 +914,13 @@ pub fn sites(event: &Value) -> Vec<Site> {
     out
 }
 
+/// Every single-field change that makes a valid `RunAgentInput` invalid.
+pub fn input_sites(input: &Value) -> Vec<Site> {
+    let mut out = Vec::new();
+    sites_in(&INPUT, input, &mut Vec::new(), &mut out);
+    out
+}
+
 /// Applies a site's change to a copy of `event`.
 pub fn apply(event: &Value, site: &Site) -> Value {
     let mut copy = event.clone();
@@ -940,6 +947,19 @@ pub fn apply(event: &Value, site: &Site) -> Value {
         (Step::Index(_), Change::Remove) => unreachable!("array elements are never removed"),
     }
     copy
+}
+
+/// A valid run input, one way to break it, and the broken input.
+pub fn broken_input() -> BoxedStrategy<(Value, Site, Value)> {
+    (value(&INPUT, 0), any::<prop::sample::Index>())
+        .prop_map(|(input, pick)| {
+            let sites = input_sites(&input);
+            // `threadId` is required, so there is always something to break.
+            let site = sites[pick.index(sites.len())].clone();
+            let broken = apply(&input, &site);
+            (input, site, broken)
+        })
+        .boxed()
 }
 
 /// A valid event, one way to break it, and the broken event.
