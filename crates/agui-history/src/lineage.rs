@@ -37,6 +37,10 @@
 //!
 //! [`RunIndex::push`] indexes one event at a time (for stores), and
 //! [`RunIndex::resolve_parent`] tells a new run's parent before it is stored.
+//! A store that checkpoints each run as `reduce(parent checkpoint, run
+//! events)` keeps branches apart the same way by feeding every event to
+//! [`Provenance::observe`] and replaying each event through
+//! [`without_foreign`] with the run's branch as `on_path`.
 
 mod index;
 pub mod provenance;
@@ -49,7 +53,7 @@ use agui_protocol::Event;
 use crate::reduce::{Conversation, ReduceError, Reducer};
 
 pub use index::{Divergence, RunIndex, RunNode, RunStatus};
-use provenance::{Owner, Provenance};
+pub use provenance::{Owner, Provenance, without_foreign};
 pub use view::{MAX_TIMESTAMP, RunStart, Timestamp, timestamp};
 
 /// A fault in the lineage of a log's runs.

@@ -53,8 +53,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         anyhow::bail!("--to goes with --branch");
     }
     let (events, input_format) = read_events(args.file.as_deref())?;
-    let lineage = match Lineage::new(&events) {
-        Ok(lineage) => lineage,
+    let index = match RunIndex::build(&events) {
+        Ok(index) => index,
         Err(LineageError::Faults(faults)) => {
             for fault in &faults {
                 eprintln!("agui: lineage fault: {fault}");
@@ -66,15 +66,18 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.tree {
         let mut out = io::stdout();
         if args.json {
-            for (_, run) in lineage.index().depth_first() {
+            for (_, run) in index.depth_first() {
                 serde_json::to_writer(&mut out, run)?;
                 out.write_all(b"\n")?;
             }
         } else {
-            out.write_all(tree_text(lineage.index()).as_bytes())?;
+            out.write_all(tree_text(&index).as_bytes())?;
         }
         out.flush()?;
-    } else if let Some(run_id) = &args.at {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let lineage = Lineage::with_index(&events, index)?;
+    if let Some(run_id) = &args.at {
         let start = Conversation::default();
         let conversation = lineage.conversation_at(run_id, args.event, start)?;
         let mut text = serde_json::to_string(&conversation)?;

@@ -23,28 +23,40 @@ use serde_json::Value;
 use super::index::RunIndex;
 use super::view;
 
-/// Who produced an event: the events before the first run, or a run (its
-/// position in [`RunIndex::runs`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Owner {
+/// Who produced an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Owner {
+    /// The events before the first `RUN_STARTED`.
     Preamble,
+    /// A run, by its position in the log (0 for the first `RUN_STARTED`, as
+    /// in [`RunIndex::runs`]).
     Run(usize),
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct Origin {
     sent_first: bool,
     owners: Vec<Owner>,
 }
 
 /// The origin of every message id of a log.
-#[derive(Debug, Default)]
-pub(crate) struct Provenance {
+///
+/// Build it for a whole log with the run index, or feed it one event at a
+/// time with [`Provenance::observe`] (a store appending runs), then ask
+/// [`Provenance::is_foreign`] or clean events with [`without_foreign`].
+#[derive(Debug, Default, Clone)]
+pub struct Provenance {
     ids: HashMap<String, Origin>,
 }
 
 impl Provenance {
-    pub(crate) fn build(events: &[Event], index: &RunIndex) -> Provenance {
+    /// Nothing observed yet.
+    pub fn new() -> Provenance {
+        Provenance::default()
+    }
+
+    /// The provenance of a whole indexed log.
+    pub fn build(events: &[Event], index: &RunIndex) -> Provenance {
         let mut prov = Provenance::default();
         for i in index.preamble() {
             if let Some(event) = events.get(i) {
@@ -61,7 +73,9 @@ impl Provenance {
         prov
     }
 
-    fn observe(&mut self, event: &Event, owner: Owner) {
+    /// Records the message ids `event` mentions; `owner` is who produced it.
+    /// Events must be observed in log order.
+    pub fn observe(&mut self, event: &Event, owner: Owner) {
         match event.event_type() {
             EventType::RunStarted | EventType::MessagesSnapshot => {
                 let sent = *event.event_type() == EventType::RunStarted;
@@ -86,7 +100,7 @@ impl Provenance {
 
     /// True when restating `id` on a branch whose runs satisfy `on_path`
     /// would bring in a message generated only elsewhere.
-    pub(crate) fn is_foreign(&self, id: &str, on_path: impl Fn(Owner) -> bool) -> bool {
+    pub fn is_foreign(&self, id: &str, on_path: impl Fn(Owner) -> bool) -> bool {
         match self.ids.get(id) {
             None => false,
             Some(origin) if origin.sent_first => false,
@@ -123,7 +137,7 @@ fn restated_ids(value: &Value) -> impl Iterator<Item = &str> {
 /// `event` without the restated messages `foreign` rejects, and the ids
 /// removed. The event is returned as it is (borrowed, byte for byte) when
 /// nothing is removed.
-pub(crate) fn without_foreign<'e>(
+pub fn without_foreign<'e>(
     event: &'e Event,
     foreign: impl Fn(&str) -> bool,
 ) -> Result<(Cow<'e, Event>, Vec<String>), agui_protocol::EnvelopeError> {
@@ -206,5 +220,24 @@ mod tests {
         );
         assert!(prov.is_foreign("a1", |o| o == Owner::Run(1)));
         assert!(!prov.is_foreign("never-seen", |_| false));
+
+        // Observed one event at a time, as a store would, it answers alike.
+        let mut inc = Provenance::new();
+        let mut runs = 0;
+        for e in &events {
+            if *e.event_type() == EventType::RunStarted {
+                runs += 1;
+            }
+            inc.observe(e, Owner::Run(runs - 1));
+        }
+        for id in ["u1", "a1", "s2"] {
+            for branch in [only_r1, |o: Owner| o == Owner::Run(1)] {
+                assert_eq!(
+                    inc.is_foreign(id, branch),
+                    prov.is_foreign(id, branch),
+                    "{id}"
+                );
+            }
+        }
     }
 }
