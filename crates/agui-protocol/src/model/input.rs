@@ -250,6 +250,19 @@ pub enum InputError {
 
 impl RunAgentInput {
     /// Reads a request body. Unknown keys are kept at every depth.
+    ///
+    /// ```
+    /// use agui_protocol::model::RunAgentInput;
+    ///
+    /// let body = r#"{"threadId":"t","runId":"r","messages":[{"id":"u","role":"user","content":"hi"}],"x":1}"#;
+    /// let input = RunAgentInput::from_json(body).unwrap();
+    /// assert_eq!(input.messages[0].id(), "u");
+    /// assert_eq!(input.extra["x"], 1);
+    ///
+    /// let err = RunAgentInput::from_json(r#"{"threadId":"t","runId":"r","messages":[{"id":"u"}]}"#)
+    ///     .unwrap_err();
+    /// assert_eq!(err.to_string(), "messages[0].role: required field is missing");
+    /// ```
     pub fn from_json(text: &str) -> Result<RunAgentInput, InputError> {
         let value: Value = serde_json::from_str(text).map_err(InputError::Syntax)?;
         Ok(RunAgentInput::from_value(value)?)

@@ -59,6 +59,20 @@ pub fn parse_event(event: &Event) -> Result<TypedEvent, SchemaError> {
 ///
 /// Strict: a schema error is returned with the index. Tolerant: never fails;
 /// a bad event becomes [`TypedEvent::Opaque`] and the error its diagnostic.
+///
+/// ```
+/// use agui_protocol::Event;
+/// use agui_protocol::model::{read, ReadMode, TypedEvent};
+///
+/// let bad = Event::from_json(r#"{"type":"STEP_STARTED","stepName":"s","timestamp":1.5}"#).unwrap();
+/// let err = read(&bad, 4, ReadMode::Strict).unwrap_err();
+/// assert_eq!(err.to_string(),
+///     "event #4: STEP_STARTED: timestamp: expected an integer within ±(2^53−1), found 1.5");
+///
+/// let kept = read(&bad, 4, ReadMode::Tolerant).unwrap();
+/// assert!(matches!(kept.event, TypedEvent::Opaque(_)));
+/// assert_eq!(kept.diagnostic, Some(err));
+/// ```
 pub fn read(event: &Event, index: usize, mode: ReadMode) -> Result<Checked, StreamSchemaError> {
     match parse_event(event) {
         Ok(typed) => Ok(Checked {
