@@ -1,0 +1,466 @@
+//! `deltas` mode: merge each stream's pieces without ever changing meaning.
+//!
+//! # Model
+//!
+//! Events are kept in their original order in a *held region*. A stream (a
+//! text message, a reasoning message or a tool call) owns an **anchor**: a
+//! slot placed right after its START (or at its first piece when it has no
+//! START). Later CONTENT / ARGS pieces of the stream are merged into the
+//! anchor, which amounts to moving them *back* to the anchor, past the events
+//! held after it; its END is moved back the same way and closes the anchor.
+//! Moving a piece back past an event is only allowed when the two commute for
+//! the reducer and the verifier. When an event arrives that does not commute
+//! with an open anchor (it touches the same message or tool call, or it may
+//! touch every message: `MESSAGES_SNAPSHOT`, run boundaries), the anchor is
+//! closed first and the stream's later pieces open a new anchor after it.
+//! The held region is released up to the first open anchor.
+//!
+//! With one stream open at a time and nothing touching it mid-stream this
+//! yields exactly the official shape: START, one CONTENT, END, then the events
+//! that arrived mid-stream. State events follow the official window rule
+//! (see [`super::state`]).
+
+use std::collections::{HashMap, VecDeque};
+
+use agui_protocol::{Event, EventType};
+use serde_json::{Map, Value};
+
+use super::CompactError;
+use super::fields::{Fields, string_body};
+use super::state::StateWindow;
+
+/// Held events beyond which the oldest open anchor is closed early, so that a
+/// stream that never ends cannot make memory grow with the log. Closing an
+/// anchor early is always safe: the stream's content is only split in two.
+const DEFAULT_HELD_LIMIT: usize = 1 << 16;
+
+/// The entity a stream writes to: a message (text and reasoning share ids
+/// with every other message) or a tool call.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+enum Key {
+    Msg(String),
+    Tool(String),
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Kind {
+    Text,
+    Reasoning,
+    Tool,
+}
+
+impl Kind {
+    fn content_type(self) -> &'static str {
+        match self {
+            Kind::Text => "TEXT_MESSAGE_CONTENT",
+            Kind::Reasoning => "REASONING_MESSAGE_CONTENT",
+            Kind::Tool => "TOOL_CALL_ARGS",
+        }
+    }
+
+    fn id_field(self) -> &'static str {
+        match self {
+            Kind::Text | Kind::Reasoning => "messageId",
+            Kind::Tool => "toolCallId",
+        }
+    }
+
+    fn key(self, id: String) -> Key {
+        match self {
+            Kind::Text | Kind::Reasoning => Key::Msg(id),
+            Kind::Tool => Key::Tool(id),
+        }
+    }
+}
+
+struct Anchor {
+    kind: Kind,
+    key: Key,
+    /// The id, decoded.
+    id: String,
+    /// Concatenated string bodies of the merged deltas, escapes kept.
+    delta: String,
+    /// Last-write-wins fold of the merged pieces' metadata.
+    metadata: Option<Map<String, Value>>,
+    pieces: usize,
+    end: Option<Event>,
+    open: bool,
+    /// Opened right after the stream's START: the entity exists here.
+    started: bool,
+}
+
+enum Slot {
+    Event(Event),
+    Anchor(Box<Anchor>),
+}
+
+/// Streaming `deltas` compactor: feed events with [`DeltaCompactor::push`],
+/// collect released events with [`DeltaCompactor::drain`], and call
+/// [`DeltaCompactor::finish`] at the end of the input.
+pub struct DeltaCompactor {
+    held: VecDeque<Slot>,
+    /// Sequence number of `held[0]`.
+    base: u64,
+    /// Open anchors: entity → sequence number of its slot.
+    open: HashMap<Key, u64>,
+    ready: Vec<Event>,
+    state: StateWindow,
+    /// A chunk event was seen since the last event that closes every chunk
+    /// lane. Chunk expansion makes explicit events close lanes, so nothing is
+    /// moved while a lane may be open.
+    chunk_lanes: bool,
+    held_limit: usize,
+}
+
+impl Default for DeltaCompactor {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl DeltaCompactor {
+    /// A compactor with the default bound on held events.
+    pub fn new() -> Self {
+        Self::with_held_limit(DEFAULT_HELD_LIMIT)
+    }
+
+    /// A compactor that closes its oldest open stream early once more than
+    /// `limit` events are held behind it (at least 1).
+    pub fn with_held_limit(limit: usize) -> Self {
+        DeltaCompactor {
+            held: VecDeque::new(),
+            base: 0,
+            open: HashMap::new(),
+            ready: Vec::new(),
+            state: StateWindow::default(),
+            chunk_lanes: false,
+            held_limit: limit.max(1),
+        }
+    }
+
+    /// Takes the events released so far, in output order.
+    pub fn drain(&mut self) -> std::vec::Drain<'_, Event> {
+        self.ready.drain(..)
+    }
+
+    /// Feeds one event.
+    pub fn push(&mut self, event: Event) -> Result<(), CompactError> {
+        let ty = event.event_type().clone();
+        match ty {
+            EventType::RunStarted | EventType::RunFinished | EventType::RunError => {
+                self.close_all();
+                self.release()?;
+                self.state.flush(&mut self.ready)?;
+                self.ready.push(event);
+                self.chunk_lanes = false;
+                return Ok(());
+            }
+            EventType::StateSnapshot | EventType::StateDelta => {
+                self.state.push(event);
+                return Ok(());
+            }
+            EventType::MessagesSnapshot => {
+                self.barrier(event);
+                self.chunk_lanes = false;
+            }
+            EventType::TextMessageChunk
+            | EventType::ToolCallChunk
+            | EventType::ReasoningMessageChunk => {
+                self.chunk_lanes = true;
+                self.barrier(event);
+            }
+            _ if self.chunk_lanes => self.barrier(event),
+            EventType::TextMessageStart => self.start(event, Kind::Text),
+            EventType::ReasoningMessageStart => self.start(event, Kind::Reasoning),
+            EventType::ToolCallStart => self.tool_start(event),
+            EventType::TextMessageContent => self.piece(event, Kind::Text),
+            EventType::ReasoningMessageContent => self.piece(event, Kind::Reasoning),
+            EventType::ToolCallArgs => self.piece(event, Kind::Tool),
+            EventType::TextMessageEnd => self.end(event, Kind::Text),
+            EventType::ReasoningMessageEnd => self.end(event, Kind::Reasoning),
+            EventType::ToolCallEnd => self.end(event, Kind::Tool),
+            EventType::ToolCallResult | EventType::ActivitySnapshot | EventType::ActivityDelta => {
+                self.touches_message(event)
+            }
+            // No effect on messages (or only on fields that commute with
+            // appends: REASONING_ENCRYPTED_VALUE sets `encryptedValue` on an
+            // entity that already exists and merges no metadata).
+            _ => self.place(event),
+        }
+        self.release()?;
+        if self.held.len() > self.held_limit {
+            self.close_oldest();
+            self.release()?;
+        }
+        Ok(())
+    }
+
+    /// Ends the input: every held event is released (streams still open stay
+    /// open: no END is made up), then the state window.
+    pub fn finish(&mut self) -> Result<(), CompactError> {
+        self.close_all();
+        self.release()?;
+        self.state.flush(&mut self.ready)
+    }
+
+    fn place(&mut self, event: Event) {
+        self.held.push_back(Slot::Event(event));
+    }
+
+    fn barrier(&mut self, event: Event) {
+        self.close_all();
+        self.place(event);
+    }
+
+    fn start(&mut self, event: Event, kind: Kind) {
+        let id = match Fields::read(event.json(), [kind.id_field()]).and_then(|f| f.string(0)) {
+            Some(Ok(id)) => id.into_owned(),
+            _ => return self.barrier(event),
+        };
+        let key = kind.key(id.clone());
+        self.close(&key);
+        self.place(event);
+        self.open_anchor(kind, key, id, true);
+    }
+
+    fn tool_start(&mut self, event: Event) {
+        let fields = match Fields::read(event.json(), ["toolCallId", "parentMessageId"]) {
+            Some(f) => f,
+            None => return self.barrier(event),
+        };
+        let id = match fields.string(0) {
+            Some(Ok(id)) => id.into_owned(),
+            _ => return self.barrier(event),
+        };
+        let parent = match fields.string(1) {
+            None => None,
+            Some(Ok(p)) => Some(p.into_owned()),
+            Some(Err(())) => return self.barrier(event),
+        };
+        // The call may create a message with its own id or its parent's id:
+        // a stream on such a message whose START has not been seen must not
+        // have later pieces moved before that creation.
+        self.close_unstarted(&Key::Msg(id.clone()));
+        if let Some(parent) = parent {
+            self.close_unstarted(&Key::Msg(parent));
+        }
+        let key = Key::Tool(id.clone());
+        self.close(&key);
+        self.place(event);
+        self.open_anchor(Kind::Tool, key, id, true);
+    }
+
+    fn touches_message(&mut self, event: Event) {
+        match Fields::read(event.json(), ["messageId"]).and_then(|f| f.string(0)) {
+            Some(Ok(id)) => {
+                self.close(&Key::Msg(id.into_owned()));
+                self.place(event);
+            }
+            _ => self.barrier(event),
+        }
+    }
+
+    fn piece(&mut self, event: Event, kind: Kind) {
+        let fields = match Fields::read(event.json(), [kind.id_field(), "delta", "metadata"]) {
+            Some(f) => f,
+            None => return self.barrier(event),
+        };
+        let id = match fields.string(0) {
+            Some(Ok(id)) => id.into_owned(),
+            _ => return self.barrier(event),
+        };
+        let key = kind.key(id.clone());
+        // Only a string delta and an object (or absent) metadata merge the
+        // way the reducer applies them; anything else is kept as it is.
+        let body = fields.raw(1).and_then(string_body);
+        let metadata = match fields.raw(2) {
+            None => Some(None),
+            Some(raw) if raw.starts_with('{') => serde_json::from_str::<Map<String, Value>>(raw)
+                .ok()
+                .map(Some),
+            Some(_) => None,
+        };
+        let (Some(body), Some(metadata)) = (body, metadata) else {
+            self.close(&key);
+            self.place(event);
+            return;
+        };
+        let seq = match self.open.get(&key).copied() {
+            Some(seq) if self.anchor_mut(seq).is_some_and(|a| a.kind == kind) => seq,
+            _ => {
+                self.close(&key);
+                self.open_anchor(kind, key, id, false)
+            }
+        };
+        if let Some(anchor) = self.anchor_mut(seq) {
+            anchor.delta.push_str(body);
+            if let Some(incoming) = metadata {
+                merge_metadata(&mut anchor.metadata, incoming);
+            }
+            anchor.pieces += 1;
+        }
+    }
+
+    fn end(&mut self, event: Event, kind: Kind) {
+        let id = match Fields::read(event.json(), [kind.id_field()]).and_then(|f| f.string(0)) {
+            Some(Ok(id)) => id.into_owned(),
+            _ => return self.barrier(event),
+        };
+        let key = kind.key(id);
+        if let Some(seq) = self.open.get(&key).copied() {
+            if let Some(anchor) = self.anchor_mut(seq)
+                && anchor.kind == kind
+            {
+                anchor.end = Some(event);
+                anchor.open = false;
+                self.open.remove(&key);
+                return;
+            }
+            self.close(&key);
+        }
+        self.place(event);
+    }
+
+    fn open_anchor(&mut self, kind: Kind, key: Key, id: String, started: bool) -> u64 {
+        let seq = self.base + self.held.len() as u64;
+        self.held.push_back(Slot::Anchor(Box::new(Anchor {
+            kind,
+            key: key.clone(),
+            id,
+            delta: String::new(),
+            metadata: None,
+            pieces: 0,
+            end: None,
+            open: true,
+            started,
+        })));
+        self.open.insert(key, seq);
+        seq
+    }
+
+    fn anchor_mut(&mut self, seq: u64) -> Option<&mut Anchor> {
+        let index = usize::try_from(seq.checked_sub(self.base)?).ok()?;
+        match self.held.get_mut(index)? {
+            Slot::Anchor(anchor) => Some(anchor),
+            Slot::Event(_) => None,
+        }
+    }
+
+    fn close(&mut self, key: &Key) {
+        if let Some(seq) = self.open.remove(key)
+            && let Some(anchor) = self.anchor_mut(seq)
+        {
+            anchor.open = false;
+        }
+    }
+
+    fn close_unstarted(&mut self, key: &Key) {
+        if let Some(seq) = self.open.get(key).copied()
+            && self.anchor_mut(seq).is_some_and(|a| !a.started)
+        {
+            self.close(key);
+        }
+    }
+
+    fn close_all(&mut self) {
+        let seqs: Vec<u64> = self.open.drain().map(|(_, seq)| seq).collect();
+        for seq in seqs {
+            if let Some(anchor) = self.anchor_mut(seq) {
+                anchor.open = false;
+            }
+        }
+    }
+
+    fn close_oldest(&mut self) {
+        let oldest = self.held.iter().find_map(|slot| match slot {
+            Slot::Anchor(a) if a.open => Some(a.key.clone()),
+            _ => None,
+        });
+        if let Some(key) = oldest {
+            self.close(&key);
+        }
+    }
+
+    /// Moves the held prefix that no open anchor can still grow into the
+    /// output.
+    fn release(&mut self) -> Result<(), CompactError> {
+        while let Some(front) = self.held.front() {
+            if let Slot::Anchor(a) = front
+                && a.open
+            {
+                break;
+            }
+            let slot = self
+                .held
+                .pop_front()
+                .ok_or(CompactError::Internal("empty held"))?;
+            self.base += 1;
+            match slot {
+                Slot::Event(e) => self.ready.push(e),
+                Slot::Anchor(a) => {
+                    let a = *a;
+                    if a.pieces > 0 {
+                        self.ready.push(synthesize(&a)?);
+                    }
+                    if let Some(end) = a.end {
+                        self.ready.push(end);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The one CONTENT / ARGS event standing for an anchor's pieces, shaped as the
+/// official `compactEvents` shapes it: `type`, id, `delta`, `metadata`.
+fn synthesize(anchor: &Anchor) -> Result<Event, CompactError> {
+    let id = serde_json::to_string(&anchor.id).map_err(CompactError::Json)?;
+    let mut text = String::with_capacity(anchor.delta.len() + id.len() + 64);
+    text.push_str("{\"type\":\"");
+    text.push_str(anchor.kind.content_type());
+    text.push_str("\",\"");
+    text.push_str(anchor.kind.id_field());
+    text.push_str("\":");
+    text.push_str(&id);
+    text.push_str(",\"delta\":\"");
+    text.push_str(&anchor.delta);
+    text.push('"');
+    if let Some(metadata) = &anchor.metadata {
+        text.push_str(",\"metadata\":");
+        text.push_str(&serde_json::to_string(metadata).map_err(CompactError::Json)?);
+    }
+    text.push('}');
+    Event::from_json_string(text).map_err(CompactError::Synthesized)
+}
+
+/// `mergeMetadata`: shallow, last write wins, a new key goes last.
+pub(crate) fn merge_metadata(
+    target: &mut Option<Map<String, Value>>,
+    incoming: Map<String, Value>,
+) {
+    match target {
+        None => *target = Some(incoming),
+        Some(existing) => {
+            for (k, v) in incoming {
+                existing.insert(k, v);
+            }
+        }
+    }
+}
+
+/// Compacts a whole sequence in `deltas` mode.
+pub fn compact_deltas<I>(events: I) -> Result<Vec<Event>, CompactError>
+where
+    I: IntoIterator<Item = Event>,
+{
+    let mut compactor = DeltaCompactor::new();
+    let mut out = Vec::new();
+    for event in events {
+        compactor.push(event)?;
+        out.extend(compactor.drain());
+    }
+    compactor.finish()?;
+    out.extend(compactor.drain());
+    Ok(out)
+}
