@@ -1,1 +1,658 @@
-//! Placeholder: being written.
+//! The SQLite backend of `agui-store` (`sqlite:///PATH`), the embedded
+//! default of `agui serve`.
+//!
+//! - WAL mode; one writer thread owns the write connection and commits every
+//!   request that is waiting in one transaction (group commit), each request
+//!   in its own savepoint; readers use a small pool of read-only connections
+//!   on blocking threads, so reads never wait for writes.
+//! - Each appended batch is stored as one chunk row (up to 1,024 events per
+//!   row), zstd-compressed when that saves at least an eighth, with a CRC-32.
+//! - Tables: `threads` (indexed by tenant and activity, and by agent),
+//!   `chunks` (thread, first sequence), `runs` (thread and run, thread and
+//!   sequence, tenant and parent run, tenant and start time, running runs),
+//!   `checkpoints`.
+//!
+//! # Durability
+//!
+//! | [`Durability`](agui_store::Durability) | commit | what a crash can lose |
+//! | --- | --- | --- |
+//! | `Append` | `synchronous=FULL`: the WAL is fsynced before the append is acknowledged | nothing acknowledged |
+//! | `RunEnd` | `synchronous=NORMAL`, except that a batch carrying `RUN_FINISHED`/`RUN_ERROR` commits with `FULL` | a process crash loses nothing acknowledged (the WAL is written before the acknowledgement); an OS crash or power loss may lose the appends acknowledged since the last `FULL` commit |
+//!
+//! Requests grouped in one transaction share one fsync: the group is `FULL`
+//! when any of them needs it.
+
+mod chunk;
+mod db;
+mod writer;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::thread::JoinHandle;
+
+use agui_store::cursor::{RunCursor, ThreadCursor};
+use agui_store::subscribe::{EventStream, Hub, PageReader, catch_up_then_live};
+use agui_store::{
+    AppendRequest, Appended, EventPage, EventStore, Result, RunFilter, RunPage, RunRecord,
+    StoreError, StoreStats, StoredEvent, ThreadFilter, ThreadInfo, ThreadPage, Timestamp, check_id,
+    page_size,
+};
+use async_trait::async_trait;
+use futures::FutureExt;
+use rusqlite::{Connection, OptionalExtension, params};
+use tokio::sync::oneshot;
+
+use crate::db::{count, map, status_code, status_from, text};
+use crate::writer::{Op, Writer};
+
+/// Read connections kept open at most.
+const READERS: usize = 8;
+
+/// The SQLite store. Cloning gives another handle on the same store.
+#[derive(Clone)]
+pub struct SqliteStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    path: PathBuf,
+    tx: Mutex<Option<mpsc::Sender<Op>>>,
+    writer: Mutex<Option<JoinHandle<()>>>,
+    readers: Mutex<Vec<Connection>>,
+    hub: Arc<Hub>,
+    closed: AtomicBool,
+}
+
+/// Reads the path of a `sqlite://` URL: `sqlite:///abs/path.db` or
+/// `sqlite://relative/path.db`.
+pub fn path_of(url: &str) -> Result<PathBuf> {
+    let rest = url
+        .strip_prefix("sqlite://")
+        .ok_or_else(|| StoreError::invalid("not a sqlite:// URL"))?;
+    let rest = rest.split(['?', '#']).next().unwrap_or_default();
+    if rest.is_empty() {
+        return Err(StoreError::invalid("a sqlite:// URL needs a path"));
+    }
+    Ok(PathBuf::from(rest))
+}
+
+/// Opens `sqlite:///PATH` (see [`SqliteStore::open_path`]).
+pub async fn open(url: &str) -> Result<SqliteStore> {
+    let path = path_of(url)?;
+    SqliteStore::open_path(&path).await
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database at `path`. Opening after a
+    /// crash recovers the WAL; runs left `running` stay so until
+    /// [`EventStore::mark_interrupted`].
+    pub async fn open_path(path: &Path) -> Result<SqliteStore> {
+        let path = path.to_path_buf();
+        let hub = Arc::new(Hub::new());
+        let writer_hub = hub.clone();
+        let open_path = path.clone();
+        let writer = tokio::task::spawn_blocking(move || Writer::open(&open_path, writer_hub))
+            .await
+            .map_err(|_| StoreError::internal("the store could not be opened"))??;
+        let (tx, rx) = mpsc::channel();
+        let handle = std::thread::Builder::new()
+            .name("agui-sqlite-writer".into())
+            .spawn(move || writer.run(rx))
+            .map_err(|e| StoreError::unavailable("cannot start the writer").with_source(e))?;
+        Ok(SqliteStore {
+            inner: Arc::new(Inner {
+                path,
+                tx: Mutex::new(Some(tx)),
+                writer: Mutex::new(Some(handle)),
+                readers: Mutex::new(Vec::new()),
+                hub,
+                closed: AtomicBool::new(false),
+            }),
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(StoreError::unavailable("the store is closed"));
+        }
+        Ok(())
+    }
+
+    async fn write<T>(&self, make: impl FnOnce(oneshot::Sender<Result<T>>) -> Op) -> Result<T> {
+        self.check_open()?;
+        let (reply, rx) = oneshot::channel();
+        {
+            let tx = self.inner.tx.lock().unwrap_or_else(|p| p.into_inner());
+            let tx = tx
+                .as_ref()
+                .ok_or_else(|| StoreError::unavailable("the store is closed"))?;
+            tx.send(make(reply))
+                .map_err(|_| StoreError::unavailable("the store's writer stopped"))?;
+        }
+        rx.await
+            .map_err(|_| StoreError::unavailable("the store's writer stopped"))?
+    }
+
+    /// Runs `f` on a read connection, on a blocking thread.
+    async fn read_with<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        self.check_open()?;
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || inner.with_reader(f))
+            .await
+            .map_err(|_| StoreError::internal("a read task failed"))?
+    }
+}
+
+impl Inner {
+    fn with_reader<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        let pooled = self.readers.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        let conn = match pooled {
+            Some(c) => c,
+            None => db::connect(&self.path, false)?,
+        };
+        let result = f(&conn);
+        let mut pool = self.readers.lock().unwrap_or_else(|p| p.into_inner());
+        if pool.len() < READERS && !self.closed.load(Ordering::Acquire) {
+            pool.push(conn);
+        }
+        result
+    }
+}
+
+fn thread_row(conn: &Connection, tenant: &str, thread: &str) -> Result<Option<(i64, u64)>> {
+    conn.prepare_cached("SELECT id, last_seq FROM threads WHERE tenant = ?1 AND thread = ?2")
+        .and_then(|mut st| {
+            st.query_row(params![tenant.as_bytes(), thread.as_bytes()], |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))
+            })
+            .optional()
+        })
+        .map_err(|e| map(e, "read a thread"))?
+        .map(|(id, last)| Ok((id, count(last)?)))
+        .transpose()
+}
+
+fn read_page(
+    conn: &Connection,
+    tenant: &str,
+    thread: &str,
+    from_seq: u64,
+    limit: usize,
+) -> Result<EventPage> {
+    let tx = conn
+        .unchecked_transaction()
+        .map_err(|e| map(e, "read events"))?;
+    let (id, last_seq) =
+        thread_row(&tx, tenant, thread)?.ok_or_else(|| StoreError::not_found("thread"))?;
+    let from = from_seq.max(1);
+    let limit = page_size(limit);
+    let mut events = Vec::with_capacity(limit.min(4096));
+    if from <= last_seq {
+        let mut st = tx
+            .prepare_cached(
+                "SELECT first_seq, last_seq, received_at, codec, raw_len, crc, data FROM chunks
+                 WHERE thread_id = ?1 AND first_seq >= COALESCE(
+                   (SELECT MAX(first_seq) FROM chunks WHERE thread_id = ?1 AND first_seq <= ?2), 1)
+                 ORDER BY first_seq",
+            )
+            .map_err(|e| map(e, "read events"))?;
+        let mut rows = st
+            .query(params![id, from as i64])
+            .map_err(|e| map(e, "read events"))?;
+        let mut expect: Option<u64> = None;
+        while let Some(row) = rows.next().map_err(|e| map(e, "read events"))? {
+            let first = count(row.get(0).map_err(|e| map(e, "read events"))?)?;
+            let last = count(row.get(1).map_err(|e| map(e, "read events"))?)?;
+            if expect.is_some_and(|x| x != first) || last < first {
+                return Err(StoreError::corrupt("the stored log has a gap"));
+            }
+            expect = Some(last + 1);
+            let received_at = Timestamp(row.get(2).map_err(|e| map(e, "read events"))?);
+            let data = row
+                .get_ref(6)
+                .and_then(|v| v.as_blob().map_err(Into::into))
+                .map_err(|e| map(e, "read events"))?;
+            let decoded = chunk::decode(
+                row.get(3).map_err(|e| map(e, "read events"))?,
+                row.get(4).map_err(|e| map(e, "read events"))?,
+                row.get(5).map_err(|e| map(e, "read events"))?,
+                data,
+                last - first + 1,
+            )?;
+            for (event, seq) in decoded.into_iter().zip(first..) {
+                if seq >= from && events.len() < limit {
+                    events.push(StoredEvent {
+                        seq,
+                        received_at,
+                        event,
+                    });
+                }
+            }
+            if events.len() >= limit {
+                break;
+            }
+        }
+        if events.first().is_some_and(|e: &StoredEvent| e.seq != from) {
+            return Err(StoreError::corrupt("the stored log has a gap"));
+        }
+    }
+    let next_seq = match events.last() {
+        Some(e) if e.seq < last_seq => Some(e.seq + 1),
+        _ => None,
+    };
+    Ok(EventPage { events, next_seq })
+}
+
+const RUN_COLUMNS: &str = "t.thread, r.run_id, r.parent_run_id, r.agent, r.status, r.started_at,
+    r.finished_at, r.first_seq, r.last_seq, r.event_count, r.bytes";
+
+fn run_from_row(row: &rusqlite::Row<'_>) -> Result<RunRecord> {
+    let g = |e| map(e, "read the run index");
+    Ok(RunRecord {
+        thread_id: text(row.get(0).map_err(g)?)?,
+        run_id: text(row.get(1).map_err(g)?)?,
+        parent_run_id: row
+            .get::<_, Option<Vec<u8>>>(2)
+            .map_err(g)?
+            .map(text)
+            .transpose()?,
+        agent: row
+            .get::<_, Option<Vec<u8>>>(3)
+            .map_err(g)?
+            .map(text)
+            .transpose()?,
+        status: status_from(row.get(4).map_err(g)?)?,
+        started_at: Timestamp(row.get(5).map_err(g)?),
+        finished_at: row.get::<_, Option<i64>>(6).map_err(g)?.map(Timestamp),
+        first_seq: count(row.get(7).map_err(g)?)?,
+        last_seq: count(row.get(8).map_err(g)?)?,
+        event_count: count(row.get(9).map_err(g)?)?,
+        bytes: count(row.get(10).map_err(g)?)?,
+    })
+}
+
+fn thread_from_row(row: &rusqlite::Row<'_>) -> Result<ThreadInfo> {
+    let g = |e| map(e, "read a thread");
+    Ok(ThreadInfo {
+        thread_id: text(row.get(0).map_err(g)?)?,
+        agent: row
+            .get::<_, Option<Vec<u8>>>(1)
+            .map_err(g)?
+            .map(text)
+            .transpose()?,
+        created_at: Timestamp(row.get(2).map_err(g)?),
+        updated_at: Timestamp(row.get(3).map_err(g)?),
+        last_seq: count(row.get(4).map_err(g)?)?,
+        run_count: count(row.get(5).map_err(g)?)?,
+        bytes: count(row.get(6).map_err(g)?)?,
+    })
+}
+
+const THREAD_COLUMNS: &str = "thread, agent, created_at, updated_at, last_seq, run_count, bytes";
+
+#[async_trait]
+impl EventStore for SqliteStore {
+    async fn append(&self, tenant: &str, thread: &str, req: AppendRequest) -> Result<Appended> {
+        check_id("tenant", tenant)?;
+        check_id("thread", thread)?;
+        let (tenant_s, thread_s) = (tenant.to_owned(), thread.to_owned());
+        let (appended, plan) = self
+            .write(|reply| Op::Append {
+                tenant: tenant_s,
+                thread: thread_s,
+                req,
+                reply,
+            })
+            .await?;
+        self.checkpoint_ended_runs(tenant, thread, &plan).await;
+        Ok(appended)
+    }
+
+    async fn read(
+        &self,
+        tenant: &str,
+        thread: &str,
+        from_seq: u64,
+        limit: usize,
+    ) -> Result<EventPage> {
+        let (tenant, thread) = (tenant.to_owned(), thread.to_owned());
+        self.read_with(move |c| read_page(c, &tenant, &thread, from_seq, limit))
+            .await
+    }
+
+    async fn run(&self, tenant: &str, thread: &str, run_id: &str) -> Result<RunRecord> {
+        let (tenant, thread, run_id) = (tenant.to_owned(), thread.to_owned(), run_id.to_owned());
+        self.read_with(move |c| {
+            let sql = format!(
+                "SELECT {RUN_COLUMNS} FROM runs r JOIN threads t ON t.id = r.thread_id
+                 WHERE t.tenant = ?1 AND t.thread = ?2 AND r.run_id = ?3"
+            );
+            let mut st = c
+                .prepare_cached(&sql)
+                .map_err(|e| map(e, "read the run index"))?;
+            let mut rows = st
+                .query(params![
+                    tenant.as_bytes(),
+                    thread.as_bytes(),
+                    run_id.as_bytes()
+                ])
+                .map_err(|e| map(e, "read the run index"))?;
+            match rows.next().map_err(|e| map(e, "read the run index"))? {
+                Some(row) => run_from_row(row),
+                None => match thread_row(c, &tenant, &thread)? {
+                    Some(_) => Err(StoreError::not_found("run")),
+                    None => Err(StoreError::not_found("thread")),
+                },
+            }
+        })
+        .await
+    }
+
+    async fn list_runs(&self, tenant: &str, filter: &RunFilter) -> Result<RunPage> {
+        let after = filter
+            .cursor
+            .as_deref()
+            .map(RunCursor::decode)
+            .transpose()?;
+        let tenant = tenant.to_owned();
+        let filter = filter.clone();
+        self.read_with(move |c| {
+            let limit = page_size(filter.limit);
+            let sql = format!(
+                "SELECT {RUN_COLUMNS} FROM runs r JOIN threads t ON t.id = r.thread_id
+                 WHERE r.tenant = ?1
+                   AND (?2 IS NULL OR t.thread = ?2)
+                   AND (?3 IS NULL OR r.parent_run_id = ?3)
+                   AND (?4 IS NULL OR r.status = ?4)
+                   AND (?5 IS NULL OR r.started_at >= ?5)
+                   AND (?6 IS NULL OR r.started_at < ?6)
+                   AND (?7 IS NULL OR (r.started_at, t.thread, r.first_seq) > (?7, ?8, ?9))
+                 ORDER BY r.started_at, t.thread, r.first_seq
+                 LIMIT ?10"
+            );
+            let mut st = c
+                .prepare_cached(&sql)
+                .map_err(|e| map(e, "read the run index"))?;
+            let mut rows = st
+                .query(params![
+                    tenant.as_bytes(),
+                    filter.thread_id.as_deref().map(str::as_bytes),
+                    filter.parent_run_id.as_deref().map(str::as_bytes),
+                    filter.status.map(status_code),
+                    filter.started_from.map(|t| t.0),
+                    filter.started_before.map(|t| t.0),
+                    after.as_ref().map(|a| a.started_at.0),
+                    after.as_ref().map(|a| a.thread_id.as_bytes()),
+                    after.as_ref().map(|a| a.first_seq as i64),
+                    (limit + 1) as i64
+                ])
+                .map_err(|e| map(e, "read the run index"))?;
+            let mut runs = Vec::new();
+            while let Some(row) = rows.next().map_err(|e| map(e, "read the run index"))? {
+                runs.push(run_from_row(row)?);
+            }
+            let more = runs.len() > limit;
+            runs.truncate(limit);
+            let next_cursor = match runs.last() {
+                Some(r) if more => Some(
+                    RunCursor {
+                        started_at: r.started_at,
+                        thread_id: r.thread_id.clone(),
+                        first_seq: r.first_seq,
+                    }
+                    .encode(),
+                ),
+                _ => None,
+            };
+            Ok(RunPage { runs, next_cursor })
+        })
+        .await
+    }
+
+    async fn thread(&self, tenant: &str, thread: &str) -> Result<ThreadInfo> {
+        let (tenant, thread) = (tenant.to_owned(), thread.to_owned());
+        self.read_with(move |c| {
+            let sql =
+                format!("SELECT {THREAD_COLUMNS} FROM threads WHERE tenant = ?1 AND thread = ?2");
+            let mut st = c
+                .prepare_cached(&sql)
+                .map_err(|e| map(e, "read a thread"))?;
+            let mut rows = st
+                .query(params![tenant.as_bytes(), thread.as_bytes()])
+                .map_err(|e| map(e, "read a thread"))?;
+            match rows.next().map_err(|e| map(e, "read a thread"))? {
+                Some(row) => thread_from_row(row),
+                None => Err(StoreError::not_found("thread")),
+            }
+        })
+        .await
+    }
+
+    async fn list_threads(&self, tenant: &str, filter: &ThreadFilter) -> Result<ThreadPage> {
+        let after = filter
+            .cursor
+            .as_deref()
+            .map(ThreadCursor::decode)
+            .transpose()?;
+        let tenant = tenant.to_owned();
+        let filter = filter.clone();
+        self.read_with(move |c| {
+            let limit = page_size(filter.limit);
+            let sql = format!(
+                "SELECT {THREAD_COLUMNS} FROM threads
+                 WHERE tenant = ?1 AND (?2 IS NULL OR agent = ?2)
+                   AND (?3 IS NULL OR updated_at < ?3 OR (updated_at = ?3 AND thread > ?4))
+                 ORDER BY updated_at DESC, thread ASC LIMIT ?5"
+            );
+            let mut st = c.prepare_cached(&sql).map_err(|e| map(e, "list threads"))?;
+            let mut rows = st
+                .query(params![
+                    tenant.as_bytes(),
+                    filter.agent.as_deref().map(str::as_bytes),
+                    after.as_ref().map(|a| a.updated_at.0),
+                    after.as_ref().map(|a| a.thread_id.as_bytes()),
+                    (limit + 1) as i64
+                ])
+                .map_err(|e| map(e, "list threads"))?;
+            let mut threads = Vec::new();
+            while let Some(row) = rows.next().map_err(|e| map(e, "list threads"))? {
+                threads.push(thread_from_row(row)?);
+            }
+            let more = threads.len() > limit;
+            threads.truncate(limit);
+            let next_cursor = match threads.last() {
+                Some(t) if more => Some(
+                    ThreadCursor {
+                        updated_at: t.updated_at,
+                        thread_id: t.thread_id.clone(),
+                    }
+                    .encode(),
+                ),
+                _ => None,
+            };
+            Ok(ThreadPage {
+                threads,
+                next_cursor,
+            })
+        })
+        .await
+    }
+
+    async fn delete_thread(&self, tenant: &str, thread: &str) -> Result<()> {
+        let (tenant, thread) = (tenant.to_owned(), thread.to_owned());
+        self.write(|reply| Op::Delete {
+            tenant,
+            thread,
+            reply,
+        })
+        .await
+    }
+
+    async fn tenants(&self) -> Result<Vec<String>> {
+        self.read_with(|c| {
+            let mut st = c
+                .prepare_cached("SELECT DISTINCT tenant FROM threads ORDER BY tenant")
+                .map_err(|e| map(e, "list tenants"))?;
+            let mut rows = st.query([]).map_err(|e| map(e, "list tenants"))?;
+            let mut out = Vec::new();
+            while let Some(row) = rows.next().map_err(|e| map(e, "list tenants"))? {
+                out.push(text(row.get(0).map_err(|e| map(e, "list tenants"))?)?);
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn load_checkpoint(
+        &self,
+        tenant: &str,
+        thread: &str,
+        run_id: &str,
+    ) -> Result<Option<Vec<u8>>> {
+        let (tenant, thread, run_id) = (tenant.to_owned(), thread.to_owned(), run_id.to_owned());
+        self.read_with(move |c| {
+            let (id, _) =
+                thread_row(c, &tenant, &thread)?.ok_or_else(|| StoreError::not_found("thread"))?;
+            c.prepare_cached("SELECT blob FROM checkpoints WHERE thread_id = ?1 AND run_id = ?2")
+                .and_then(|mut st| {
+                    // Whatever is stored is handed over as bytes: a blob of
+                    // the wrong type is damaged, and the caller rebuilds it.
+                    st.query_row(params![id, run_id.as_bytes()], |r| {
+                        Ok(match r.get_ref(0)? {
+                            rusqlite::types::ValueRef::Blob(b)
+                            | rusqlite::types::ValueRef::Text(b) => b.to_vec(),
+                            _ => Vec::new(),
+                        })
+                    })
+                    .optional()
+                })
+                .map_err(|e| map(e, "read a checkpoint"))
+        })
+        .await
+    }
+
+    async fn save_checkpoint(
+        &self,
+        tenant: &str,
+        thread: &str,
+        run_id: &str,
+        blob: Vec<u8>,
+    ) -> Result<()> {
+        let (tenant, thread, run_id) = (tenant.to_owned(), thread.to_owned(), run_id.to_owned());
+        self.write(|reply| Op::SaveCheckpoint {
+            tenant,
+            thread,
+            run_id,
+            blob,
+            reply,
+        })
+        .await
+    }
+
+    async fn subscribe(&self, tenant: &str, thread: &str, from_seq: u64) -> Result<EventStream> {
+        check_id("tenant", tenant)?;
+        check_id("thread", thread)?;
+        self.check_open()?;
+        let rx = self.inner.hub.listen(tenant, thread);
+        let me = self.clone();
+        let (tenant, thread) = (tenant.to_owned(), thread.to_owned());
+        let read: PageReader = Arc::new(move |from| {
+            let (me, tenant, thread) = (me.clone(), tenant.clone(), thread.clone());
+            async move { me.read(&tenant, &thread, from, 1000).await }.boxed()
+        });
+        Ok(catch_up_then_live(rx, from_seq, read))
+    }
+
+    async fn mark_interrupted(&self) -> Result<u64> {
+        self.write(|reply| Op::MarkInterrupted { reply }).await
+    }
+
+    async fn stats(&self) -> Result<StoreStats> {
+        let path = self.inner.path.clone();
+        self.read_with(move |c| {
+            let g = |e| map(e, "compute statistics");
+            let (tenants, threads, events, raw): (i64, i64, i64, i64) = c
+                .query_row(
+                    "SELECT COUNT(DISTINCT tenant), COUNT(*), COALESCE(SUM(last_seq), 0),
+                     COALESCE(SUM(bytes), 0) FROM threads",
+                    [],
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+                )
+                .map_err(g)?;
+            let runs: i64 = c
+                .query_row("SELECT COUNT(*) FROM runs", [], |r| r.get(0))
+                .map_err(g)?;
+            let mut stored = 0u64;
+            for suffix in ["", "-wal"] {
+                let mut p = path.clone().into_os_string();
+                p.push(suffix);
+                stored += std::fs::metadata(&p).map(|m| m.len()).unwrap_or(0);
+            }
+            Ok(StoreStats {
+                tenants: count(tenants)?,
+                threads: count(threads)?,
+                runs: count(runs)?,
+                events: count(events)?,
+                raw_bytes: count(raw)?,
+                stored_bytes: stored,
+            })
+        })
+        .await
+    }
+
+    async fn flush(&self) -> Result<()> {
+        self.write(|reply| Op::Flush { reply }).await
+    }
+
+    async fn close(&self) -> Result<()> {
+        if self.inner.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        self.inner.hub.close_all();
+        // Dropping the sender lets the writer drain, checkpoint and stop.
+        drop(
+            self.inner
+                .tx
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take(),
+        );
+        let handle = self
+            .inner
+            .writer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(h) = handle {
+            tokio::task::spawn_blocking(move || h.join())
+                .await
+                .map_err(|_| StoreError::internal("the writer could not be stopped"))?
+                .map_err(|_| StoreError::internal("the writer stopped abnormally"))?;
+        }
+        self.inner
+            .readers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+        Ok(())
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Without an explicit close, stop the writer (it drains first).
+        drop(self.tx.lock().unwrap_or_else(|p| p.into_inner()).take());
+        if let Some(h) = self.writer.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            let _ = h.join();
+        }
+    }
+}

@@ -5,7 +5,7 @@ use agui_history::reduce::Reducer;
 
 use crate::error::Result;
 use crate::store::{Restored, checkpointable, reduce_failed, usable_checkpoint};
-use crate::types::{RunFilter, StoredEvent};
+use crate::types::{RunFilter, RunRecord, StoredEvent};
 use crate::{Conversation, EventStore, checkpoint};
 
 /// The thread's preamble: the events before its first `RUN_STARTED`.
@@ -33,58 +33,68 @@ pub(crate) async fn preamble<S: EventStore + ?Sized>(
     }
 }
 
-/// See [`EventStore::restore`].
+/// See [`EventStore::restore`]. Walks up from the run to the nearest run
+/// with a usable checkpoint (usually the run itself, one lookup), then
+/// replays the runs below it, storing the checkpoints it rebuilds.
 pub(crate) async fn restore<S: EventStore + ?Sized>(
     store: &S,
     tenant: &str,
     thread: &str,
     run_id: &str,
 ) -> Result<Restored> {
-    let path = store.branch(tenant, thread, run_id).await?;
-    // The deepest run of the branch with a usable checkpoint.
-    let mut start: Option<(usize, Conversation)> = None;
-    for (i, run) in path.iter().enumerate().rev() {
-        if !checkpointable(run.status) {
-            continue;
+    let target = store.run(tenant, thread, run_id).await?;
+    // Runs to replay, deepest first.
+    let mut chain: Vec<RunRecord> = Vec::new();
+    let mut cur = target.clone();
+    let base = loop {
+        if checkpointable(cur.status) {
+            let blob = store.load_checkpoint(tenant, thread, &cur.run_id).await?;
+            if let Some(c) = blob.and_then(|b| usable_checkpoint(&b, cur.last_seq)) {
+                break Some(c);
+            }
         }
-        let blob = store.load_checkpoint(tenant, thread, &run.run_id).await?;
-        if let Some(conversation) = blob.and_then(|b| usable_checkpoint(&b, run.last_seq)) {
-            start = Some((i, conversation));
-            break;
+        let parent = match cur.parent_run_id.as_deref() {
+            Some(p) => match store.run(tenant, thread, p).await {
+                Ok(parent) if parent.first_seq < cur.first_seq => Some(parent),
+                Ok(_) => None,
+                Err(e) if e.kind() == crate::ErrorKind::NotFound => None,
+                Err(e) => return Err(e),
+            },
+            None => None,
+        };
+        chain.push(cur);
+        match parent {
+            Some(p) => cur = p,
+            None => break None,
         }
-    }
-    let target = &path[path.len() - 1];
-    let (from, mut conversation) = match start {
-        Some((i, c)) if i + 1 == path.len() => {
+    };
+    let mut conversation = match base {
+        Some(c) if chain.is_empty() => {
             return Ok(Restored {
-                run_id: target.run_id.clone(),
+                run_id: target.run_id,
                 last_seq: target.last_seq,
                 conversation: c,
                 from_checkpoint: true,
                 rebuilt: 0,
             });
         }
-        Some((i, c)) => (i + 1, c),
+        Some(c) => c,
         None => {
             let mut reducer = Reducer::new(Conversation::default());
             for e in preamble(store, tenant, thread).await? {
-                reducer
-                    .apply(&e.event)
-                    .map_err(|err| reduce_failed(&path[0].run_id, err))?;
+                reducer.apply(&e.event).map_err(reduce_failed)?;
             }
-            (0, reducer.into_conversation())
+            reducer.into_conversation()
         }
     };
     let mut rebuilt = 0;
-    for run in &path[from..] {
+    for run in chain.iter().rev() {
         let mut reducer = Reducer::new(conversation);
         for e in store
             .read_range(tenant, thread, run.first_seq, run.last_seq)
             .await?
         {
-            reducer
-                .apply(&e.event)
-                .map_err(|err| reduce_failed(&run.run_id, err))?;
+            reducer.apply(&e.event).map_err(reduce_failed)?;
         }
         conversation = reducer.into_conversation();
         if checkpointable(run.status) {
@@ -103,7 +113,7 @@ pub(crate) async fn restore<S: EventStore + ?Sized>(
         }
     }
     Ok(Restored {
-        run_id: target.run_id.clone(),
+        run_id: target.run_id,
         last_seq: target.last_seq,
         conversation,
         from_checkpoint: false,

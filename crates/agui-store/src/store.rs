@@ -251,7 +251,6 @@ pub(crate) fn usable_checkpoint(blob: &[u8], last_seq: u64) -> Option<Conversati
 }
 
 /// Maps a reduce failure to a portable error.
-pub(crate) fn reduce_failed(run_id: &str, err: impl std::fmt::Display) -> StoreError {
-    let _ = run_id;
-    StoreError::invalid(format!("the run's events cannot be reduced: {err}"))
+pub(crate) fn reduce_failed(err: agui_history::reduce::ReduceError) -> StoreError {
+    StoreError::invalid("the branch's events cannot be reduced").with_source(err)
 }

@@ -1,0 +1,160 @@
+//! Connections, schema and native error mapping.
+
+use std::path::Path;
+use std::time::Duration;
+
+use agui_store::{ErrorKind, RunStatus, StoreError};
+use rusqlite::{Connection, OpenFlags, ffi};
+
+/// The schema. Ids are BLOBs (exact bytes: NUL and any Unicode round-trip).
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS threads (
+    id              INTEGER PRIMARY KEY,
+    tenant          BLOB NOT NULL,
+    thread          BLOB NOT NULL,
+    agent           BLOB,
+    created_at      INTEGER NOT NULL,
+    updated_at      INTEGER NOT NULL,
+    last_seq        INTEGER NOT NULL,
+    bytes           INTEGER NOT NULL,
+    run_count       INTEGER NOT NULL,
+    last_run        BLOB,
+    last_run_status INTEGER,
+    UNIQUE (tenant, thread)
+);
+CREATE INDEX IF NOT EXISTS threads_by_activity ON threads (tenant, updated_at DESC, thread);
+CREATE INDEX IF NOT EXISTS threads_by_agent ON threads (tenant, agent, updated_at DESC, thread);
+CREATE TABLE IF NOT EXISTS chunks (
+    thread_id   INTEGER NOT NULL,
+    first_seq   INTEGER NOT NULL,
+    last_seq    INTEGER NOT NULL,
+    received_at INTEGER NOT NULL,
+    codec       INTEGER NOT NULL,
+    raw_len     INTEGER NOT NULL,
+    crc         INTEGER NOT NULL,
+    data        BLOB NOT NULL,
+    PRIMARY KEY (thread_id, first_seq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS runs (
+    thread_id     INTEGER NOT NULL,
+    run_id        BLOB NOT NULL,
+    tenant        BLOB NOT NULL,
+    parent_run_id BLOB,
+    agent         BLOB,
+    status        INTEGER NOT NULL,
+    started_at    INTEGER NOT NULL,
+    finished_at   INTEGER,
+    first_seq     INTEGER NOT NULL,
+    last_seq      INTEGER NOT NULL,
+    event_count   INTEGER NOT NULL,
+    bytes         INTEGER NOT NULL,
+    PRIMARY KEY (thread_id, run_id)
+);
+CREATE INDEX IF NOT EXISTS runs_by_seq ON runs (thread_id, first_seq);
+CREATE INDEX IF NOT EXISTS runs_by_parent ON runs (tenant, parent_run_id);
+CREATE INDEX IF NOT EXISTS runs_by_time ON runs (tenant, started_at);
+CREATE INDEX IF NOT EXISTS runs_by_status ON runs (status) WHERE status = 0;
+CREATE TABLE IF NOT EXISTS checkpoints (
+    thread_id INTEGER NOT NULL,
+    run_id    BLOB NOT NULL,
+    blob      BLOB NOT NULL,
+    PRIMARY KEY (thread_id, run_id)
+);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+INSERT OR IGNORE INTO meta (key, value) VALUES ('schema', 'agui-store-sqlite/1');
+";
+
+/// Opens a connection with the store's pragmas. `write` connections create
+/// the file and the schema.
+pub fn connect(path: &Path, write: bool) -> Result<Connection, StoreError> {
+    let flags = if write {
+        OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX
+    } else {
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX
+    };
+    let conn = Connection::open_with_flags(path, flags).map_err(|e| map(e, "open the store"))?;
+    conn.busy_timeout(Duration::from_secs(30))
+        .map_err(|e| map(e, "open the store"))?;
+    conn.set_prepared_statement_cache_capacity(64);
+    if write {
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(|e| map(e, "open the store"))?;
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(|e| map(e, "open the store"))?;
+        conn.execute_batch(SCHEMA)
+            .map_err(|e| map(e, "create the schema"))?;
+        let version: String = conn
+            .query_row("SELECT value FROM meta WHERE key = 'schema'", [], |r| {
+                r.get(0)
+            })
+            .map_err(|e| map(e, "read the schema version"))?;
+        if version != "agui-store-sqlite/1" {
+            return Err(StoreError::new(
+                ErrorKind::Unsupported,
+                "the database was written by another version of the store",
+            ));
+        }
+    }
+    conn.pragma_update(None, "cache_size", -32_768)
+        .map_err(|e| map(e, "open the store"))?;
+    Ok(conn)
+}
+
+/// Maps a native error onto the portable kinds. The public message says
+/// what was being done; the native error (SQL, paths) stays in `source`.
+pub fn map(err: rusqlite::Error, doing: &str) -> StoreError {
+    let kind = match &err {
+        rusqlite::Error::SqliteFailure(e, _) => match e.code {
+            ffi::ErrorCode::DatabaseCorrupt | ffi::ErrorCode::NotADatabase => ErrorKind::Corrupt,
+            ffi::ErrorCode::DatabaseBusy
+            | ffi::ErrorCode::DatabaseLocked
+            | ffi::ErrorCode::DiskFull
+            | ffi::ErrorCode::SystemIoFailure
+            | ffi::ErrorCode::CannotOpen
+            | ffi::ErrorCode::ReadOnly
+            | ffi::ErrorCode::PermissionDenied
+            | ffi::ErrorCode::OutOfMemory
+            | ffi::ErrorCode::FileLockingProtocolFailed => ErrorKind::Unavailable,
+            ffi::ErrorCode::TooBig => ErrorKind::Invalid,
+            _ => ErrorKind::Internal,
+        },
+        rusqlite::Error::FromSqlConversionFailure(..)
+        | rusqlite::Error::InvalidColumnType(..)
+        | rusqlite::Error::IntegralValueOutOfRange(..) => ErrorKind::Corrupt,
+        _ => ErrorKind::Internal,
+    };
+    StoreError::new(kind, format!("the store could not {doing}")).with_source(err)
+}
+
+/// Status as stored.
+pub fn status_code(s: RunStatus) -> i64 {
+    match s {
+        RunStatus::Running => 0,
+        RunStatus::Finished => 1,
+        RunStatus::Error => 2,
+        RunStatus::Interrupted => 3,
+    }
+}
+
+/// Status from its stored code.
+pub fn status_from(code: i64) -> Result<RunStatus, StoreError> {
+    Ok(match code {
+        0 => RunStatus::Running,
+        1 => RunStatus::Finished,
+        2 => RunStatus::Error,
+        3 => RunStatus::Interrupted,
+        _ => return Err(StoreError::corrupt("a stored run status is unknown")),
+    })
+}
+
+/// A stored id (BLOB) back to a string.
+pub fn text(bytes: Vec<u8>) -> Result<String, StoreError> {
+    String::from_utf8(bytes).map_err(|_| StoreError::corrupt("a stored id is not UTF-8"))
+}
+
+/// A stored count back to `u64`.
+pub fn count(v: i64) -> Result<u64, StoreError> {
+    u64::try_from(v).map_err(|_| StoreError::corrupt("a stored count is negative"))
+}

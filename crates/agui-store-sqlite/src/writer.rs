@@ -1,0 +1,604 @@
+//! The single writer thread: every write goes through it, grouped into one
+//! transaction per wake-up (group commit), each request in its own savepoint
+//! so that one failing request does not fail the others.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::mpsc;
+
+use agui_protocol::Event;
+use agui_store::index::{BatchPlan, ThreadHead, plan_batch};
+use agui_store::subscribe::Hub;
+use agui_store::{
+    AppendRequest, Appended, Durability, Result, RunStatus, StoreError, StoredEvent, Timestamp,
+    check_id,
+};
+use rusqlite::{Connection, OptionalExtension, params};
+use tokio::sync::oneshot;
+
+use crate::chunk;
+use crate::db::{self, map, status_code, status_from};
+
+/// Events per chunk row (a batch larger than this spans several rows).
+const CHUNK_EVENTS: usize = 1024;
+/// Requests grouped into one transaction at most.
+const GROUP: usize = 512;
+/// Thread heads kept in memory at most.
+const HEADS: usize = 100_000;
+
+/// One write request.
+pub enum Op {
+    Append {
+        tenant: String,
+        thread: String,
+        req: AppendRequest,
+        reply: oneshot::Sender<Result<(Appended, BatchPlan)>>,
+    },
+    SaveCheckpoint {
+        tenant: String,
+        thread: String,
+        run_id: String,
+        blob: Vec<u8>,
+        reply: oneshot::Sender<Result<()>>,
+    },
+    Delete {
+        tenant: String,
+        thread: String,
+        reply: oneshot::Sender<Result<()>>,
+    },
+    MarkInterrupted {
+        reply: oneshot::Sender<Result<u64>>,
+    },
+    Flush {
+        reply: oneshot::Sender<Result<()>>,
+    },
+}
+
+impl Op {
+    fn needs_sync(&self) -> bool {
+        match self {
+            Op::Append { req, .. } => {
+                req.durability == Durability::Append
+                    || req.events.iter().any(|e| e.event_type().is_run_terminal())
+            }
+            Op::Flush { .. } | Op::MarkInterrupted { .. } | Op::Delete { .. } => true,
+            Op::SaveCheckpoint { .. } => false,
+        }
+    }
+}
+
+#[derive(Clone)]
+struct Head {
+    id: i64,
+    head: ThreadHead,
+}
+
+/// The outcome of one request, delivered after the commit.
+enum Done {
+    Append {
+        reply: oneshot::Sender<Result<(Appended, BatchPlan)>>,
+        result: Result<(Appended, BatchPlan)>,
+        publish: Option<(String, String, Vec<StoredEvent>)>,
+    },
+    Unit {
+        reply: oneshot::Sender<Result<()>>,
+        result: Result<()>,
+        closed: Option<(String, String)>,
+    },
+    Count {
+        reply: oneshot::Sender<Result<u64>>,
+        result: Result<u64>,
+    },
+}
+
+impl Done {
+    fn fail(self, err: &StoreError) {
+        let again = || StoreError::new(err.kind(), err.message().to_owned());
+        match self {
+            Done::Append { reply, .. } => drop(reply.send(Err(again()))),
+            Done::Unit { reply, .. } => drop(reply.send(Err(again()))),
+            Done::Count { reply, .. } => drop(reply.send(Err(again()))),
+        }
+    }
+
+    fn is_ok(&self) -> bool {
+        match self {
+            Done::Append { result, .. } => result.is_ok(),
+            Done::Unit { result, .. } => result.is_ok(),
+            Done::Count { result, .. } => result.is_ok(),
+        }
+    }
+}
+
+/// The writer: owns the write connection and the cache of thread heads.
+pub struct Writer {
+    conn: Connection,
+    hub: Arc<Hub>,
+    heads: HashMap<(String, String), Head>,
+    synchronous_full: bool,
+}
+
+impl Writer {
+    /// Opens the write connection (creating the schema).
+    pub fn open(path: &Path, hub: Arc<Hub>) -> Result<Writer> {
+        Ok(Writer {
+            conn: db::connect(path, true)?,
+            hub,
+            heads: HashMap::new(),
+            synchronous_full: false,
+        })
+    }
+
+    /// Serves requests until every sender is gone, then checkpoints the WAL.
+    pub fn run(mut self, rx: mpsc::Receiver<Op>) {
+        while let Ok(first) = rx.recv() {
+            let mut group = vec![first];
+            while group.len() < GROUP {
+                match rx.try_recv() {
+                    Ok(op) => group.push(op),
+                    Err(_) => break,
+                }
+            }
+            self.process(group);
+        }
+        // A clean close leaves everything in the main file.
+        let _ = self
+            .conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
+    }
+
+    fn process(&mut self, group: Vec<Op>) {
+        let sync = group.iter().any(Op::needs_sync);
+        if sync != self.synchronous_full {
+            let mode = if sync { "FULL" } else { "NORMAL" };
+            match self.conn.pragma_update(None, "synchronous", mode) {
+                Ok(()) => self.synchronous_full = sync,
+                Err(e) => return fail_all(group, &map(e, "configure durability")),
+            }
+        }
+        if let Err(e) = self.conn.execute_batch("BEGIN IMMEDIATE") {
+            return fail_all(group, &map(e, "start a transaction"));
+        }
+        let mut overlay: HashMap<(String, String), Option<Head>> = HashMap::new();
+        let mut done = Vec::with_capacity(group.len());
+        for op in group {
+            if let Err(e) = self.conn.execute_batch("SAVEPOINT op") {
+                let err = map(e, "start a savepoint");
+                done.push(failed(op, err));
+                continue;
+            }
+            let mut local: HashMap<(String, String), Option<Head>> = HashMap::new();
+            let resets_heads = matches!(op, Op::MarkInterrupted { .. });
+            let d = self.apply(op, &overlay, &mut local, sync);
+            if d.is_ok() {
+                let _ = self.conn.execute_batch("RELEASE op");
+                if resets_heads {
+                    // Heads of this group may name runs whose status changed:
+                    // forget them (the connection sees the truth).
+                    overlay.clear();
+                }
+                overlay.extend(local);
+            } else {
+                let _ = self.conn.execute_batch("ROLLBACK TO op; RELEASE op");
+            }
+            done.push(d);
+        }
+        if let Err(e) = self.conn.execute_batch("COMMIT") {
+            let err = map(e, "commit");
+            let _ = self.conn.execute_batch("ROLLBACK");
+            self.heads.clear();
+            for d in done {
+                d.fail(&err);
+            }
+            return;
+        }
+        if self.heads.len() + overlay.len() > HEADS {
+            self.heads.clear();
+        }
+        for (k, v) in overlay {
+            match v {
+                Some(h) => {
+                    self.heads.insert(k, h);
+                }
+                None => {
+                    self.heads.remove(&k);
+                }
+            }
+        }
+        for d in done {
+            match d {
+                Done::Append {
+                    reply,
+                    result,
+                    publish,
+                } => {
+                    if let Some((tenant, thread, events)) = publish {
+                        self.hub.publish(&tenant, &thread, events);
+                    }
+                    let _ = reply.send(result);
+                }
+                Done::Unit {
+                    reply,
+                    result,
+                    closed,
+                } => {
+                    if let Some((tenant, thread)) = closed {
+                        self.hub.close_thread(&tenant, &thread);
+                    }
+                    let _ = reply.send(result);
+                }
+                Done::Count { reply, result } => {
+                    let _ = reply.send(result);
+                }
+            }
+        }
+    }
+
+    fn apply(
+        &mut self,
+        op: Op,
+        overlay: &HashMap<(String, String), Option<Head>>,
+        local: &mut HashMap<(String, String), Option<Head>>,
+        sync: bool,
+    ) -> Done {
+        match op {
+            Op::Append {
+                tenant,
+                thread,
+                req,
+                reply,
+            } => {
+                let result = self.append(&tenant, &thread, req, overlay, local, sync);
+                match result {
+                    Ok((appended, plan, events)) => Done::Append {
+                        reply,
+                        result: Ok((appended, plan)),
+                        publish: events.map(|e| (tenant, thread, e)),
+                    },
+                    Err(e) => Done::Append {
+                        reply,
+                        result: Err(e),
+                        publish: None,
+                    },
+                }
+            }
+            Op::SaveCheckpoint {
+                tenant,
+                thread,
+                run_id,
+                blob,
+                reply,
+            } => Done::Unit {
+                reply,
+                result: self.save_checkpoint(&tenant, &thread, &run_id, &blob),
+                closed: None,
+            },
+            Op::Delete {
+                tenant,
+                thread,
+                reply,
+            } => {
+                let result = self.delete(&tenant, &thread);
+                let closed = result.is_ok().then(|| (tenant.clone(), thread.clone()));
+                local.insert((tenant, thread), None);
+                Done::Unit {
+                    reply,
+                    result,
+                    closed,
+                }
+            }
+            Op::MarkInterrupted { reply } => {
+                let result = self.mark_interrupted();
+                // Cached heads may name a run that changed status.
+                self.heads.clear();
+                Done::Count { reply, result }
+            }
+            Op::Flush { reply } => Done::Unit {
+                reply,
+                result: Ok(()),
+                closed: None,
+            },
+        }
+    }
+
+    fn load_head(&self, tenant: &str, thread: &str) -> Result<Option<Head>> {
+        let row = self
+            .conn
+            .prepare_cached(
+                "SELECT id, last_seq, updated_at, last_run, last_run_status FROM threads
+                 WHERE tenant = ?1 AND thread = ?2",
+            )
+            .and_then(|mut st| {
+                st.query_row(params![tenant.as_bytes(), thread.as_bytes()], |r| {
+                    Ok((
+                        r.get::<_, i64>(0)?,
+                        r.get::<_, i64>(1)?,
+                        r.get::<_, i64>(2)?,
+                        r.get::<_, Option<Vec<u8>>>(3)?,
+                        r.get::<_, Option<i64>>(4)?,
+                    ))
+                })
+                .optional()
+            })
+            .map_err(|e| map(e, "read a thread"))?;
+        let Some((id, last_seq, updated_at, last_run, status)) = row else {
+            return Ok(None);
+        };
+        let last_run = match (last_run, status) {
+            (Some(r), Some(s)) => Some((db::text(r)?, status_from(s)?)),
+            _ => None,
+        };
+        Ok(Some(Head {
+            id,
+            head: ThreadHead {
+                last_seq: db::count(last_seq)?,
+                updated_at: Some(Timestamp(updated_at)),
+                last_run,
+            },
+        }))
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn append(
+        &mut self,
+        tenant: &str,
+        thread: &str,
+        req: AppendRequest,
+        overlay: &HashMap<(String, String), Option<Head>>,
+        local: &mut HashMap<(String, String), Option<Head>>,
+        sync: bool,
+    ) -> Result<(Appended, BatchPlan, Option<Vec<StoredEvent>>)> {
+        check_id("tenant", tenant)?;
+        check_id("thread", thread)?;
+        let key = (tenant.to_owned(), thread.to_owned());
+        let current = match overlay.get(&key) {
+            Some(h) => h.clone(),
+            None => match self.heads.get(&key) {
+                Some(h) => Some(h.clone()),
+                None => self.load_head(tenant, thread)?,
+            },
+        };
+        let head = current.as_ref().map(|h| h.head.clone()).unwrap_or_default();
+        if let Some(expected) = req.expected_seq.filter(|&e| e != head.last_seq) {
+            return Err(StoreError::conflict(expected, head.last_seq));
+        }
+        let now = req.received_at.unwrap_or_else(Timestamp::now);
+        let conn = &self.conn;
+        let thread_id = current.as_ref().map(|h| h.id);
+        let plan = plan_batch(&head, &req.events, req.agent.as_deref(), now, |run| {
+            let Some(id) = thread_id else {
+                return Ok(false);
+            };
+            conn.prepare_cached("SELECT 1 FROM runs WHERE thread_id = ?1 AND run_id = ?2")
+                .and_then(|mut st| st.exists(params![id, run.as_bytes()]))
+                .map_err(|e| map(e, "read the run index"))
+        })?;
+        let at = plan.received_at.0;
+        let id = match thread_id {
+            Some(id) => id,
+            None => {
+                conn.prepare_cached(
+                    "INSERT INTO threads (tenant, thread, agent, created_at, updated_at,
+                     last_seq, bytes, run_count) VALUES (?1, ?2, NULL, ?3, ?3, 0, 0, 0)",
+                )
+                .and_then(|mut st| st.execute(params![tenant.as_bytes(), thread.as_bytes(), at]))
+                .map_err(|e| map(e, "create a thread"))?;
+                conn.last_insert_rowid()
+            }
+        };
+        let mut seq = plan.first_seq;
+        for part in req.events.chunks(CHUNK_EVENTS) {
+            let c = chunk::encode(part)?;
+            let last = seq + part.len() as u64 - 1;
+            conn.prepare_cached(
+                "INSERT INTO chunks (thread_id, first_seq, last_seq, received_at, codec,
+                 raw_len, crc, data) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            )
+            .and_then(|mut st| {
+                st.execute(params![
+                    id,
+                    seq as i64,
+                    last as i64,
+                    at,
+                    c.codec,
+                    c.raw_len,
+                    c.crc,
+                    c.data
+                ])
+            })
+            .map_err(|e| map(e, "write events"))?;
+            seq = last + 1;
+        }
+        let mut new_runs = 0i64;
+        for u in &plan.runs {
+            if u.new {
+                new_runs += 1;
+                conn.prepare_cached(
+                    "INSERT INTO runs (thread_id, run_id, tenant, parent_run_id, agent, status,
+                     started_at, finished_at, first_seq, last_seq, event_count, bytes)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                )
+                .and_then(|mut st| {
+                    st.execute(params![
+                        id,
+                        u.run_id.as_bytes(),
+                        tenant.as_bytes(),
+                        u.parent_run_id.as_deref().map(str::as_bytes),
+                        u.agent.as_deref().map(str::as_bytes),
+                        status_code(u.status),
+                        u.started_at.0,
+                        u.finished_at.map(|t| t.0),
+                        u.first_seq as i64,
+                        u.last_seq as i64,
+                        u.add_events as i64,
+                        u.add_bytes as i64
+                    ])
+                })
+                .map_err(|e| map(e, "index a run"))?;
+            } else {
+                conn.prepare_cached(
+                    "UPDATE runs SET status = ?3, finished_at = COALESCE(?4, finished_at),
+                     last_seq = ?5, event_count = event_count + ?6, bytes = bytes + ?7
+                     WHERE thread_id = ?1 AND run_id = ?2",
+                )
+                .and_then(|mut st| {
+                    st.execute(params![
+                        id,
+                        u.run_id.as_bytes(),
+                        status_code(u.status),
+                        u.finished_at.map(|t| t.0),
+                        u.last_seq as i64,
+                        u.add_events as i64,
+                        u.add_bytes as i64
+                    ])
+                })
+                .map_err(|e| map(e, "index a run"))?;
+            }
+        }
+        let (last_run, last_status) = match &plan.head.last_run {
+            Some((r, s)) => (Some(r.as_bytes()), Some(status_code(*s))),
+            None => (None, None),
+        };
+        conn.prepare_cached(
+            "UPDATE threads SET updated_at = ?2, last_seq = ?3, bytes = bytes + ?4,
+             run_count = run_count + ?5, agent = COALESCE(?6, agent), last_run = ?7,
+             last_run_status = ?8 WHERE id = ?1",
+        )
+        .and_then(|mut st| {
+            st.execute(params![
+                id,
+                at,
+                plan.last_seq() as i64,
+                plan.bytes as i64,
+                new_runs,
+                req.agent.as_deref().map(str::as_bytes),
+                last_run,
+                last_status
+            ])
+        })
+        .map_err(|e| map(e, "update a thread"))?;
+        local.insert(
+            key,
+            Some(Head {
+                id,
+                head: plan.head.clone(),
+            }),
+        );
+        let appended = Appended {
+            first_seq: plan.first_seq,
+            last_seq: plan.last_seq(),
+            received_at: plan.received_at,
+            durable: sync,
+        };
+        let publish = self.hub.has_listeners(tenant, thread).then(|| {
+            req.events
+                .into_iter()
+                .zip(plan.first_seq..)
+                .map(|(event, seq): (Event, u64)| StoredEvent {
+                    seq,
+                    received_at: plan.received_at,
+                    event,
+                })
+                .collect()
+        });
+        Ok((appended, plan, publish))
+    }
+
+    fn thread_id(&self, tenant: &str, thread: &str) -> Result<Option<i64>> {
+        self.conn
+            .prepare_cached("SELECT id FROM threads WHERE tenant = ?1 AND thread = ?2")
+            .and_then(|mut st| {
+                st.query_row(params![tenant.as_bytes(), thread.as_bytes()], |r| r.get(0))
+                    .optional()
+            })
+            .map_err(|e| map(e, "read a thread"))
+    }
+
+    fn save_checkpoint(&self, tenant: &str, thread: &str, run: &str, blob: &[u8]) -> Result<()> {
+        let id = self
+            .thread_id(tenant, thread)?
+            .ok_or_else(|| StoreError::not_found("thread"))?;
+        let exists = self
+            .conn
+            .prepare_cached("SELECT 1 FROM runs WHERE thread_id = ?1 AND run_id = ?2")
+            .and_then(|mut st| st.exists(params![id, run.as_bytes()]))
+            .map_err(|e| map(e, "read the run index"))?;
+        if !exists {
+            return Err(StoreError::not_found("run"));
+        }
+        self.conn
+            .prepare_cached(
+                "INSERT INTO checkpoints (thread_id, run_id, blob) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (thread_id, run_id) DO UPDATE SET blob = excluded.blob",
+            )
+            .and_then(|mut st| st.execute(params![id, run.as_bytes(), blob]))
+            .map_err(|e| map(e, "store a checkpoint"))?;
+        Ok(())
+    }
+
+    fn delete(&self, tenant: &str, thread: &str) -> Result<()> {
+        let id = self
+            .thread_id(tenant, thread)?
+            .ok_or_else(|| StoreError::not_found("thread"))?;
+        for sql in [
+            "DELETE FROM chunks WHERE thread_id = ?1",
+            "DELETE FROM runs WHERE thread_id = ?1",
+            "DELETE FROM checkpoints WHERE thread_id = ?1",
+            "DELETE FROM threads WHERE id = ?1",
+        ] {
+            self.conn
+                .prepare_cached(sql)
+                .and_then(|mut st| st.execute(params![id]))
+                .map_err(|e| map(e, "delete a thread"))?;
+        }
+        Ok(())
+    }
+
+    fn mark_interrupted(&self) -> Result<u64> {
+        let now = Timestamp::now().0;
+        let running = status_code(RunStatus::Running);
+        let interrupted = status_code(RunStatus::Interrupted);
+        let n = self
+            .conn
+            .execute(
+                "UPDATE runs SET status = ?1, finished_at = ?2 WHERE status = ?3",
+                params![interrupted, now, running],
+            )
+            .map_err(|e| map(e, "mark runs interrupted"))?;
+        self.conn
+            .execute(
+                "UPDATE threads SET last_run_status = ?1 WHERE last_run_status = ?2",
+                params![interrupted, running],
+            )
+            .map_err(|e| map(e, "mark runs interrupted"))?;
+        Ok(n as u64)
+    }
+}
+
+fn failed(op: Op, err: StoreError) -> Done {
+    match op {
+        Op::Append { reply, .. } => Done::Append {
+            reply,
+            result: Err(err),
+            publish: None,
+        },
+        Op::SaveCheckpoint { reply, .. } | Op::Delete { reply, .. } | Op::Flush { reply } => {
+            Done::Unit {
+                reply,
+                result: Err(err),
+                closed: None,
+            }
+        }
+        Op::MarkInterrupted { reply } => Done::Count {
+            reply,
+            result: Err(err),
+        },
+    }
+}
+
+fn fail_all(group: Vec<Op>, err: &StoreError) {
+    for op in group {
+        failed(op, StoreError::new(err.kind(), err.message().to_owned())).fail(err);
+    }
+}
