@@ -6,7 +6,7 @@
 //!   kept in its place, each stream's pieces merged into one CONTENT / ARGS
 //!   where that cannot change what the reducer or the verifier sees; equal
 //!   to the official `compactEvents` wherever that one is right.
-//! - `Mode::Snapshot`: each run as a self-contained
+//! - [`Mode::Snapshot`] ([`SnapshotCompactor`]): each run as a self-contained
 //!   checkpoint: its `RUN_STARTED` (input messages normalized), one
 //!   `MESSAGES_SNAPSHOT`, one `STATE_SNAPSHOT`, its terminal event.
 //! - `Mode::Latest`: one run envelope holding the
@@ -16,17 +16,20 @@
 //! current conversation, never the whole log.
 
 mod deltas;
+mod envelope;
 mod fields;
+mod snapshot;
 mod state;
 
 use std::fmt;
 use std::str::FromStr;
 
-use agui_protocol::EnvelopeError;
+use agui_protocol::{EnvelopeError, Event};
 
 pub use deltas::{DeltaCompactor, compact_deltas};
+pub use snapshot::{SnapshotCompactor, compact_snapshot};
 
-use crate::reduce::ReduceError;
+use crate::reduce::{Conversation, ReduceError};
 
 /// The compaction modes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -105,4 +108,27 @@ pub enum CompactError {
     /// A broken internal invariant (a bug, reported instead of a panic).
     #[error("internal compaction error: {0}")]
     Internal(&'static str),
+}
+
+/// Compacts a whole sequence in `mode`, starting from `start` (the messages
+/// and state the consumer holds before the first event; `snapshot` and
+/// `latest` restate the conversation, so they need it; `deltas` never reads
+/// it). `branch` picks the run `latest` restates (default: the last run).
+pub fn compact<I>(
+    events: I,
+    mode: Mode,
+    start: &Conversation,
+    branch: Option<&str>,
+) -> Result<Vec<Event>, CompactError>
+where
+    I: IntoIterator<Item = Event>,
+{
+    match mode {
+        Mode::Deltas => compact_deltas(events),
+        Mode::Snapshot => compact_snapshot(events, start),
+        Mode::Latest => {
+            let _ = branch;
+            Err(CompactError::Internal("latest mode is being written"))
+        }
+    }
 }
