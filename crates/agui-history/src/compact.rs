@@ -9,7 +9,7 @@
 //! - [`Mode::Snapshot`] ([`SnapshotCompactor`]): each run as a self-contained
 //!   checkpoint: its `RUN_STARTED` (input messages normalized), one
 //!   `MESSAGES_SNAPSHOT`, one `STATE_SNAPSHOT`, its terminal event.
-//! - `Mode::Latest`: one run envelope holding the
+//! - [`Mode::Latest`] ([`compact_latest`]): one run envelope holding the
 //!   conversation at the end of one run along its own branch.
 //!
 //! All three are streaming: memory holds what is open at once and the
@@ -18,6 +18,7 @@
 mod deltas;
 mod envelope;
 mod fields;
+mod latest;
 mod snapshot;
 mod state;
 
@@ -27,6 +28,7 @@ use std::str::FromStr;
 use agui_protocol::{EnvelopeError, Event};
 
 pub use deltas::{DeltaCompactor, compact_deltas};
+pub use latest::{LatestOptions, compact_latest};
 pub use snapshot::{SnapshotCompactor, compact_snapshot};
 
 use crate::reduce::{Conversation, ReduceError};
@@ -126,9 +128,12 @@ where
     match mode {
         Mode::Deltas => compact_deltas(events),
         Mode::Snapshot => compact_snapshot(events, start),
-        Mode::Latest => {
-            let _ = branch;
-            Err(CompactError::Internal("latest mode is being written"))
-        }
+        Mode::Latest => compact_latest(
+            events,
+            &LatestOptions {
+                start: start.clone(),
+                branch: branch.map(str::to_owned),
+            },
+        ),
     }
 }
