@@ -289,10 +289,8 @@ pub fn export(
     };
     let own = run.first_event..=terminal_index;
     for i in own.clone() {
-        if let Some(e) = events.get(i) {
-            if timestamp_is_invalid(e) {
-                return Err(ArtifactError::InvalidTimestamp { event_index: i });
-            }
+        if events.get(i).is_some_and(timestamp_is_invalid) {
+            return Err(ArtifactError::InvalidTimestamp { event_index: i });
         }
     }
 

@@ -273,10 +273,12 @@ impl RunIndex {
         };
 
         self.len += 1;
-        if let Some(previous) = self.runs.last_mut() {
-            if previous.status == RunStatus::Running {
-                previous.status = RunStatus::Abandoned;
-            }
+        if let Some(previous) = self
+            .runs
+            .last_mut()
+            .filter(|r| r.status == RunStatus::Running)
+        {
+            previous.status = RunStatus::Abandoned;
         }
         let position = self.runs.len();
         let started_at = match view::timestamp(event) {
