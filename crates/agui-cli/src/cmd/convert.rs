@@ -1,9 +1,89 @@
+//! `agui convert`: re-frame an event stream (JSON array, NDJSON, SSE)
+//! losslessly: every event is written as the exact text it was read as.
+
+use std::io::Write;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// Arguments (being written).
-#[derive(clap::Args)]
-pub struct Args {}
+use agui_codec::{DecodeOptions, Format, Reader, Writer};
+use agui_protocol::chunks::ChunkExpander;
+use anyhow::Context;
 
-pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("not implemented yet")
+/// Arguments of `agui convert`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Input file (`-` or nothing for standard input); its format is detected
+    /// from the first bytes unless `--from` is given
+    pub input: Option<PathBuf>,
+    /// Output format
+    #[arg(long, value_parser = parse_format)]
+    pub to: Format,
+    /// Input format (default: detect `[` JSON array, `{` NDJSON, SSE fields)
+    #[arg(long, value_parser = parse_format)]
+    pub from: Option<Format>,
+    /// Expand TEXT_MESSAGE_CHUNK / TOOL_CALL_CHUNK / REASONING_MESSAGE_CHUNK
+    /// into START/CONTENT/END events, as the official client does
+    #[arg(long)]
+    pub expand_chunks: bool,
+    /// Number SSE frames with `id: <n>` lines, counting from this value
+    #[arg(long, value_name = "FIRST")]
+    pub sse_ids: Option<u64>,
+    /// Largest event accepted, in bytes
+    #[arg(long, value_name = "BYTES", default_value_t = agui_codec::DEFAULT_MAX_EVENT_SIZE)]
+    pub max_event_size: usize,
+}
+
+fn parse_format(s: &str) -> Result<Format, String> {
+    s.parse()
+}
+
+/// Runs `agui convert`.
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let input = crate::io::open_input(args.input.as_deref())?;
+    let name = match args.input.as_deref() {
+        Some(p) if p.as_os_str() != "-" => p.display().to_string(),
+        _ => "<stdin>".to_owned(),
+    };
+    let options = DecodeOptions {
+        format: args.from,
+        max_event_size: args.max_event_size,
+    };
+    let reader = Reader::with_options(input, options);
+    let mut writer = Writer::new(crate::io::stdout(), args.to);
+    let mut expander = args.expand_chunks.then(ChunkExpander::new);
+    let mut next_id = args.sse_ids;
+    let mut write = |writer: &mut Writer<_>, event: &agui_protocol::Event| match next_id.as_mut() {
+        Some(id) => {
+            let seq = *id;
+            *id = id.saturating_add(1);
+            writer.write_event_with_id(event, seq)
+        }
+        None => writer.write_event(event),
+    };
+    for (index, item) in reader.enumerate() {
+        let event = match item {
+            Ok(event) => event,
+            Err(err) => {
+                // Keep what was converted so far, then report.
+                writer.flush().context("cannot write to standard output")?;
+                return Err(err).with_context(|| format!("cannot decode {name}"));
+            }
+        };
+        match expander.as_mut() {
+            None => write(&mut writer, &event)?,
+            Some(expander) => {
+                let expanded = expander
+                    .push(&event)
+                    .with_context(|| format!("{name}: event {index}: cannot expand chunks"))?;
+                for event in &expanded {
+                    write(&mut writer, event)?;
+                }
+            }
+        }
+    }
+    // As the official transformChunks, items still open at the end are left
+    // open (no synthesized END events).
+    let mut out = writer.finish()?;
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
 }
