@@ -34,9 +34,9 @@ use std::thread::JoinHandle;
 use agui_store::cursor::{RunCursor, ThreadCursor};
 use agui_store::subscribe::{EventStream, Hub, PageReader, catch_up_then_live};
 use agui_store::{
-    AppendRequest, Appended, EventPage, EventStore, Result, RunFilter, RunPage, RunRecord,
-    StoreError, StoreStats, StoredEvent, ThreadFilter, ThreadInfo, ThreadPage, Timestamp, check_id,
-    page_size,
+    AppendRequest, Appended, ConversationCache, EventPage, EventStore, Result, RunFilter, RunPage,
+    RunRecord, StoreError, StoreStats, StoredEvent, ThreadFilter, ThreadInfo, ThreadPage,
+    Timestamp, check_id, page_size,
 };
 use async_trait::async_trait;
 use futures::FutureExt;
@@ -62,6 +62,7 @@ struct Inner {
     readers: Mutex<Vec<Connection>>,
     hub: Arc<Hub>,
     closed: AtomicBool,
+    cache: ConversationCache,
 }
 
 /// Reads the path of a `sqlite://` URL: `sqlite:///abs/path.db` or
@@ -108,6 +109,7 @@ impl SqliteStore {
                 readers: Mutex::new(Vec::new()),
                 hub,
                 closed: AtomicBool::new(false),
+                cache: ConversationCache::new(),
             }),
         })
     }
@@ -488,6 +490,7 @@ impl EventStore for SqliteStore {
     }
 
     async fn delete_thread(&self, tenant: &str, thread: &str) -> Result<()> {
+        self.inner.cache.forget(tenant, thread);
         let (tenant, thread) = (tenant.to_owned(), thread.to_owned());
         self.write(|reply| Op::Delete {
             tenant,
@@ -607,6 +610,10 @@ impl EventStore for SqliteStore {
             })
         })
         .await
+    }
+
+    fn conversation_cache(&self) -> Option<&ConversationCache> {
+        Some(&self.inner.cache)
     }
 
     async fn flush(&self) -> Result<()> {

@@ -31,6 +31,7 @@ pub mod conformance;
 pub use agui_history::reduce::Conversation;
 pub use error::{ErrorKind, Result, SeqConflict, StoreError};
 pub use memory::MemoryStore;
+pub use restore::ConversationCache;
 pub use store::{EventStore, Restored};
 pub use subscribe::EventStream;
 pub use types::{

@@ -8,7 +8,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use async_trait::async_trait;
 use futures::FutureExt;
 
-use crate::EventStore;
 use crate::cursor::{RunCursor, ThreadCursor};
 use crate::error::{Result, StoreError};
 use crate::index::{ThreadHead, plan_batch};
@@ -17,6 +16,7 @@ use crate::types::{
     AppendRequest, Appended, EventPage, RunFilter, RunPage, RunRecord, RunStatus, StoreStats,
     StoredEvent, ThreadFilter, ThreadInfo, ThreadPage, Timestamp, check_id, page_size,
 };
+use crate::{ConversationCache, EventStore};
 
 /// The in-memory store. Cloning gives another handle on the same data.
 #[derive(Clone, Default)]
@@ -29,6 +29,7 @@ struct Inner {
     state: Arc<Mutex<State>>,
     hub: Hub,
     closed: AtomicBool,
+    cache: ConversationCache,
 }
 
 #[derive(Default)]
@@ -85,6 +86,7 @@ impl MemoryStore {
                 state: self.inner.state.clone(),
                 hub: Hub::new(),
                 closed: AtomicBool::new(false),
+                cache: ConversationCache::new(),
             }),
         }
     }
@@ -360,6 +362,7 @@ impl EventStore for MemoryStore {
             return Err(StoreError::not_found("thread"));
         }
         self.inner.hub.close_thread(tenant, thread);
+        self.inner.cache.forget(tenant, thread);
         Ok(())
     }
 
@@ -455,6 +458,10 @@ impl EventStore for MemoryStore {
             s.stored_bytes += t.bytes + t.checkpoints.values().map(|c| c.len() as u64).sum::<u64>();
         }
         Ok(s)
+    }
+
+    fn conversation_cache(&self) -> Option<&ConversationCache> {
+        Some(&self.inner.cache)
     }
 
     async fn flush(&self) -> Result<()> {

@@ -1,6 +1,9 @@
 //! Restoring a run's conversation through checkpoints (shared by every
 //! backend through [`EventStore::restore`]).
 
+use std::collections::HashMap;
+use std::sync::Mutex;
+
 use agui_history::reduce::Reducer;
 
 use crate::error::Result;
@@ -33,9 +36,72 @@ pub(crate) async fn preamble<S: EventStore + ?Sized>(
     }
 }
 
+/// The latest conversation built per thread (see
+/// [`EventStore::conversation_cache`]), bounded in threads.
+#[derive(Default)]
+pub struct ConversationCache {
+    entries: Mutex<HashMap<(String, String), Cached>>,
+}
+
+/// A cached conversation: run id, last sequence number, conversation.
+type Cached = (String, u64, Conversation);
+
+/// Threads a [`ConversationCache`] remembers at most.
+const CACHED_THREADS: usize = 256;
+
+impl ConversationCache {
+    /// An empty cache.
+    pub fn new() -> ConversationCache {
+        ConversationCache::default()
+    }
+
+    fn take(
+        &self,
+        tenant: &str,
+        thread: &str,
+        run_id: &str,
+        last_seq: u64,
+    ) -> Option<Conversation> {
+        let mut map = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        let key = (tenant.to_owned(), thread.to_owned());
+        match map.get(&key) {
+            Some((r, s, _)) if r == run_id && *s == last_seq => map.remove(&key).map(|e| e.2),
+            _ => None,
+        }
+    }
+
+    fn put(&self, tenant: &str, thread: &str, run_id: &str, last_seq: u64, c: Conversation) {
+        let mut map = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        if map.len() >= CACHED_THREADS {
+            map.clear();
+        }
+        map.insert(
+            (tenant.to_owned(), thread.to_owned()),
+            (run_id.to_owned(), last_seq, c),
+        );
+    }
+
+    /// Forgets a thread (deleted).
+    pub fn forget(&self, tenant: &str, thread: &str) {
+        let mut map = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        map.remove(&(tenant.to_owned(), thread.to_owned()));
+    }
+}
+
+/// Where the replay starts.
+enum Base {
+    /// A checkpoint's text (parsed only if something must be replayed).
+    Text(String),
+    /// A conversation already in memory.
+    Value(Conversation),
+    /// Nothing: replay from the preamble.
+    Empty,
+}
+
 /// See [`EventStore::restore`]. Walks up from the run to the nearest run
-/// with a usable checkpoint (usually the run itself, one lookup), then
-/// replays the runs below it, storing the checkpoints it rebuilds.
+/// with a usable checkpoint (usually the run itself: one lookup and no
+/// parsing), then replays the runs below it, storing the checkpoints it
+/// rebuilds.
 pub(crate) async fn restore<S: EventStore + ?Sized>(
     store: &S,
     tenant: &str,
@@ -43,14 +109,22 @@ pub(crate) async fn restore<S: EventStore + ?Sized>(
     run_id: &str,
 ) -> Result<Restored> {
     let target = store.run(tenant, thread, run_id).await?;
+    let cache = store.conversation_cache();
     // Runs to replay, deepest first.
     let mut chain: Vec<RunRecord> = Vec::new();
     let mut cur = target.clone();
     let base = loop {
         if checkpointable(cur.status) {
+            let cached = match cache {
+                Some(c) if !chain.is_empty() => c.take(tenant, thread, &cur.run_id, cur.last_seq),
+                _ => None,
+            };
+            if let Some(c) = cached {
+                break Base::Value(c);
+            }
             let blob = store.load_checkpoint(tenant, thread, &cur.run_id).await?;
-            if let Some(c) = blob.and_then(|b| usable_checkpoint(&b, cur.last_seq)) {
-                break Some(c);
+            if let Some(json) = blob.and_then(|b| usable_checkpoint(&b, cur.last_seq)) {
+                break Base::Text(json);
             }
         }
         let parent = match cur.parent_run_id.as_deref() {
@@ -65,21 +139,24 @@ pub(crate) async fn restore<S: EventStore + ?Sized>(
         chain.push(cur);
         match parent {
             Some(p) => cur = p,
-            None => break None,
+            None => break Base::Empty,
         }
     };
     let mut conversation = match base {
-        Some(c) if chain.is_empty() => {
+        Base::Text(json) if chain.is_empty() => {
             return Ok(Restored {
                 run_id: target.run_id,
                 last_seq: target.last_seq,
-                conversation: c,
+                json,
                 from_checkpoint: true,
                 rebuilt: 0,
             });
         }
-        Some(c) => c,
-        None => {
+        Base::Text(json) => serde_json::from_str(&json).map_err(|e| {
+            crate::StoreError::corrupt("a checkpoint is not a conversation").with_source(e)
+        })?,
+        Base::Value(c) => c,
+        Base::Empty => {
             let mut reducer = Reducer::new(Conversation::default());
             for e in preamble(store, tenant, thread).await? {
                 reducer.apply(&e.event).map_err(reduce_failed)?;
@@ -88,6 +165,7 @@ pub(crate) async fn restore<S: EventStore + ?Sized>(
         }
     };
     let mut rebuilt = 0;
+    let mut json = String::new();
     for run in chain.iter().rev() {
         let mut reducer = Reducer::new(conversation);
         for e in store
@@ -97,10 +175,10 @@ pub(crate) async fn restore<S: EventStore + ?Sized>(
             reducer.apply(&e.event).map_err(reduce_failed)?;
         }
         conversation = reducer.into_conversation();
+        json = serde_json::to_string(&conversation).map_err(|e| {
+            crate::StoreError::internal("a conversation cannot be serialized").with_source(e)
+        })?;
         if checkpointable(run.status) {
-            let json = serde_json::to_string(&conversation).map_err(|e| {
-                crate::StoreError::internal("a conversation cannot be serialized").with_source(e)
-            })?;
             store
                 .save_checkpoint(
                     tenant,
@@ -112,10 +190,19 @@ pub(crate) async fn restore<S: EventStore + ?Sized>(
             rebuilt += 1;
         }
     }
+    if let Some(cache) = cache.filter(|_| checkpointable(target.status)) {
+        cache.put(
+            tenant,
+            thread,
+            &target.run_id,
+            target.last_seq,
+            conversation,
+        );
+    }
     Ok(Restored {
         run_id: target.run_id,
         last_seq: target.last_seq,
-        conversation,
+        json,
         from_checkpoint: false,
         rebuilt,
     })

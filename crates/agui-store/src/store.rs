@@ -13,18 +13,33 @@ use crate::types::{
 use crate::{Conversation, checkpoint, restore};
 
 /// A run's conversation, restored.
+///
+/// The conversation is handed over as the JSON text of `{messages, state}`,
+/// exactly as checkpointed: restoring from a checkpoint costs reading and
+/// checking its bytes, never parsing them. [`Restored::conversation`] parses
+/// on demand.
 #[derive(Debug, Clone)]
 pub struct Restored {
     /// The run.
     pub run_id: String,
     /// The last sequence number the conversation covers.
     pub last_seq: u64,
-    /// `{messages, state}` along the run's branch, up to the run's last event.
-    pub conversation: Conversation,
+    /// `{"messages":[...],"state":...}` along the run's branch, up to the
+    /// run's last event.
+    pub json: String,
     /// True when it came from the run's own stored checkpoint unchanged.
     pub from_checkpoint: bool,
     /// How many checkpoints were rebuilt from the log (and stored) to answer.
     pub rebuilt: usize,
+}
+
+impl Restored {
+    /// Parses the conversation (lossless: key order and numbers kept).
+    pub fn conversation(&self) -> Result<Conversation> {
+        serde_json::from_str(&self.json).map_err(|e| {
+            StoreError::corrupt("a restored conversation is not valid JSON").with_source(e)
+        })
+    }
 }
 
 /// A persistent, tenant-scoped log of AG-UI events per thread, with a run
@@ -224,6 +239,13 @@ pub trait EventStore: Send + Sync {
         restore::restore(self, tenant, thread, run_id).await
     }
 
+    /// The backend's cache of the latest conversation built per thread, if it
+    /// keeps one: building the next run's checkpoint then starts from it
+    /// instead of parsing the parent's checkpoint.
+    fn conversation_cache(&self) -> Option<&crate::ConversationCache> {
+        None
+    }
+
     /// Builds and stores the checkpoints of the runs a batch ended. Backends
     /// call this at the end of `append`. Failures are not append failures (the
     /// events are committed): a run whose checkpoint could not be built gets
@@ -240,14 +262,11 @@ pub(crate) fn checkpointable(status: RunStatus) -> bool {
     status != RunStatus::Running
 }
 
-/// Decodes a checkpoint blob into a conversation, when valid and covering
-/// exactly `last_seq`.
-pub(crate) fn usable_checkpoint(blob: &[u8], last_seq: u64) -> Option<Conversation> {
+/// The JSON text of a checkpoint blob, when intact and covering exactly
+/// `last_seq`.
+pub(crate) fn usable_checkpoint(blob: &[u8], last_seq: u64) -> Option<String> {
     let decoded = checkpoint::decode(blob).ok()?;
-    if decoded.last_seq != last_seq {
-        return None;
-    }
-    serde_json::from_str(&decoded.json).ok()
+    (decoded.last_seq == last_seq).then_some(decoded.json)
 }
 
 /// Maps a reduce failure to a portable error.

@@ -689,9 +689,9 @@ pub async fn checkpoints_are_used<B: Backend>(b: &B) {
         assert!(r.from_checkpoint, "run {run} restored from its checkpoint");
         assert_eq!(r.rebuilt, 0);
         let want = reduce_all(&s.read_branch(T, th, run).await.unwrap());
-        assert_eq!(conversation_text(&r.conversation), want);
+        assert_eq!(r.json, want);
     }
-    let b_text = conversation_text(&s.restore(T, th, "b").await.unwrap().conversation);
+    let b_text = s.restore(T, th, "b").await.unwrap().json;
     assert!(b_text.contains("second answer") && b_text.contains("first answer"));
     assert!(
         b_text.contains("preamble words"),
@@ -703,7 +703,7 @@ pub async fn checkpoints_are_used<B: Backend>(b: &B) {
     let r = s.restore(T, th, "c").await.unwrap();
     assert!(!r.from_checkpoint);
     assert_eq!(r.rebuilt, 0, "a running run gets no checkpoint");
-    assert!(conversation_text(&r.conversation).contains("third"));
+    assert!(r.json.contains("third"));
     assert!(s.load_checkpoint(T, th, "c").await.unwrap().is_none());
 }
 
@@ -720,12 +720,12 @@ pub async fn checkpoints_are_rebuilt_when_missing_or_damaged<B: Backend>(b: &B) 
         )
         .await;
     }
-    let want = conversation_text(&s.restore(T, th, "r3").await.unwrap().conversation);
+    let want = s.restore(T, th, "r3").await.unwrap().json;
     b.damage_checkpoint(&s, T, th, "r3").await.unwrap();
     let r = s.restore(T, th, "r3").await.unwrap();
     assert!(!r.from_checkpoint, "a damaged checkpoint is not used");
     assert_eq!(r.rebuilt, 1, "rebuilt from the parent's checkpoint");
-    assert_eq!(conversation_text(&r.conversation), want);
+    assert_eq!(r.json, want);
     assert!(
         s.restore(T, th, "r3").await.unwrap().from_checkpoint,
         "stored again"
@@ -737,7 +737,7 @@ pub async fn checkpoints_are_rebuilt_when_missing_or_damaged<B: Backend>(b: &B) 
     assert!(s.load_checkpoint(T, th, "r3").await.unwrap().is_none());
     let r = s.restore(T, th, "r3").await.unwrap();
     assert_eq!(r.rebuilt, 3);
-    assert_eq!(conversation_text(&r.conversation), want);
+    assert_eq!(r.json, want);
     for k in 0..4 {
         let r = s.restore(T, th, &format!("r{k}")).await.unwrap();
         assert!(r.from_checkpoint);
@@ -780,10 +780,10 @@ pub async fn branches_read_and_restore_their_own_lineage<B: Backend>(b: &B) {
             .iter()
             .all(|e| e.seq < left.first_seq || e.seq > left.last_seq)
     );
-    let text = conversation_text(&s.restore(T, th, "right2").await.unwrap().conversation);
+    let text = s.restore(T, th, "right2").await.unwrap().json;
     assert!(text.contains("right branch") && text.contains("root says hi"));
     assert!(!text.contains("left branch"));
-    let text = conversation_text(&s.restore(T, th, "left").await.unwrap().conversation);
+    let text = s.restore(T, th, "left").await.unwrap().json;
     assert!(text.contains("left branch") && !text.contains("right branch"));
 }
 
