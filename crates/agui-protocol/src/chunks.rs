@@ -78,7 +78,7 @@ pub enum ChunkError {
     MissingToolCallName,
     /// A continuation chunk repeats an opener field with another value.
     #[error(
-        "Cannot continue {entity} '{id}': chunk {field} '{incoming}' does not match the open stream's {field} {}",
+        "Cannot continue {entity} '{id}': chunk {field} '{incoming}' does not match the open stream's {field} {}.",
         established.as_ref().map_or_else(|| "(absent)".to_owned(), |e| format!("'{e}'"))
     )]
     Conflict {
@@ -95,7 +95,7 @@ pub enum ChunkError {
     },
     /// A chunk names an item open in another subagent's lane.
     #[error(
-        "Cannot continue {entity} '{id}': chunk subagentRunId '{tag}' does not match the open stream's subagent '{}'",
+        "Cannot continue {entity} '{id}': chunk subagentRunId '{tag}' does not match the open stream's subagent '{}'.",
         holder.as_deref().unwrap_or("(the parent agent)")
     )]
     LaneMismatch {
@@ -723,4 +723,382 @@ pub fn expand_chunks(events: &[Event]) -> Result<Vec<Event>, (usize, ChunkError)
         out.extend(expander.push(e).map_err(|err| (i, err))?);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(text: &str) -> Event {
+        Event::from_json(text).expect("test event")
+    }
+
+    fn run(events: &[&str]) -> Result<Vec<String>, (usize, ChunkError)> {
+        let events: Vec<Event> = events.iter().map(|t| ev(t)).collect();
+        expand_chunks(&events).map(|out| out.iter().map(|e| e.json().to_owned()).collect())
+    }
+
+    const RS: &str = r#"{"type":"RUN_STARTED","threadId":"t","runId":"r"}"#;
+    const RF: &str = r#"{"type":"RUN_FINISHED","threadId":"t","runId":"r"}"#;
+
+    #[test]
+    fn a_text_chunk_becomes_start_and_content_and_the_run_end_closes_it() {
+        let out = run(&[
+            RS,
+            r#"{"type":"TEXT_MESSAGE_CHUNK","messageId":"m","delta":"hi"}"#,
+            RF,
+        ])
+        .unwrap();
+        assert_eq!(
+            out,
+            vec![
+                RS.to_owned(),
+                r#"{"type":"TEXT_MESSAGE_START","messageId":"m","role":"assistant"}"#.into(),
+                r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"hi"}"#.into(),
+                r#"{"type":"TEXT_MESSAGE_END","messageId":"m"}"#.into(),
+                RF.to_owned(),
+            ]
+        );
+    }
+
+    #[test]
+    fn same_id_and_id_less_continuations_share_one_start() {
+        let out = run(&[
+            r#"{"type":"TEXT_MESSAGE_CHUNK","messageId":"m","role":"user","delta":"a"}"#,
+            r#"{"type":"TEXT_MESSAGE_CHUNK","messageId":"m","delta":"b"}"#,
+            r#"{"type":"TEXT_MESSAGE_CHUNK","delta":"c","role":"user"}"#,
+        ])
+        .unwrap();
+        assert_eq!(out.iter().filter(|e| e.contains("_START")).count(), 1);
+        assert!(out[0].contains(r#""role":"user""#));
+        assert_eq!(out.len(), 4);
+    }
+
+    #[test]
+    fn a_different_id_closes_and_reopens() {
+        let out = run(&[
+            r#"{"type":"TEXT_MESSAGE_CHUNK","messageId":"a","delta":"x"}"#,
+            r#"{"type":"TEXT_MESSAGE_CHUNK","messageId":"b","delta":"y"}"#,
+        ])
+        .unwrap();
+        assert_eq!(out[2], r#"{"type":"TEXT_MESSAGE_END","messageId":"a"}"#);
+        assert!(out[3].starts_with(r#"{"type":"TEXT_MESSAGE_START","messageId":"b""#));
+    }
+
+    #[test]
+    fn tool_chunks_carry_parent_message_id_only_when_present() {
+        let out = run(&[
+            r#"{"type":"TOOL_CALL_CHUNK","toolCallId":"c","toolCallName":"f","parentMessageId":"m","delta":"{"}"#,
+            r#"{"type":"TOOL_CALL_CHUNK","delta":"}"}"#,
+            r#"{"type":"TOOL_CALL_CHUNK","toolCallId":"d","toolCallName":"g"}"#,
+        ])
+        .unwrap();
+        assert_eq!(
+            out[0],
+            r#"{"type":"TOOL_CALL_START","toolCallId":"c","toolCallName":"f","parentMessageId":"m"}"#
+        );
+        assert_eq!(
+            out[1],
+            r#"{"type":"TOOL_CALL_ARGS","toolCallId":"c","delta":"{"}"#
+        );
+        assert_eq!(
+            out[2],
+            r#"{"type":"TOOL_CALL_ARGS","toolCallId":"c","delta":"}"}"#
+        );
+        assert_eq!(out[3], r#"{"type":"TOOL_CALL_END","toolCallId":"c"}"#);
+        assert_eq!(
+            out[4],
+            r#"{"type":"TOOL_CALL_START","toolCallId":"d","toolCallName":"g"}"#
+        );
+        assert_eq!(out.len(), 5, "a chunk without delta gives no args event");
+    }
+
+    #[test]
+    fn first_chunks_need_their_id_and_a_tool_name() {
+        let e = run(&[RS, r#"{"type":"TEXT_MESSAGE_CHUNK","delta":"x"}"#]).unwrap_err();
+        assert_eq!(e.0, 1);
+        assert_eq!(
+            e.1.to_string(),
+            "First TEXT_MESSAGE_CHUNK must have a messageId"
+        );
+        let e = run(&[r#"{"type":"TOOL_CALL_CHUNK","delta":"x"}"#]).unwrap_err();
+        assert_eq!(
+            e.1.to_string(),
+            "First TOOL_CALL_CHUNK must have a toolCallId"
+        );
+        let e = run(&[r#"{"type":"TOOL_CALL_CHUNK","toolCallId":"c"}"#]).unwrap_err();
+        assert_eq!(e.1, ChunkError::MissingToolCallName);
+        let e = run(&[r#"{"type":"REASONING_MESSAGE_CHUNK","delta":"x"}"#]).unwrap_err();
+        assert_eq!(
+            e.1.to_string(),
+            "First REASONING_MESSAGE_CHUNK must have a messageId"
+        );
+    }
+
+    #[test]
+    fn repeated_fields_must_agree_with_the_opener() {
+        let e = run(&[
+            r#"{"type":"TEXT_MESSAGE_CHUNK","messageId":"m","delta":"a"}"#,
+            r#"{"type":"TEXT_MESSAGE_CHUNK","role":"user","delta":"b"}"#,
+        ])
+        .unwrap_err();
+        assert_eq!(e.0, 1);
+        assert_eq!(
+            e.1.to_string(),
+            "Cannot continue text message 'm': chunk role 'user' does not match the open stream's role 'assistant'."
+        );
+        // A name where the opener had none is a conflict too.
+        let e = run(&[
+            r#"{"type":"TEXT_MESSAGE_CHUNK","messageId":"m"}"#,
+            r#"{"type":"TEXT_MESSAGE_CHUNK","name":"n"}"#,
+        ])
+        .unwrap_err();
+        assert!(e.1.to_string().ends_with("name (absent)."), "{}", e.1);
+        for (field, a, b) in [("toolCallName", "f", "g"), ("parentMessageId", "p", "q")] {
+            let first = format!(
+                r#"{{"type":"TOOL_CALL_CHUNK","toolCallId":"c","toolCallName":"f","{field}":"{a}"}}"#
+            );
+            let second = format!(r#"{{"type":"TOOL_CALL_CHUNK","{field}":"{b}"}}"#);
+            let e = run(&[&first, &second]).unwrap_err();
+            assert!(matches!(e.1, ChunkError::Conflict { field: f, .. } if f == field));
+        }
+        // Agreeing repeats are fine.
+        assert!(
+            run(&[
+                r#"{"type":"TOOL_CALL_CHUNK","toolCallId":"c","toolCallName":"f"}"#,
+                r#"{"type":"TOOL_CALL_CHUNK","toolCallName":"f","delta":"x"}"#,
+            ])
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn reasoning_openers_say_role_reasoning_and_an_empty_id_is_new() {
+        let out = run(&[
+            r#"{"type":"REASONING_MESSAGE_CHUNK","messageId":"r","delta":"a"}"#,
+            r#"{"type":"REASONING_MESSAGE_CHUNK","messageId":"","delta":"b"}"#,
+        ])
+        .unwrap();
+        assert_eq!(
+            out[0],
+            r#"{"type":"REASONING_MESSAGE_START","messageId":"r","role":"reasoning"}"#
+        );
+        assert_eq!(
+            out[2],
+            r#"{"type":"REASONING_MESSAGE_END","messageId":"r"}"#
+        );
+        assert_eq!(
+            out[3],
+            r#"{"type":"REASONING_MESSAGE_START","messageId":"","role":"reasoning"}"#
+        );
+    }
+
+    #[test]
+    fn lanes_are_per_subagent_and_close_by_their_own_rules() {
+        let out = run(&[
+            r#"{"type":"TEXT_MESSAGE_CHUNK","messageId":"p","delta":"a"}"#,
+            r#"{"type":"TEXT_MESSAGE_CHUNK","messageId":"s","delta":"b","subagentRunId":"s1"}"#,
+            // An untagged explicit event closes only the parent lane.
+            r#"{"type":"CUSTOM","name":"x","value":1}"#,
+            r#"{"type":"TEXT_MESSAGE_CHUNK","delta":"c"}"#,
+            r#"{"type":"SUBAGENT_FINISHED","subagentRunId":"s1"}"#,
+        ])
+        .unwrap();
+        let types: Vec<&str> = out
+            .iter()
+            .map(|e| &e[9..e[9..].find('"').map_or(9, |i| i + 9)])
+            .collect();
+        assert_eq!(
+            types,
+            [
+                "TEXT_MESSAGE_START",
+                "TEXT_MESSAGE_CONTENT",
+                "TEXT_MESSAGE_START",
+                "TEXT_MESSAGE_CONTENT",
+                "TEXT_MESSAGE_END",
+                "CUSTOM",
+                "TEXT_MESSAGE_CONTENT",
+                "TEXT_MESSAGE_END",
+                "SUBAGENT_FINISHED",
+            ]
+        );
+        assert!(out[4].contains(r#""messageId":"p""#));
+        // The id-less untagged chunk continued the only open text lane (s1).
+        assert_eq!(
+            out[6],
+            r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"s","delta":"c","subagentRunId":"s1"}"#
+        );
+        assert_eq!(
+            out[7],
+            r#"{"type":"TEXT_MESSAGE_END","messageId":"s","subagentRunId":"s1"}"#
+        );
+    }
+
+    #[test]
+    fn run_level_events_close_every_lane_in_opening_order() {
+        for closer in [RF, r#"{"type":"MESSAGES_SNAPSHOT","messages":[]}"#, RS] {
+            let out = run(&[
+                r#"{"type":"TOOL_CALL_CHUNK","toolCallId":"c","toolCallName":"f","subagentRunId":"s2"}"#,
+                r#"{"type":"TEXT_MESSAGE_CHUNK","messageId":"m"}"#,
+                closer,
+            ])
+            .unwrap();
+            assert_eq!(
+                &out[2..],
+                &[
+                    r#"{"type":"TOOL_CALL_END","toolCallId":"c","subagentRunId":"s2"}"#.to_owned(),
+                    r#"{"type":"TEXT_MESSAGE_END","messageId":"m"}"#.to_owned(),
+                    closer.to_owned(),
+                ]
+            );
+        }
+    }
+
+    #[test]
+    fn pass_through_events_close_nothing_and_keep_their_bytes() {
+        let raw = r#"{"type":"RAW","event":{"a":1.50},"source":"x"}"#;
+        let unknown = r#"{"type":"VENDOR_X","n":1}"#;
+        let act = r#"{"type":"ACTIVITY_SNAPSHOT","messageId":"a","activityType":"P","content":{}}"#;
+        let out = run(&[
+            r#"{"type":"TEXT_MESSAGE_CHUNK","messageId":"m","delta":"a"}"#,
+            raw,
+            unknown,
+            act,
+            r#"{"type":"TEXT_MESSAGE_CHUNK","delta":"b"}"#,
+        ])
+        .unwrap();
+        assert_eq!(out[2], raw);
+        assert_eq!(out[3], unknown);
+        assert_eq!(out[4], act);
+        assert_eq!(out.len(), 6, "still one message: {out:?}");
+    }
+
+    #[test]
+    fn ambiguous_and_mismatched_lanes_are_errors() {
+        let e = run(&[
+            r#"{"type":"TEXT_MESSAGE_CHUNK","messageId":"a","subagentRunId":"s1"}"#,
+            r#"{"type":"TEXT_MESSAGE_CHUNK","messageId":"b","subagentRunId":"s2"}"#,
+            r#"{"type":"TEXT_MESSAGE_CHUNK","delta":"?"}"#,
+        ])
+        .unwrap_err();
+        assert_eq!(e.0, 2);
+        assert!(
+            matches!(e.1, ChunkError::Ambiguous { lanes: 2, .. }),
+            "{}",
+            e.1
+        );
+        let e = run(&[
+            r#"{"type":"TEXT_MESSAGE_CHUNK","messageId":"a","subagentRunId":"s1"}"#,
+            r#"{"type":"TEXT_MESSAGE_CHUNK","messageId":"a","subagentRunId":"s2","delta":"x"}"#,
+        ])
+        .unwrap_err();
+        assert_eq!(
+            e.1.to_string(),
+            "Cannot continue text message 'a': chunk subagentRunId 's2' does not match the open stream's subagent 's1'."
+        );
+    }
+
+    #[test]
+    fn metadata_goes_on_synthesized_events_but_not_on_the_previous_end() {
+        let out = run(&[
+            r#"{"type":"TEXT_MESSAGE_CHUNK","messageId":"a","delta":"x","metadata":{"k":1}}"#,
+            r#"{"type":"TOOL_CALL_CHUNK","toolCallId":"c","toolCallName":"f","delta":"{","metadata":{"k":2}}"#,
+            r#"{"type":"TOOL_CALL_CHUNK","metadata":{"usage":3}}"#,
+            r#"{"type":"TOOL_CALL_CHUNK"}"#,
+        ])
+        .unwrap();
+        assert!(out[0].ends_with(r#""metadata":{"k":1}}"#));
+        assert!(out[1].ends_with(r#""metadata":{"k":1}}"#));
+        assert_eq!(out[2], r#"{"type":"TEXT_MESSAGE_END","messageId":"a"}"#);
+        assert!(out[3].ends_with(r#""metadata":{"k":2}}"#));
+        assert_eq!(
+            out[5],
+            r#"{"type":"TOOL_CALL_ARGS","toolCallId":"c","delta":"","metadata":{"usage":3}}"#
+        );
+        assert_eq!(out.len(), 6, "an empty continuation gives nothing");
+    }
+
+    #[test]
+    fn raw_event_and_unknown_properties_ride_the_content_event() {
+        let out = run(&[
+            r#"{"type":"TEXT_MESSAGE_CHUNK","messageId":"a","rawEvent":{"p":1},"x":"u","timestamp":5}"#,
+        ])
+        .unwrap();
+        assert_eq!(
+            out,
+            vec![
+                r#"{"type":"TEXT_MESSAGE_START","messageId":"a","role":"assistant"}"#.to_owned(),
+                r#"{"x":"u","type":"TEXT_MESSAGE_CONTENT","messageId":"a","delta":"","rawEvent":{"p":1}}"#
+                    .to_owned(),
+            ]
+        );
+        // No content event: the remainder goes on the opener, whose own
+        // fields win a clash.
+        let out = run(&[r#"{"type":"REASONING_MESSAGE_CHUNK","messageId":"r","role":"x","y":2}"#])
+            .unwrap();
+        assert_eq!(
+            out,
+            vec![r#"{"role":"reasoning","y":2,"type":"REASONING_MESSAGE_START","messageId":"r"}"#]
+        );
+    }
+
+    #[test]
+    fn a_null_tag_reads_as_the_parent_lane_and_is_kept() {
+        let out = run(&[
+            r#"{"type":"TEXT_MESSAGE_CHUNK","messageId":"a","subagentRunId":null}"#,
+            r#"{"type":"TEXT_MESSAGE_CHUNK","subagentRunId":null}"#,
+            r#"{"type":"STEP_STARTED","stepName":"s"}"#,
+        ])
+        .unwrap();
+        assert_eq!(
+            out[0],
+            r#"{"type":"TEXT_MESSAGE_START","messageId":"a","role":"assistant","subagentRunId":null}"#
+        );
+        assert_eq!(
+            out[1],
+            r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"a","delta":"","subagentRunId":null}"#
+        );
+        assert_eq!(
+            out[2],
+            r#"{"type":"TEXT_MESSAGE_END","messageId":"a","subagentRunId":null}"#
+        );
+    }
+
+    #[test]
+    fn open_items_at_the_end_are_dropped_but_finish_reports_them() {
+        let chunk = ev(r#"{"type":"TEXT_MESSAGE_CHUNK","messageId":"a","delta":"x"}"#);
+        let out = expand_chunks(std::slice::from_ref(&chunk)).unwrap();
+        assert_eq!(out.len(), 2);
+        let mut x = ChunkExpander::new();
+        x.push(&chunk).unwrap();
+        assert!(x.has_open());
+        let ends = x.finish();
+        assert_eq!(ends.len(), 1);
+        assert_eq!(
+            ends[0].json(),
+            r#"{"type":"TEXT_MESSAGE_END","messageId":"a"}"#
+        );
+        assert!(!x.has_open());
+    }
+
+    #[test]
+    fn non_string_ids_are_typed_errors() {
+        let e = run(&[r#"{"type":"TEXT_MESSAGE_CHUNK","messageId":7}"#]).unwrap_err();
+        assert_eq!(
+            e.1,
+            ChunkError::NotAString {
+                chunk: "TEXT_MESSAGE_CHUNK",
+                field: "messageId"
+            }
+        );
+        let e = run(&[r#"{"type":"TOOL_CALL_CHUNK","toolCallId":"c","subagentRunId":[1]}"#])
+            .unwrap_err();
+        assert!(matches!(
+            e.1,
+            ChunkError::NotAString {
+                field: "subagentRunId",
+                ..
+            }
+        ));
+    }
 }

@@ -630,6 +630,15 @@ impl Verifier {
         Verifier::default()
     }
 
+    /// A verifier that keeps going after an error, as [`verify_all`] does
+    /// (see the module docs for how a rejected event is treated).
+    pub fn collecting() -> Verifier {
+        Verifier {
+            lenient: true,
+            ..Verifier::default()
+        }
+    }
+
     /// How many input events were accepted so far.
     pub fn count(&self) -> usize {
         self.count
@@ -1255,8 +1264,7 @@ where
     I: IntoIterator,
     I::Item: Borrow<Event>,
 {
-    let mut v = Verifier::new();
-    v.lenient = true;
+    let mut v = Verifier::collecting();
     let mut out = Vec::new();
     for (i, e) in events.into_iter().enumerate() {
         let e = e.borrow();
@@ -1269,4 +1277,557 @@ where
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Parses a compact test notation: one JSON event per line.
+    fn events(text: &str) -> Vec<Event> {
+        text.lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(|l| Event::from_json(l).expect("test event"))
+            .collect()
+    }
+
+    fn check(text: &str) -> Result<usize, (usize, VerifyError)> {
+        verify_events(events(text))
+    }
+
+    fn err_at(text: &str) -> (usize, VerifyError) {
+        check(text).expect_err("the stream should be rejected")
+    }
+
+    const RS: &str = r#"{"type":"RUN_STARTED","threadId":"t","runId":"r"}"#;
+    const RF: &str = r#"{"type":"RUN_FINISHED","threadId":"t","runId":"r"}"#;
+    const RE: &str = r#"{"type":"RUN_ERROR","message":"boom"}"#;
+
+    fn s(parts: &[&str]) -> String {
+        parts.join("\n")
+    }
+
+    #[test]
+    fn the_first_event_must_start_a_run_or_error_it() {
+        let (i, e) = err_at(r#"{"type":"TEXT_MESSAGE_START","messageId":"m"}"#);
+        assert_eq!((i, e), (0, VerifyError::FirstEventNotRunStarted));
+        assert_eq!(check(&s(&[RE, RS, RF])), Ok(3));
+        assert_eq!(check(""), Ok(0));
+    }
+
+    #[test]
+    fn run_lifecycle() {
+        assert_eq!(err_at(&s(&[RS, RS])), (1, VerifyError::RunStillActive));
+        let (i, e) = err_at(&s(&[RS, RF, r#"{"type":"CUSTOM","name":"x","value":1}"#]));
+        assert_eq!(i, 2);
+        assert!(matches!(e, VerifyError::AfterRunFinished { .. }));
+        // RUN_ERROR is allowed after RUN_FINISHED, then nothing but a new run.
+        assert_eq!(check(&s(&[RS, RF, RE, RS, RF])), Ok(5));
+        let (i, e) = err_at(&s(&[RS, RE, r#"{"type":"STEP_STARTED","stepName":"s"}"#]));
+        assert_eq!(i, 2);
+        assert_eq!(
+            e.to_string(),
+            "Cannot send event type 'STEP_STARTED': The run has already errored with 'RUN_ERROR'. No further events can be sent."
+        );
+        assert!(matches!(
+            err_at(&s(&[RS, RE, RE])).1,
+            VerifyError::AfterRunError { .. }
+        ));
+        // Message ids may be reused by a later run; an errored run may leave items open.
+        let m = r#"{"type":"TEXT_MESSAGE_START","messageId":"m"}"#;
+        let me = r#"{"type":"TEXT_MESSAGE_END","messageId":"m"}"#;
+        assert_eq!(check(&s(&[RS, m, RE, RS, m, me, RF])), Ok(7));
+    }
+
+    #[test]
+    fn unknown_types_are_ignored_entirely() {
+        let x = r#"{"type":"VENDOR_PING","n":1}"#;
+        assert_eq!(check(&s(&[x, RS, RF, x, RS, RF])), Ok(6));
+    }
+
+    #[test]
+    fn text_messages_pair_by_id() {
+        let start = r#"{"type":"TEXT_MESSAGE_START","messageId":"m"}"#;
+        let content = r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"x"}"#;
+        let end = r#"{"type":"TEXT_MESSAGE_END","messageId":"m"}"#;
+        assert_eq!(check(&s(&[RS, start, content, end, RF])), Ok(5));
+        let (i, e) = err_at(&s(&[RS, content]));
+        assert_eq!(i, 1);
+        assert_eq!(
+            e.to_string(),
+            "Cannot send 'TEXT_MESSAGE_CONTENT' event: No active text message found with ID 'm'. Start a text message with 'TEXT_MESSAGE_START' first."
+        );
+        assert_eq!(
+            err_at(&s(&[RS, end])).1.to_string(),
+            "Cannot send 'TEXT_MESSAGE_END' event: No active text message found with ID 'm'. A 'TEXT_MESSAGE_START' event must be sent first."
+        );
+        assert_eq!(
+            err_at(&s(&[RS, start, start])),
+            (
+                2,
+                VerifyError::AlreadyOpen {
+                    kind: ItemKind::TextMessage,
+                    id: "m".into()
+                }
+            )
+        );
+        let (i, e) = err_at(&s(&[RS, start, RF]));
+        assert_eq!(i, 2);
+        assert_eq!(
+            e.to_string(),
+            "Cannot send 'RUN_FINISHED' while text messages are still active: m"
+        );
+    }
+
+    #[test]
+    fn tool_calls_pair_by_id_and_nest_in_messages() {
+        let stream = s(&[
+            RS,
+            r#"{"type":"TEXT_MESSAGE_START","messageId":"m"}"#,
+            r#"{"type":"TOOL_CALL_START","toolCallId":"a","toolCallName":"f","parentMessageId":"m"}"#,
+            r#"{"type":"TOOL_CALL_START","toolCallId":"b","toolCallName":"f"}"#,
+            r#"{"type":"TOOL_CALL_ARGS","toolCallId":"b","delta":"{}"}"#,
+            r#"{"type":"STATE_SNAPSHOT","snapshot":{}}"#,
+            r#"{"type":"TOOL_CALL_END","toolCallId":"b"}"#,
+            r#"{"type":"TOOL_CALL_END","toolCallId":"a"}"#,
+            r#"{"type":"TEXT_MESSAGE_END","messageId":"m"}"#,
+            RF,
+        ]);
+        assert_eq!(check(&stream), Ok(10));
+        let (i, e) = err_at(&s(&[
+            RS,
+            r#"{"type":"TOOL_CALL_ARGS","toolCallId":"z","delta":""}"#,
+        ]));
+        assert_eq!(i, 1);
+        assert!(matches!(
+            e,
+            VerifyError::NotOpen {
+                kind: ItemKind::ToolCall,
+                ..
+            }
+        ));
+        let open = r#"{"type":"TOOL_CALL_START","toolCallId":"a","toolCallName":"f"}"#;
+        assert!(matches!(
+            err_at(&s(&[RS, open, open])).1,
+            VerifyError::AlreadyOpen { .. }
+        ));
+        assert_eq!(
+            err_at(&s(&[RS, open, RF])).1.to_string(),
+            "Cannot send 'RUN_FINISHED' while tool calls are still active: a"
+        );
+    }
+
+    #[test]
+    fn reasoning_spans_and_messages_are_tracked_separately() {
+        let ok = s(&[
+            RS,
+            r#"{"type":"REASONING_START","messageId":"r"}"#,
+            r#"{"type":"REASONING_MESSAGE_START","messageId":"r","role":"reasoning"}"#,
+            r#"{"type":"REASONING_MESSAGE_CONTENT","messageId":"r","delta":"x"}"#,
+            r#"{"type":"REASONING_MESSAGE_END","messageId":"r"}"#,
+            r#"{"type":"REASONING_END","messageId":"r"}"#,
+            RF,
+        ]);
+        assert_eq!(check(&ok), Ok(7));
+        let (_, e) = err_at(&s(&[RS, r#"{"type":"REASONING_END","messageId":"r"}"#]));
+        assert_eq!(
+            e.to_string(),
+            "Cannot send 'REASONING_END' event: No active reasoning span found with ID 'r'. A 'REASONING_START' event must be sent first."
+        );
+        let (i, e) = err_at(&s(&[
+            RS,
+            r#"{"type":"REASONING_START","messageId":"r"}"#,
+            r#"{"type":"REASONING_MESSAGE_START","messageId":"q","role":"reasoning"}"#,
+            RF,
+        ]));
+        assert_eq!(i, 3);
+        assert_eq!(
+            e.to_string(),
+            "Cannot send 'RUN_FINISHED' while reasoning messages are still active: q"
+        );
+    }
+
+    #[test]
+    fn steps_are_keyed_by_owner_and_name() {
+        let ok = s(&[
+            RS,
+            r#"{"type":"STEP_STARTED","stepName":"tools"}"#,
+            r#"{"type":"STEP_STARTED","stepName":"tools","subagentRunId":"s1"}"#,
+            r#"{"type":"STEP_FINISHED","stepName":"tools","subagentRunId":"s1"}"#,
+            r#"{"type":"STEP_FINISHED","stepName":"tools"}"#,
+            RF,
+        ]);
+        assert_eq!(check(&ok), Ok(6));
+        let (_, e) = err_at(&s(&[
+            RS,
+            r#"{"type":"STEP_STARTED","stepName":"tools"}"#,
+            r#"{"type":"STEP_FINISHED","stepName":"tools","subagentRunId":"s1"}"#,
+        ]));
+        assert_eq!(
+            e.to_string(),
+            "Cannot send 'STEP_FINISHED' for step \"tools\" attributed to subagent 's1': that step is open under the parent agent. A step must be finished by whoever started it."
+        );
+        assert_eq!(
+            err_at(&s(&[RS, r#"{"type":"STEP_FINISHED","stepName":"x"}"#])).1,
+            VerifyError::StepNotStarted { name: "x".into() }
+        );
+        let dup = r#"{"type":"STEP_STARTED","stepName":"x","subagentRunId":"s"}"#;
+        assert_eq!(
+            err_at(&s(&[RS, dup, dup])).1.to_string(),
+            "Step \"x\" is already active for 'STEP_STARTED' in subagent 's'"
+        );
+        let (_, e) = err_at(&s(&[
+            RS,
+            r#"{"type":"STEP_STARTED","stepName":"a","subagentRunId":"s"}"#,
+            r#"{"type":"STEP_STARTED","stepName":"b"}"#,
+            r#"{"type":"TEXT_MESSAGE_START","messageId":"m"}"#,
+            RF,
+        ]));
+        assert_eq!(
+            e.to_string(),
+            "Cannot send 'RUN_FINISHED' while steps are still active: a (subagent 's'), b"
+        );
+    }
+
+    #[test]
+    fn subagent_lifecycle() {
+        let start = |id: &str| {
+            format!(r#"{{"type":"SUBAGENT_STARTED","subagentRunId":"{id}","name":"n"}}"#)
+        };
+        let fin = |id: &str| format!(r#"{{"type":"SUBAGENT_FINISHED","subagentRunId":"{id}"}}"#);
+        let (a, fa) = (start("a"), fin("a"));
+        assert_eq!(check(&s(&[RS, &a, &fa, RF])), Ok(4));
+        assert!(matches!(
+            err_at(&s(&[RS, &a, &a])).1,
+            VerifyError::SubagentAlreadyActive { .. }
+        ));
+        assert!(matches!(
+            err_at(&s(&[RS, &a, &fa, &a])).1,
+            VerifyError::SubagentReused { .. }
+        ));
+        assert!(matches!(
+            err_at(&s(&[RS, &fa])).1,
+            VerifyError::SubagentNotActive { .. }
+        ));
+        assert_eq!(
+            err_at(&s(&[RS, &a, RF])).1.to_string(),
+            "Cannot send 'RUN_FINISHED' while subagents are still active: a"
+        );
+        // A parent may be open or already closed, but must have started.
+        let child = r#"{"type":"SUBAGENT_STARTED","subagentRunId":"b","name":"n","parentSubagentRunId":"a"}"#;
+        assert_eq!(check(&s(&[RS, &a, &fa, child])), Ok(4));
+        assert!(matches!(
+            err_at(&s(&[RS, child])).1,
+            VerifyError::SubagentUnknownParent { .. }
+        ));
+        assert_eq!(
+            err_at(&s(&[
+                RS,
+                r#"{"type":"SUBAGENT_STARTED","subagentRunId":"a"}"#
+            ]))
+            .1,
+            VerifyError::SubagentWithoutName
+        );
+        assert_eq!(
+            err_at(&s(&[
+                RS,
+                &a,
+                r#"{"type":"SUBAGENT_ERROR","subagentRunId":"a"}"#
+            ]))
+            .1,
+            VerifyError::SubagentErrorWithoutMessage
+        );
+        assert!(matches!(
+            err_at(&s(&[RS, r#"{"type":"SUBAGENT_FINISHED"}"#])).1,
+            VerifyError::SubagentWithoutId { .. }
+        ));
+        // Ids are per run.
+        assert_eq!(check(&s(&[RS, &a, &fa, RF, RS, &a, &fa, RF])), Ok(8));
+    }
+
+    #[test]
+    fn null_checks() {
+        assert_eq!(
+            err_at(&s(&[
+                RS,
+                r#"{"type":"CUSTOM","name":"x","value":1,"subagentRunId":null}"#
+            ]))
+            .1
+            .to_string(),
+            "Cannot send 'CUSTOM' with 'subagentRunId: null'. The field is optional — omit it entirely."
+        );
+        let e = err_at(&s(&[
+            RS,
+            r#"{"type":"SUBAGENT_STARTED","subagentRunId":"a","name":"n","description":null}"#,
+        ]))
+        .1;
+        assert_eq!(
+            e,
+            VerifyError::NullLifecycleField {
+                event_type: "SUBAGENT_STARTED".into(),
+                field: "description"
+            }
+        );
+        let a = r#"{"type":"SUBAGENT_STARTED","subagentRunId":"a","name":"n"}"#;
+        for (outcome, expected) in [
+            (
+                r#"null"#,
+                "Cannot send 'SUBAGENT_FINISHED' with 'outcome: null'. The field is optional — omit it entirely.",
+            ),
+            (
+                r#"{"type":"done"}"#,
+                "Cannot send 'SUBAGENT_FINISHED' with outcome type 'done'. The outcome is either { type: \"success\" } or { type: \"suspended\" }.",
+            ),
+            (
+                r#"{"type":"suspended","interruptIds":null}"#,
+                "Cannot send 'SUBAGENT_FINISHED' with 'outcome.interruptIds: null'. The field is optional — omit it entirely.",
+            ),
+            (
+                r#"{"type":"suspended","interruptIds":["i",2]}"#,
+                "Cannot send 'SUBAGENT_FINISHED' with a non-string entry in 'outcome.interruptIds'. Interrupt ids are strings.",
+            ),
+        ] {
+            let fin = format!(
+                r#"{{"type":"SUBAGENT_FINISHED","subagentRunId":"a","outcome":{outcome}}}"#
+            );
+            assert_eq!(err_at(&s(&[RS, a, &fin])).1.to_string(), expected);
+        }
+        let fin = r#"{"type":"RUN_FINISHED","threadId":"t","runId":"r","outcome":{"type":"interrupt","interrupts":[{"id":"i1","reason":"x","subagentRunId":null}]}}"#;
+        assert_eq!(
+            err_at(&s(&[RS, fin])).1,
+            VerifyError::NullInterruptSubagent {
+                interrupt_id: "i1".into()
+            }
+        );
+        let snap = r#"{"type":"MESSAGES_SNAPSHOT","messages":[{"id":"m","role":"user","content":"x","subagentRunId":null}]}"#;
+        assert_eq!(
+            err_at(&s(&[RS, snap])).1,
+            VerifyError::NullMessageSubagent {
+                message_id: "m".into()
+            }
+        );
+    }
+
+    #[test]
+    fn continuations_must_agree_with_the_owner() {
+        let (_, e) = err_at(&s(&[
+            RS,
+            r#"{"type":"TEXT_MESSAGE_START","messageId":"m"}"#,
+            r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"x","subagentRunId":"s1"}"#,
+        ]));
+        assert_eq!(
+            e.to_string(),
+            "Cannot send 'TEXT_MESSAGE_CONTENT': subagentRunId 's1' does not match the message 'm' opener's subagent '(the parent agent)'."
+        );
+        // An absent tag always agrees; owners outlive the close.
+        let ok = s(&[
+            RS,
+            r#"{"type":"TEXT_MESSAGE_START","messageId":"m","subagentRunId":"s1"}"#,
+            r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"x"}"#,
+            r#"{"type":"TEXT_MESSAGE_END","messageId":"m","subagentRunId":"s1"}"#,
+            r#"{"type":"TEXT_MESSAGE_START","messageId":"m"}"#,
+            r#"{"type":"TEXT_MESSAGE_END","messageId":"m"}"#,
+            RF,
+        ]);
+        assert_eq!(check(&ok), Ok(7));
+        let (i, _) = err_at(&s(&[
+            RS,
+            r#"{"type":"TEXT_MESSAGE_START","messageId":"m","subagentRunId":"s1"}"#,
+            r#"{"type":"TEXT_MESSAGE_END","messageId":"m"}"#,
+            r#"{"type":"TEXT_MESSAGE_START","messageId":"m","subagentRunId":"s2"}"#,
+        ]));
+        assert_eq!(i, 3);
+        // Activity: a replace:false snapshot does not re-own.
+        let (i, e) = err_at(&s(&[
+            RS,
+            r#"{"type":"ACTIVITY_SNAPSHOT","messageId":"a","activityType":"P","content":{}}"#,
+            r#"{"type":"ACTIVITY_SNAPSHOT","messageId":"a","activityType":"P","content":{},"replace":false,"subagentRunId":"s1"}"#,
+            r#"{"type":"ACTIVITY_DELTA","messageId":"a","activityType":"P","patch":[],"subagentRunId":"s1"}"#,
+        ]));
+        assert_eq!(i, 3);
+        assert!(matches!(
+            e,
+            VerifyError::OwnerMismatch {
+                entity: "activity",
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn tool_calls_belong_to_their_parent_message() {
+        let m = r#"{"type":"TEXT_MESSAGE_START","messageId":"m","subagentRunId":"s1"}"#;
+        let (_, e) = err_at(&s(&[
+            RS,
+            m,
+            r#"{"type":"TOOL_CALL_START","toolCallId":"c","toolCallName":"f","parentMessageId":"m","subagentRunId":"s2"}"#,
+        ]));
+        assert!(matches!(e, VerifyError::ToolParentMismatch { .. }), "{e}");
+        // An untagged call inherits the parent's owner...
+        let (i, e) = err_at(&s(&[
+            RS,
+            m,
+            r#"{"type":"TOOL_CALL_START","toolCallId":"c","toolCallName":"f","parentMessageId":"m"}"#,
+            r#"{"type":"TOOL_CALL_ARGS","toolCallId":"c","delta":"","subagentRunId":"s2"}"#,
+        ]));
+        assert_eq!(i, 3);
+        assert!(
+            matches!(e, VerifyError::OwnerMismatch { ref owner, .. } if owner.as_deref() == Some("s1"))
+        );
+        // ... and an untagged reopen under a differently owned parent is rejected.
+        let (i, e) = err_at(&s(&[
+            RS,
+            r#"{"type":"TOOL_CALL_START","toolCallId":"c","toolCallName":"f"}"#,
+            r#"{"type":"TOOL_CALL_END","toolCallId":"c"}"#,
+            m,
+            r#"{"type":"TOOL_CALL_START","toolCallId":"c","toolCallName":"f","parentMessageId":"m"}"#,
+        ]));
+        assert_eq!(i, 4);
+        assert!(matches!(e, VerifyError::ToolReopenMismatch { .. }), "{e}");
+    }
+
+    #[test]
+    fn results_and_replays_seed_owners() {
+        // TOOL_CALL_RESULT mints a message owned by its tag.
+        let (i, _) = err_at(&s(&[
+            RS,
+            r#"{"type":"TOOL_CALL_RESULT","messageId":"tm","toolCallId":"c","content":"x","subagentRunId":"s1"}"#,
+            r#"{"type":"TEXT_MESSAGE_START","messageId":"tm","subagentRunId":"s2"}"#,
+        ]));
+        assert_eq!(i, 2);
+        // A snapshot seeds authoritatively, tool calls under their message's owner.
+        let snap = r#"{"type":"MESSAGES_SNAPSHOT","messages":[{"id":"m","role":"assistant","subagentRunId":"s1","toolCalls":[{"id":"c","type":"function","function":{"name":"f","arguments":""}}]}]}"#;
+        let (i, e) = err_at(&s(&[
+            RS,
+            snap,
+            r#"{"type":"REASONING_ENCRYPTED_VALUE","subtype":"tool-call","entityId":"c","encryptedValue":"e","subagentRunId":"s2"}"#,
+        ]));
+        assert_eq!(i, 2);
+        assert!(matches!(
+            e,
+            VerifyError::OwnerMismatch {
+                entity: "tool call",
+                ..
+            }
+        ));
+        // RUN_STARTED input seeds too; reasoning messages in their own bucket.
+        let rs = r#"{"type":"RUN_STARTED","threadId":"t","runId":"r","input":{"threadId":"t","runId":"r","messages":[{"id":"q","role":"reasoning","content":"x","subagentRunId":"s1"}]}}"#;
+        let (i, e) = err_at(&s(&[
+            rs,
+            r#"{"type":"REASONING_ENCRYPTED_VALUE","subtype":"message","entityId":"q","encryptedValue":"e","subagentRunId":"s2"}"#,
+        ]));
+        assert_eq!(i, 1);
+        assert!(matches!(
+            e,
+            VerifyError::OwnerMismatch {
+                entity: "message",
+                ..
+            }
+        ));
+        // The input seeds only ids nothing claimed; the snapshot overrides.
+        let ok = s(&[
+            RS,
+            r#"{"type":"TEXT_MESSAGE_START","messageId":"m","subagentRunId":"s1"}"#,
+            r#"{"type":"TEXT_MESSAGE_END","messageId":"m"}"#,
+            r#"{"type":"MESSAGES_SNAPSHOT","messages":[{"id":"m","role":"assistant","content":"x"}]}"#,
+            r#"{"type":"TEXT_MESSAGE_START","messageId":"m"}"#,
+            r#"{"type":"TEXT_MESSAGE_END","messageId":"m"}"#,
+            RF,
+        ]);
+        assert_eq!(check(&ok), Ok(7));
+    }
+
+    #[test]
+    fn chunks_are_expanded_and_errors_map_to_input_indexes() {
+        let ok = s(&[
+            RS,
+            r#"{"type":"TEXT_MESSAGE_CHUNK","messageId":"m","delta":"a"}"#,
+            r#"{"type":"TOOL_CALL_CHUNK","toolCallId":"c","toolCallName":"f","parentMessageId":"m","delta":"{}"}"#,
+            RF,
+        ]);
+        assert_eq!(check(&ok), Ok(4));
+        // The synthesized TEXT_MESSAGE_START collides with an open message:
+        // reported at the chunk.
+        let (i, e) = err_at(&s(&[
+            RS,
+            r#"{"type":"TEXT_MESSAGE_START","messageId":"m"}"#,
+            r#"{"type":"TEXT_MESSAGE_CHUNK","messageId":"m","delta":"a"}"#,
+        ]));
+        assert_eq!(i, 2);
+        assert!(matches!(e, VerifyError::AlreadyOpen { .. }));
+        // A synthesized END that fails is reported at the event that closed it.
+        let (i, e) = err_at(&s(&[
+            RS,
+            r#"{"type":"TEXT_MESSAGE_CHUNK","messageId":"m","delta":"a"}"#,
+            r#"{"type":"TEXT_MESSAGE_END","messageId":"m"}"#,
+        ]));
+        assert_eq!(i, 2);
+        assert!(matches!(e, VerifyError::NotOpen { .. }), "{e}");
+        let (i, e) = err_at(&s(&[RS, r#"{"type":"TOOL_CALL_CHUNK","delta":"x"}"#]));
+        assert_eq!(i, 1);
+        assert!(matches!(
+            e,
+            VerifyError::Chunk(ChunkError::MissingId { .. })
+        ));
+    }
+
+    #[test]
+    fn fields_the_rules_key_on_must_be_strings() {
+        let (i, e) = err_at(&s(&[RS, r#"{"type":"TEXT_MESSAGE_START"}"#]));
+        assert_eq!(i, 1);
+        assert_eq!(
+            e,
+            VerifyError::BadField {
+                event_type: "TEXT_MESSAGE_START".into(),
+                field: "messageId"
+            }
+        );
+        let (_, e) = err_at(&s(&[
+            RS,
+            r#"{"type":"STEP_STARTED","stepName":"s","subagentRunId":3}"#,
+        ]));
+        assert!(matches!(
+            e,
+            VerifyError::BadField {
+                field: "subagentRunId",
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn verify_all_continues_after_errors() {
+        let stream = events(&s(&[
+            r#"{"type":"CUSTOM","name":"x","value":1}"#,
+            RS,
+            r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"x"}"#,
+            r#"{"type":"TEXT_MESSAGE_START","messageId":"m"}"#,
+            RS,
+            r#"{"type":"TEXT_MESSAGE_START","messageId":"m"}"#,
+            RF,
+            r#"{"type":"STATE_DELTA","delta":[]}"#,
+        ]));
+        let diags = verify_all(&stream);
+        let at: Vec<usize> = diags.iter().map(|d| d.index).collect();
+        // #0 not a run start; #2 no open message; #4 run still active (starts
+        // a new run anyway); #6 open message (ends the run anyway); #7 after
+        // the run finished.
+        assert_eq!(at, [0, 2, 4, 6, 7], "{diags:?}");
+        assert_eq!(
+            diags[1].to_string(),
+            "event #2 (TEXT_MESSAGE_CONTENT): Cannot send 'TEXT_MESSAGE_CONTENT' event: No active text message found with ID 'm'. Start a text message with 'TEXT_MESSAGE_START' first."
+        );
+        assert_eq!(verify_events(&stream).unwrap_err().0, 0);
+        assert!(verify_all(events(&s(&[RS, RF]))).is_empty());
+    }
+
+    #[test]
+    fn the_verifier_counts_and_streams() {
+        let mut v = Verifier::new();
+        for e in events(&s(&[RS, r#"{"type":"RAW","event":null}"#, RF])) {
+            v.push(&e).unwrap();
+        }
+        assert_eq!(v.count(), 3);
+    }
 }
