@@ -8,6 +8,9 @@
 //! - [`checkpoint`]: self-checking checkpoint blobs.
 //! - [`subscribe`]: catch-up-then-live subscriptions without gap or duplicate.
 //! - [`MemoryStore`]: the in-memory backend (`memory://`).
+//! - [`migrate`]: copy threads between stores, resumably, with digests.
+//! - [`bench`]: the store benchmark, for any backend.
+//! - [`sample`]: realistic event sequences.
 //! - `conformance` (feature `conformance`): the suite every backend runs, and
 //!   the crash harness.
 //!
@@ -19,10 +22,13 @@ mod restore;
 mod store;
 mod types;
 
+pub mod bench;
 pub mod checkpoint;
 pub mod cursor;
 pub mod index;
 pub mod memory;
+pub mod migrate;
+pub mod sample;
 pub mod subscribe;
 
 #[cfg(feature = "conformance")]

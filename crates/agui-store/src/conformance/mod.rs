@@ -20,7 +20,7 @@
 
 mod cases;
 pub mod crash;
-pub mod events;
+pub use crate::sample as events;
 
 pub use cases::*;
 

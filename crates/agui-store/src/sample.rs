@@ -1,12 +1,16 @@
-//! Small, valid AG-UI event sequences for the suite, the crash harness and
-//! benchmarks.
+//! Small, valid AG-UI event sequences for the conformance suite, the crash
+//! harness and the benchmark.
 
 use agui_protocol::Event;
 use serde_json::json;
 
-/// Builds an event from a JSON value (the suite's inputs are always valid).
+/// Builds an event from a JSON object with a string `type` (as every
+/// function here does).
+///
+/// # Panics
+/// When `value` is not such an object: callers pass literals.
 pub fn event(value: serde_json::Value) -> Event {
-    Event::from_serialize(&value).expect("the suite builds valid events")
+    Event::from_serialize(&value).expect("sample events are objects with a string type")
 }
 
 /// `RUN_STARTED`, with an optional explicit parent.
