@@ -82,10 +82,10 @@ fn content_text(content: Option<&Value>) -> Option<String> {
         Value::Array(parts) => {
             let mut out = String::new();
             for p in parts {
-                if p.get("type").and_then(Value::as_str) == Some("text")
-                    && let Some(t) = p.get("text").and_then(Value::as_str)
-                {
-                    out.push_str(t);
+                if p.get("type").and_then(Value::as_str) == Some("text") {
+                    if let Some(t) = p.get("text").and_then(Value::as_str) {
+                        out.push_str(t);
+                    }
                 }
             }
             Some(out)

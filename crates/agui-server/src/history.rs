@@ -175,11 +175,12 @@ async fn conversation_at(
         .restore(tenant, thread, run)
         .await
         .map_err(store_error)?;
-    Ok(split(&restored.conversation))
+    Ok(split(&restored.json))
 }
 
-fn split(conv: &Conversation) -> (Value, Value) {
-    let v = serde_json::to_value(conv).unwrap_or_default();
+/// `{messages, state}` out of a restored conversation's JSON.
+fn split(json: &str) -> (Value, Value) {
+    let v: Value = serde_json::from_str(json).unwrap_or_default();
     let messages = v.get("messages").cloned().unwrap_or_else(|| json!([]));
     let state = v.get("state").cloned().unwrap_or(Value::Null);
     (messages, state)
@@ -263,8 +264,10 @@ pub async fn get_events(
         .iter()
         .find(|r| r.status == RunStatus::Running)
         .cloned();
-    if let Some(b) = &q.branch
-        && !runs.iter().any(|r| &r.run_id == b)
+    if let Some(b) = q
+        .branch
+        .as_ref()
+        .filter(|b| !runs.iter().any(|r| &r.run_id == *b))
     {
         return Err(ApiError::not_found(format!("no run {b:?} in this thread")));
     }
@@ -516,7 +519,7 @@ pub async fn connect(
             .await
             .map_err(store_error)?;
         last_seq = restored.last_seq;
-        let (messages, state) = split(&restored.conversation);
+        let (messages, state) = split(&restored.json);
         put(
             json!({"type":"MESSAGES_SNAPSHOT","messages":messages}),
             &mut buf,

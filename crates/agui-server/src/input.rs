@@ -128,9 +128,7 @@ pub fn parse(body: &[u8]) -> Result<RunInput, ApiError> {
         }
     }
     for key in ["tools", "context", "resume"] {
-        if let Some(v) = object.get(key)
-            && !v.is_array()
-        {
+        if let Some(v) = object.get(key).filter(|v| !v.is_array()) {
             return Err(invalid(
                 key,
                 &format!("must be an array, found {}", kind(v)),
@@ -198,7 +196,7 @@ impl RunInput {
             Some(Value::Object(o)) => o.is_empty(),
             _ => false,
         };
-        if client_state_empty && let Some(s) = stored_state {
+        if let (true, Some(s)) = (client_state_empty, stored_state) {
             self.object.insert("state".into(), s.clone());
         }
     }

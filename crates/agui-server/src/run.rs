@@ -146,14 +146,12 @@ async fn prepare(
     } else if let Some(p) = &parent {
         return Err(unknown_parent(p));
     }
-    if agent.sessions == SessionMode::Server
-        && let Some(p) = &parent
-    {
+    if let (SessionMode::Server, Some(p)) = (agent.sessions, &parent) {
         let restored = store
             .restore(tenant, &thread, p)
             .await
             .map_err(store_error)?;
-        let conv = serde_json::to_value(&restored.conversation).unwrap_or_default();
+        let conv: serde_json::Value = serde_json::from_str(&restored.json).unwrap_or_default();
         let msgs = conv
             .get("messages")
             .and_then(|m| m.as_array())
@@ -283,7 +281,7 @@ impl RunCtx {
         };
         let mut text = String::with_capacity(json.len() + self.input_json.len() + 64);
         text.push_str(body);
-        if add_parent && let Some(p) = &self.parent {
+        if let (true, Some(p)) = (add_parent, &self.parent) {
             text.push_str(",\"parentRunId\":");
             text.push_str(&json_str(p));
         }
@@ -458,8 +456,10 @@ async fn pump(ctx: &RunCtx, st: &mut RunState, mut body: ByteStream) -> Option<C
             }
             Ok(None) => done = true,
         }
-        if done && let Err(e) = decoder.finish(&mut events) {
-            return Some(decode_close(e, st, ctx, &mut events).await);
+        if done {
+            if let Err(e) = decoder.finish(&mut events) {
+                return Some(decode_close(e, st, ctx, &mut events).await);
+            }
         }
         if let Some(c) = flush_events(ctx, st, &mut events).await {
             return Some(c);

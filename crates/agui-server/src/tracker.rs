@@ -91,9 +91,7 @@ impl OpenItems {
 }
 
 fn push(v: &mut Vec<String>, id: Option<String>) {
-    if let Some(id) = id
-        && !v.contains(&id)
-    {
+    if let Some(id) = id.filter(|id| !v.contains(id)) {
         v.push(id);
     }
 }
