@@ -82,11 +82,11 @@ fn content_text(content: Option<&Value>) -> Option<String> {
         Value::Array(parts) => {
             let mut out = String::new();
             for p in parts {
-                if p.get("type").and_then(Value::as_str) == Some("text") {
-                    if let Some(t) = p.get("text").and_then(Value::as_str) {
-                        out.push_str(t);
-                    }
-                }
+                let text = p
+                    .get("text")
+                    .and_then(Value::as_str)
+                    .filter(|_| p.get("type").and_then(Value::as_str) == Some("text"));
+                out.push_str(text.unwrap_or_default());
             }
             Some(out)
         }

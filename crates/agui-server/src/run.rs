@@ -456,10 +456,13 @@ async fn pump(ctx: &RunCtx, st: &mut RunState, mut body: ByteStream) -> Option<C
             }
             Ok(None) => done = true,
         }
-        if done {
-            if let Err(e) = decoder.finish(&mut events) {
-                return Some(decode_close(e, st, ctx, &mut events).await);
-            }
+        let finished = if done {
+            decoder.finish(&mut events)
+        } else {
+            Ok(())
+        };
+        if let Err(e) = finished {
+            return Some(decode_close(e, st, ctx, &mut events).await);
         }
         if let Some(c) = flush_events(ctx, st, &mut events).await {
             return Some(c);
