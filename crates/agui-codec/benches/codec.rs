@@ -159,7 +159,7 @@ fn main() {
             None => mix.push((name.to_owned(), 1)),
         }
     }
-    mix.sort_by(|a, b| b.1.cmp(&a.1));
+    mix.sort_by_key(|(_, count)| std::cmp::Reverse(*count));
     println!(
         "stream: {} events, {:.1} MB of event JSON, mean {:.0} bytes/event, {} distinct types",
         events.len(),
