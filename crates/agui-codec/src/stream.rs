@@ -8,7 +8,7 @@ use futures_core::Stream;
 use pin_project_lite::pin_project;
 use tokio::io::{AsyncBufRead, AsyncRead, BufReader};
 
-use crate::{DecodeError, DecodeOptions, Decoder, Format, PushDecoder};
+use crate::{DecodeError, DecodeOptions, Decoder, Format, PushDecoder, SseDecoder};
 
 pin_project! {
     /// A stream of events (or SSE frames, with an
@@ -47,6 +47,13 @@ impl<R: AsyncRead> AsyncReader<BufReader<R>> {
     /// Reads events from an unbuffered [`AsyncRead`] (buffered here).
     pub fn from_async_read(reader: R, options: DecodeOptions) -> AsyncReader<BufReader<R>> {
         AsyncReader::with_options(BufReader::with_capacity(1 << 16, reader), options)
+    }
+}
+
+impl<R: AsyncBufRead> AsyncReader<R, SseDecoder> {
+    /// Reads SSE frames (with their `id`, `event` and `retry` fields).
+    pub fn sse_frames(reader: R, options: DecodeOptions) -> AsyncReader<R, SseDecoder> {
+        AsyncReader::from_decoder(reader, SseDecoder::new(&options))
     }
 }
 
@@ -125,6 +132,14 @@ impl<S> ByteStreamDecoder<S> {
     /// Decodes events with these options.
     pub fn with_options(stream: S, options: DecodeOptions) -> ByteStreamDecoder<S> {
         ByteStreamDecoder::from_decoder(stream, Decoder::new(options))
+    }
+}
+
+impl<S> ByteStreamDecoder<S, SseDecoder> {
+    /// Decodes SSE frames (with their `id`, `event` and `retry` fields), for
+    /// a consumer that needs more than the events.
+    pub fn sse_frames(stream: S, options: DecodeOptions) -> ByteStreamDecoder<S, SseDecoder> {
+        ByteStreamDecoder::from_decoder(stream, SseDecoder::new(&options))
     }
 }
 
