@@ -1,9 +1,288 @@
+//! `agui serve`: run the AG-UI gateway.
+//!
+//! With no arguments it listens on 127.0.0.1:8080, stores everything in
+//! `sqlite://<data dir>/agui.db` (data dir: `$AGUI_DATA_DIR`, else `./.agui`,
+//! created on first start) and serves the built-in demo agent as `demo`.
+
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
 
-/// Arguments (being written).
+use agui_server::{Auth, GatewayConfig, Limits, ServeFile, SessionMode, config::parse_agent_flag};
+use agui_store::EventStore;
+use anyhow::{Context, bail};
+
+/// Arguments of `agui serve`.
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Address to listen on
+    #[arg(long)]
+    listen: Option<String>,
+    /// Store URL: sqlite://PATH, postgres://..., file://DIR or memory://
+    /// (default sqlite://<data dir>/agui.db)
+    #[arg(long)]
+    store: Option<String>,
+    /// An upstream agent, NAME=URL (repeatable); URL `demo` is the built-in
+    /// demo agent. Without any, the demo agent serves as `demo`.
+    #[arg(long = "agent", value_name = "NAME=URL")]
+    agents: Vec<String>,
+    /// Session mode of the agents given with --agent: client (pass the
+    /// client's messages through) or server (merge the stored conversation)
+    #[arg(long, value_name = "client|server")]
+    history: Option<String>,
+    /// A TOML file holding any of these settings (flags win)
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Require `Authorization: Bearer TOKEN` (tenant `default`)
+    #[arg(long, env = "AGUI_AUTH_TOKEN", hide_env_values = true)]
+    auth_token: Option<String>,
+    /// A file of `TOKEN TENANT` lines: bearer tokens and their tenants
+    #[arg(long, value_name = "FILE")]
+    tokens_file: Option<PathBuf>,
+    /// Allowed CORS origin (repeatable; `*` for any)
+    #[arg(long = "cors-origin", value_name = "ORIGIN")]
+    cors_origins: Vec<String>,
+    /// Largest request body, in bytes
+    #[arg(long)]
+    max_body_bytes: Option<usize>,
+    /// Largest upstream event, in bytes
+    #[arg(long)]
+    max_event_bytes: Option<usize>,
+    /// Most events in one run
+    #[arg(long)]
+    max_events_per_run: Option<u64>,
+    /// Upstream connect timeout, in milliseconds
+    #[arg(long)]
+    upstream_connect_timeout_ms: Option<u64>,
+    /// Longest upstream silence, in milliseconds
+    #[arg(long)]
+    upstream_idle_timeout_ms: Option<u64>,
+    /// How long in-flight runs may finish after SIGINT/SIGTERM, in milliseconds
+    #[arg(long)]
+    shutdown_grace_ms: Option<u64>,
+    /// Do not close runs a previous process left in flight (for a replica
+    /// sharing its database with a running gateway)
+    #[arg(long)]
+    no_recover: bool,
+}
 
-pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("not implemented yet")
+/// The data directory: `$AGUI_DATA_DIR`, else `./.agui`.
+fn data_dir() -> PathBuf {
+    std::env::var_os("AGUI_DATA_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(".agui"))
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let file = match &args.config {
+        Some(p) => {
+            let text = std::fs::read_to_string(p)
+                .with_context(|| format!("cannot read the config file {}", p.display()))?;
+            ServeFile::parse(&text)?
+        }
+        None => ServeFile::default(),
+    };
+    let mode = match args.history.as_deref() {
+        Some(m) => SessionMode::parse(m)?,
+        None => file.history.unwrap_or_default(),
+    };
+    let mut agents = file.agents(mode)?;
+    for a in &args.agents {
+        let parsed = parse_agent_flag(a, mode)?;
+        agents.retain(|x| x.name != parsed.name);
+        agents.push(parsed);
+    }
+    let d = Limits::default();
+    let ms = Duration::from_millis;
+    let limits = Limits {
+        max_body_bytes: args
+            .max_body_bytes
+            .or(file.max_body_bytes)
+            .unwrap_or(d.max_body_bytes),
+        max_event_bytes: args
+            .max_event_bytes
+            .or(file.max_event_bytes)
+            .unwrap_or(d.max_event_bytes),
+        max_events_per_run: args
+            .max_events_per_run
+            .or(file.max_events_per_run)
+            .unwrap_or(d.max_events_per_run),
+        upstream_connect_timeout: args
+            .upstream_connect_timeout_ms
+            .or(file.upstream_connect_timeout_ms)
+            .map(ms)
+            .unwrap_or(d.upstream_connect_timeout),
+        upstream_idle_timeout: args
+            .upstream_idle_timeout_ms
+            .or(file.upstream_idle_timeout_ms)
+            .map(ms)
+            .unwrap_or(d.upstream_idle_timeout),
+    };
+    let auth = match (
+        args.auth_token.or(file.auth_token.clone()),
+        args.tokens_file
+            .or(file.tokens_file.clone().map(PathBuf::from)),
+    ) {
+        (Some(_), Some(_)) => bail!("give either --auth-token or --tokens-file, not both"),
+        (Some(t), None) => {
+            if t.is_empty() {
+                bail!("--auth-token must not be empty");
+            }
+            Auth::Tokens([(t, agui_server::DEFAULT_TENANT.to_owned())].into())
+        }
+        (None, Some(p)) => {
+            let text = std::fs::read_to_string(&p)
+                .with_context(|| format!("cannot read the tokens file {}", p.display()))?;
+            Auth::Tokens(Auth::parse_tokens_file(&text)?)
+        }
+        (None, None) => Auth::Open,
+    };
+    let mut cors = file.cors_origins.clone().unwrap_or_default();
+    cors.extend(args.cors_origins);
+    let config = GatewayConfig {
+        agents,
+        limits,
+        auth,
+        cors_origins: cors,
+        shutdown_grace: args
+            .shutdown_grace_ms
+            .or(file.shutdown_grace_ms)
+            .map(ms)
+            .unwrap_or(Duration::from_secs(10)),
+        recover_on_start: !args.no_recover && file.recover_on_start.unwrap_or(true),
+    };
+    let listen = args
+        .listen
+        .or(file.listen.clone())
+        .unwrap_or_else(|| "127.0.0.1:8080".to_owned());
+    let store_url = match args.store.or(file.store.clone()) {
+        Some(u) => u,
+        None => {
+            let dir = data_dir();
+            std::fs::create_dir_all(&dir)
+                .with_context(|| format!("cannot create the data directory {}", dir.display()))?;
+            format!("sqlite://{}/agui.db", dir.display())
+        }
+    };
+    init_logging();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    rt.block_on(serve(listen, store_url, config))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn init_logging() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("AGUI_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = if std::env::var("AGUI_LOG_FORMAT").as_deref() == Ok("json") {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
+}
+
+/// Opens a store by URL (the one place that names backends).
+async fn open_store(url: &str) -> anyhow::Result<Arc<dyn EventStore>> {
+    if url.starts_with("memory:") {
+        return Ok(Arc::new(agui_store::MemoryStore::open(url)?));
+    }
+    if url.starts_with("sqlite:") {
+        return Ok(Arc::new(agui_store_sqlite::open(url).await?));
+    }
+    if url.starts_with("postgres:") || url.starts_with("postgresql:") || url.starts_with("file:") {
+        // Wired as each backend crate lands.
+        bail!("this store backend is not available in this build yet; use sqlite:// or memory://");
+    }
+    bail!("unsupported store URL (expected sqlite://, postgres://, file:// or memory://)")
+}
+
+async fn serve(listen: String, store_url: String, config: GatewayConfig) -> anyhow::Result<()> {
+    let store = open_store(&store_url)
+        .await
+        .context("cannot open the store")?;
+    let recover = config.recover_on_start;
+    let gw = Arc::new(agui_server::Gateway::new(store, config)?);
+    if recover {
+        let n = gw.recover().await?;
+        if n > 0 {
+            tracing::warn!(
+                runs = n,
+                "closed runs left in flight by a previous process as interrupted"
+            );
+        }
+    }
+    let listener = tokio::net::TcpListener::bind(&listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen}"))?;
+    let addr = listener.local_addr()?;
+    let agents: Vec<String> = gw.agents().map(|a| a.name.clone()).collect();
+    eprintln!("agui serve: listening on http://{addr}");
+    for a in &agents {
+        eprintln!(
+            "  agent {a}: POST http://{addr}/agents/{a}/run  (connect: POST http://{addr}/agents/{a}/connect)"
+        );
+    }
+    eprintln!(
+        "  history: GET http://{addr}/threads  health: GET http://{addr}/healthz  metrics: GET http://{addr}/metrics"
+    );
+    eprintln!("  demo agent (direct): POST http://{addr}/demo/agent");
+    eprintln!("  store: {}", redact(&store_url));
+    agui_server::serve(gw.clone(), listener, shutdown_signal()).await?;
+    gw.store().close().await.ok();
+    Ok(())
+}
+
+/// A store URL without its password.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => {
+            let creds = &url[s + 3..at];
+            match creds.find(':') {
+                Some(c) => format!("{}://{}:***{}", &url[..s], &creds[..c], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redacts_passwords() {
+        assert_eq!(redact("postgres://u:secret@h/db"), "postgres://u:***@h/db");
+        assert_eq!(
+            redact("sqlite://./.agui/agui.db"),
+            "sqlite://./.agui/agui.db"
+        );
+    }
 }

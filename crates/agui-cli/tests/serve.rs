@@ -1,0 +1,191 @@
+//! `agui serve` as a process: the default SQLite store in the data
+//! directory, the demo agent out of the box, and SIGKILL mid-run.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use serde_json::{Value, json};
+
+struct Server {
+    child: Child,
+    addr: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `agui serve --listen 127.0.0.1:0 ARGS` in `dir`; reads the
+/// address from the start-up log.
+fn serve(dir: &Path, args: &[&str]) -> Server {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agui"))
+        .arg("serve")
+        .args(["--listen", "127.0.0.1:0"])
+        .args(args)
+        .current_dir(dir)
+        .env_remove("AGUI_DATA_DIR")
+        .env_remove("AGUI_AUTH_TOKEN")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = BufReader::new(stderr).lines();
+    let addr = loop {
+        let line = lines
+            .next()
+            .expect("agui serve exited before listening")
+            .unwrap();
+        if let Some(rest) = line.split("listening on http://").nth(1) {
+            break rest.trim().to_owned();
+        }
+    };
+    // Keep draining the log so the server never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines.by_ref() {});
+    Server { child, addr }
+}
+
+/// One HTTP/1.0 exchange (the body ends at close: no chunking to undo).
+fn request(addr: &str, method: &str, path: &str, body: Option<&Value>) -> TcpStream {
+    let mut s = TcpStream::connect(addr).unwrap();
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    write!(
+        s,
+        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    s
+}
+
+fn split_response(raw: &str) -> (u16, &str) {
+    let status = raw
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = raw.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
+    (status, body)
+}
+
+fn get_json(addr: &str, path: &str) -> (u16, Value) {
+    let mut raw = String::new();
+    request(addr, "GET", path, None)
+        .read_to_string(&mut raw)
+        .unwrap();
+    let (status, body) = split_response(&raw);
+    (status, serde_json::from_str(body).unwrap_or(Value::Null))
+}
+
+fn frames(body: &str) -> Vec<(u64, Value)> {
+    body.split("\n\n")
+        .filter_map(|block| {
+            let mut id = None;
+            let mut data = None;
+            for line in block.lines() {
+                if let Some(v) = line.strip_prefix("id: ") {
+                    id = v.parse().ok();
+                }
+                if let Some(v) = line.strip_prefix("data: ") {
+                    data = serde_json::from_str(v).ok();
+                }
+            }
+            Some((id?, data?))
+        })
+        .collect()
+}
+
+fn input(thread: &str, run: &str, text: &str, delay_ms: u64) -> Value {
+    json!({"threadId": thread, "runId": run, "state": {}, "tools": [], "context": [],
+           "messages": [{"id": format!("u-{run}"), "role": "user", "content": text}],
+           "forwardedProps": {"demo": {"delayMs": delay_ms}}})
+}
+
+#[test]
+fn serves_the_demo_agent_with_the_default_sqlite_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = serve(dir.path(), &[]);
+    assert!(dir.path().join(".agui/agui.db").is_file());
+    let (status, health) = get_json(&server.addr, "/healthz");
+    assert_eq!((status, health["status"].as_str()), (200, Some("ok")));
+    let mut raw = String::new();
+    request(
+        &server.addr,
+        "POST",
+        "/agents/demo/run",
+        Some(&input("t", "r1", "hi there", 0)),
+    )
+    .read_to_string(&mut raw)
+    .unwrap();
+    let (status, body) = split_response(&raw);
+    assert_eq!(status, 200);
+    let f = frames(body);
+    assert_eq!(f.first().unwrap().1["type"], "RUN_STARTED");
+    assert_eq!(f.last().unwrap().1["type"], "RUN_FINISHED");
+    let (_, msgs) = get_json(&server.addr, "/threads/t/messages");
+    assert_eq!(msgs["messages"][1]["content"], "You said: hi there");
+}
+
+#[test]
+fn sigkill_mid_run_then_restart_closes_the_run_as_interrupted_and_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}/kill.db", dir.path().display());
+    let first = serve(dir.path(), &["--store", &db]);
+    // A finished run first, then a slow one in flight.
+    let mut raw = String::new();
+    request(
+        &first.addr,
+        "POST",
+        "/agents/demo/run",
+        Some(&input("k", "r1", "one", 0)),
+    )
+    .read_to_string(&mut raw)
+    .unwrap();
+    let (_, before) = get_json(&first.addr, "/threads/k/messages?run=r1");
+    let mut stream = request(
+        &first.addr,
+        "POST",
+        "/agents/demo/run",
+        Some(&input("k", "r2", "a b c d e f g h i j k l", 150)),
+    );
+    let mut seen = String::new();
+    let mut buf = [0u8; 4096];
+    while frames(&seen).len() < 4 {
+        let n = stream.read(&mut buf).unwrap();
+        assert!(n > 0, "the run ended too early");
+        seen.push_str(std::str::from_utf8(&buf[..n]).unwrap());
+    }
+    let seen = frames(seen.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or(&seen));
+    drop(first); // SIGKILL
+    let second = serve(dir.path(), &["--store", &db]);
+    let (_, thread) = get_json(&second.addr, "/threads/k");
+    assert_eq!(thread["runs"][0]["status"], "finished");
+    assert_eq!(thread["runs"][1]["status"], "interrupted");
+    let mut raw = String::new();
+    request(&second.addr, "GET", "/threads/k/events", None)
+        .read_to_string(&mut raw)
+        .unwrap();
+    let stored = frames(split_response(&raw).1);
+    // Every event a client saw is stored, unchanged, under the same id.
+    for (id, data) in &seen {
+        let s = stored
+            .iter()
+            .find(|(i, _)| i == id)
+            .expect("a seen event was lost");
+        assert_eq!(&s.1, data);
+    }
+    let (_, last) = stored.last().unwrap();
+    assert_eq!(last["type"], "RUN_ERROR");
+    assert_eq!(last["code"], "interrupted");
+    // The message open at the kill was ended before the RUN_ERROR.
+    assert_eq!(stored[stored.len() - 2].1["type"], "TEXT_MESSAGE_END");
+    // History survives the restart.
+    let (_, after) = get_json(&second.addr, "/threads/k/messages?run=r1");
+    assert_eq!(before["messages"], after["messages"]);
+}
