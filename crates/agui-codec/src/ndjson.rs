@@ -101,15 +101,18 @@ impl PushDecoder for NdjsonDecoder {
                 line = rest;
             }
             self.scanned = 0;
+            // The limit applies to blank lines too, so that the outcome does
+            // not depend on whether a line arrived whole or in pieces.
+            if line.len() > self.max {
+                let at = self.at();
+                let limit = self.max;
+                return self.fail(DecodeError::TooLarge { at, limit });
+            }
             if is_blank(line) {
                 self.buf.consume_counted(consumed, 1);
                 continue;
             }
             let at = self.at();
-            if line.len() > self.max {
-                let limit = self.max;
-                return self.fail(DecodeError::TooLarge { at, limit });
-            }
             let result = parse_event(line, at);
             self.index += 1;
             self.buf
@@ -210,5 +213,19 @@ mod tests {
         d.push(&[b' '; 100]);
         assert!(matches!(d.pull(), Some(Err(DecodeError::TooLarge { .. }))));
         assert!(d.pull().is_none());
+    }
+
+    #[test]
+    fn long_blank_lines_fail_whether_whole_or_in_pieces() {
+        // Found by fuzzing: a long blank line was skipped when it arrived
+        // whole but rejected when it arrived in pieces.
+        let input = format!("{}\n{{\"type\":\"A\"}}\n", " ".repeat(20));
+        let got = decode(input.as_bytes(), 12);
+        assert_eq!(
+            got,
+            vec![Err(
+                "event 0 (line 1, byte 0): event exceeds the maximum size of 12 bytes".to_owned()
+            )]
+        );
     }
 }
