@@ -1,1 +1,1039 @@
-//! Placeholder: being written.
+//! The file backend of `agui-store` (`file:///DIR`): one directory per store,
+//! an append-only log of checksummed records in segment files, full segments
+//! sealed with zstd, and an in-memory index rebuilt on open.
+//!
+//! ```no_run
+//! # async fn demo() -> agui_store::Result<()> {
+//! use agui_store::EventStore;
+//! let store = agui_store_file::open("file:///var/lib/agui?durability=append").await?;
+//! let stats = store.stats().await?;
+//! store.close().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # URL
+//!
+//! `file:///abs/dir` or `file://relative/dir`, optionally followed by a query
+//! of `&`-separated options (no percent-decoding: use a plain path):
+//! `durability=append|run_end` (force one [`Durability`] for every append,
+//! whatever the request asks), `segment_mb=N` (size at which the active
+//! segment is sealed, default 64), `zstd_level=N` (1–22, default 6). See
+//! [`FileOptions`].
+//!
+//! # On-disk format
+//!
+//! The directory holds a `LOCK` file (an exclusive `flock` while a process
+//! has the store open) and segment files named by a 16-digit hexadecimal
+//! sequence number. Thread, tenant and run ids never appear in file names:
+//! they are stored inside records, so any id (NUL, `../`, `CON`, RTL marks,
+//! emoji, 64 KiB) is safe.
+//!
+//! - `<id>.seg`, a plain segment: the magic `AGUISEG1`, then records. The
+//!   highest-numbered one is the active segment, the only file ever appended
+//!   to.
+//! - `<id>.zseg`, a sealed segment: the magic `AGUIZSG1`, then blocks. Each
+//!   block is a header (logical offset of its first byte in the plain
+//!   segment: u64; raw length: u32; compressed length: u32; CRC-32 of the
+//!   compressed bytes: u32; all little endian) and one zstd frame holding
+//!   whole records (about 1 MiB of them). A record keeps its logical offset
+//!   when its segment is sealed, so the index never changes.
+//! - A record: payload length (u32 LE), CRC-32 of the payload (u32 LE), then
+//!   the payload: a kind byte and its fields (strings as u32 length + UTF-8,
+//!   integers little endian):
+//!
+//! | kind | payload |
+//! | --- | --- |
+//! | 1 batch | tenant, thread, agent (flag byte + string), receive time (i64 µs), first sequence number (u64), event count (u32), then each event's exact JSON text (u32 length + bytes) |
+//! | 2 checkpoint | tenant, thread, run, the checkpoint blob (u32 length + bytes) |
+//! | 3 thread deleted | tenant, thread |
+//! | 4 runs interrupted | time (i64 µs): every run still `running` became `interrupted` |
+//! | 5 checkpoint removed | tenant, thread, run |
+//!
+//! One append is one batch record, so a batch is atomic: on open, a record
+//! is either complete with a valid checksum or it is not there.
+//!
+//! # Opening and recovery
+//!
+//! Opening replays every record in order and rebuilds the index: per thread
+//! its head, counters and run index (with the shared rules of
+//! [`agui_store::index`], replayed from the stored receive times so the
+//! result is identical), the location of every batch and of every run's
+//! latest checkpoint. Payloads are not kept in memory: reads fetch batches
+//! by location (a `pread` in a plain segment; one block decompression, with a
+//! small cache, in a sealed one).
+//!
+//! The tail of the active segment is checked record by record. A record that
+//! is incomplete or fails its checksum with nothing valid after it is a torn
+//! tail (a write cut by a crash): the segment is truncated back to the last
+//! complete record and synced. A damaged record with valid records after it
+//! is not a torn write: a damaged checkpoint is kept (restore detects it and
+//! rebuilds it from the log); any other damaged record makes open fail with
+//! `Corrupt` rather than silently drop events. A sealed segment is written to
+//! a temporary file, synced and renamed; its plain original is removed only
+//! afterwards, so a crash during sealing leaves one complete copy.
+//!
+//! # Durability
+//!
+//! Every append is written to the active segment (handed to the operating
+//! system) before it is acknowledged. Syncs (`fdatasync`) are grouped:
+//! concurrent appends that need one share it.
+//!
+//! | [`Durability`] | synced before the acknowledgement | a process crash (SIGKILL) loses | an OS crash or power loss loses |
+//! | --- | --- | --- | --- |
+//! | `Append` | every append | nothing acknowledged | nothing acknowledged |
+//! | `RunEnd` (default) | appends that end a run (`RUN_FINISHED`, `RUN_ERROR`, or a `RUN_STARTED` that interrupts a running run) | nothing acknowledged | the appends acknowledged since the last synced one (at most the open runs' recent events) |
+//!
+//! Deleting a thread and marking runs interrupted are always synced.
+//! Checkpoints are never synced on their own (they are rebuilt from the log
+//! when missing). A segment is synced before the next one is started, and
+//! `flush`/`close` sync everything.
+//!
+//! # Limits
+//!
+//! Deleted threads and replaced checkpoints stay in their segments until
+//! the store is rewritten: space is not reclaimed (there is no compaction
+//! yet). Opening replays the whole log, so it takes time proportional to the
+//! store's size (every event's envelope is read once).
+
+mod error;
+mod record;
+mod segment;
+mod state;
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock, mpsc};
+use std::thread::JoinHandle;
+
+use agui_protocol::Event;
+use agui_store::cursor::{RunCursor, ThreadCursor};
+use agui_store::index::BatchPlan;
+use agui_store::subscribe::{EventStream, Hub, PageReader, catch_up_then_live};
+use agui_store::{
+    AppendRequest, Appended, ConversationCache, Durability, EventPage, EventStore, Result,
+    RunFilter, RunPage, RunRecord, StoreError, StoreStats, StoredEvent, ThreadFilter, ThreadInfo,
+    ThreadPage, Timestamp, check_id, page_size,
+};
+use async_trait::async_trait;
+use futures::FutureExt;
+
+pub use crate::error::FileError;
+use crate::record::Frame;
+use crate::segment::{Active, BlockCache, Loc, Segment};
+use crate::state::State;
+
+/// How a [`FileStore`] behaves.
+#[derive(Debug, Clone)]
+pub struct FileOptions {
+    /// When set, every append uses this durability whatever its request
+    /// asks (e.g. `Some(Durability::Append)`: sync every append).
+    pub durability: Option<Durability>,
+    /// The active segment is sealed once it holds this many bytes.
+    pub segment_bytes: u64,
+    /// zstd level of sealed segments (1–22).
+    pub zstd_level: i32,
+    /// Uncompressed bytes per sealed block (a read decompresses one block).
+    pub block_bytes: usize,
+    /// Decompressed blocks kept in memory.
+    pub cached_blocks: usize,
+}
+
+impl Default for FileOptions {
+    fn default() -> FileOptions {
+        FileOptions {
+            durability: None,
+            segment_bytes: 64 << 20,
+            zstd_level: 6,
+            block_bytes: 1 << 20,
+            cached_blocks: 16,
+        }
+    }
+}
+
+/// Reads `file:///DIR?opts` into a directory and options.
+pub fn parse_url(url: &str) -> Result<(PathBuf, FileOptions)> {
+    let rest = url
+        .strip_prefix("file://")
+        .ok_or_else(|| StoreError::invalid("not a file:// URL"))?;
+    let rest = rest.split('#').next().unwrap_or_default();
+    let (path, query) = match rest.split_once('?') {
+        Some((p, q)) => (p, q),
+        None => (rest, ""),
+    };
+    if path.is_empty() {
+        return Err(StoreError::invalid("a file:// URL needs a directory"));
+    }
+    let mut opts = FileOptions::default();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        match k {
+            "durability" => {
+                opts.durability = Some(match v {
+                    "append" => Durability::Append,
+                    "run_end" => Durability::RunEnd,
+                    _ => return Err(StoreError::invalid("durability must be append or run_end")),
+                })
+            }
+            "segment_mb" => {
+                let mb: u64 = v
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=1 << 20).contains(n))
+                    .ok_or_else(|| StoreError::invalid("segment_mb must be a positive number"))?;
+                opts.segment_bytes = mb << 20;
+            }
+            "zstd_level" => {
+                opts.zstd_level = v
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=22).contains(n))
+                    .ok_or_else(|| StoreError::invalid("zstd_level must be 1 to 22"))?;
+            }
+            _ => return Err(StoreError::invalid("unknown option in a file:// URL")),
+        }
+    }
+    Ok((PathBuf::from(path), opts))
+}
+
+/// Opens `file:///DIR` (creating the directory if needed); see the crate
+/// documentation for the URL's options.
+pub async fn open(url: &str) -> Result<FileStore> {
+    let (dir, opts) = parse_url(url)?;
+    FileStore::open(dir, opts).await
+}
+
+/// The file store. Cloning gives another handle on the same store.
+#[derive(Clone)]
+pub struct FileStore {
+    inner: Arc<Inner>,
+}
+
+/// What the sealer thread shares with the store.
+struct Shared {
+    dir: PathBuf,
+    opts: FileOptions,
+    segments: RwLock<BTreeMap<u64, Arc<Segment>>>,
+    cache: BlockCache,
+}
+
+struct Inner {
+    shared: Arc<Shared>,
+    state: RwLock<State>,
+    writer: Mutex<Option<Active>>,
+    /// Serializes syncs (waiters find their bytes synced by the one before).
+    sync_lock: Mutex<()>,
+    /// (segment, length) known to be on stable storage.
+    synced: Mutex<(u64, u64)>,
+    hub: Hub,
+    closed: AtomicBool,
+    cache: ConversationCache,
+    sealer: Mutex<Option<(mpsc::Sender<u64>, JoinHandle<()>)>>,
+    lock: Mutex<Option<std::fs::File>>,
+}
+
+fn read_lock<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(|p| p.into_inner())
+}
+
+fn write_lock<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(|p| p.into_inner())
+}
+
+fn lock<T>(l: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    l.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn closed() -> StoreError {
+    StoreError::unavailable("the store is closed")
+}
+
+/// Takes the directory's exclusive lock (released when the file closes,
+/// also when the process dies).
+fn take_lock(dir: &Path) -> Result<std::fs::File, FileError> {
+    use std::os::fd::AsRawFd;
+    let path = dir.join("LOCK");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| FileError::io("open the lock file", &path, e))?;
+    // SAFETY: flock on a descriptor this function owns; no memory involved.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        return Err(FileError::Locked(dir.display().to_string()));
+    }
+    Ok(file)
+}
+
+fn open_blocking(dir: PathBuf, opts: FileOptions) -> Result<FileStore, FileError> {
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| FileError::io("create the store directory", &dir, e))?;
+    let lock_file = take_lock(&dir)?;
+    let mut found: BTreeMap<u64, (bool, bool)> = BTreeMap::new();
+    let entries =
+        std::fs::read_dir(&dir).map_err(|e| FileError::io("list the store directory", &dir, e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| FileError::io("list the store directory", &dir, e))?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if name.ends_with(".zseg.tmp") {
+            // A seal cut short: the plain segment is still there.
+            let p = entry.path();
+            std::fs::remove_file(&p)
+                .map_err(|e| FileError::io("remove a temporary file", &p, e))?;
+            continue;
+        }
+        if let Some((id, sealed)) = segment::parse_name(name) {
+            let e = found.entry(id).or_default();
+            if sealed {
+                e.1 = true;
+            } else {
+                e.0 = true;
+            }
+        }
+    }
+    let last_id = found.keys().next_back().copied();
+    let mut state = State::default();
+    let mut segments: BTreeMap<u64, Arc<Segment>> = BTreeMap::new();
+    let mut to_seal = Vec::new();
+    let mut active = None;
+    for (&id, &(plain, sealed)) in &found {
+        let replay = |s: segment::Scanned<'_>, st: &mut State| {
+            st.replay(s.payload, s.loc, s.intact)
+                .map_err(|e| FileError::Damaged {
+                    segment: s.loc.seg,
+                    offset: s.loc.off,
+                    why: e.0,
+                })
+        };
+        if sealed {
+            let path = dir.join(segment::sealed_name(id));
+            let seg = segment::scan_sealed(&path, id, |s| replay(s, &mut state))?;
+            segments.insert(id, Arc::new(seg));
+            if plain {
+                // Sealing finished but the original was not removed yet.
+                let p = dir.join(segment::plain_name(id));
+                std::fs::remove_file(&p).map_err(|e| FileError::io("remove a segment", &p, e))?;
+                segment::sync_dir(&dir)?;
+            }
+            continue;
+        }
+        let path = dir.join(segment::plain_name(id));
+        let scan = segment::scan_plain(&path, id, |s| replay(s, &mut state))?;
+        let is_last = Some(id) == last_id;
+        if scan.torn && !is_last {
+            return Err(FileError::Damaged {
+                segment: id,
+                offset: scan.valid_len,
+                why: "a full segment ends with an incomplete record",
+            });
+        }
+        if scan.valid_len == 0 {
+            // Its creation was cut short: nothing was ever appended to it.
+            std::fs::remove_file(&path).map_err(|e| FileError::io("remove a segment", &path, e))?;
+            segment::sync_dir(&dir)?;
+            continue;
+        }
+        if scan.torn {
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .map_err(|e| FileError::io("open a segment", &path, e))?;
+            f.set_len(scan.valid_len)
+                .and_then(|()| f.sync_all())
+                .map_err(|e| FileError::io("cut a torn tail", &path, e))?;
+        }
+        let file =
+            std::fs::File::open(&path).map_err(|e| FileError::io("open a segment", &path, e))?;
+        segments.insert(
+            id,
+            Arc::new(Segment::Plain {
+                id,
+                file,
+                path: path.clone(),
+            }),
+        );
+        if is_last && scan.valid_len < opts.segment_bytes {
+            active = Some(Active::reopen(&dir, id, scan.valid_len)?);
+        } else {
+            to_seal.push(id);
+        }
+    }
+    let active = match active {
+        Some(a) => a,
+        None => {
+            let a = Active::create(&dir, last_id.map_or(1, |i| i + 1))?;
+            segments.insert(a.id, Arc::new(a.segment()?));
+            a
+        }
+    };
+    let synced = (active.id, active.len);
+    let shared = Arc::new(Shared {
+        dir,
+        cache: BlockCache::new(opts.cached_blocks),
+        opts,
+        segments: RwLock::new(segments),
+    });
+    let (tx, rx) = mpsc::channel::<u64>();
+    let sealer_shared = shared.clone();
+    let handle = std::thread::Builder::new()
+        .name("agui-file-sealer".into())
+        .spawn(move || sealer(sealer_shared, rx))
+        .map_err(|e| FileError::io("start the sealer", &shared.dir, e))?;
+    for id in to_seal {
+        let _ = tx.send(id);
+    }
+    Ok(FileStore {
+        inner: Arc::new(Inner {
+            shared,
+            state: RwLock::new(state),
+            writer: Mutex::new(Some(active)),
+            sync_lock: Mutex::new(()),
+            synced: Mutex::new(synced),
+            hub: Hub::new(),
+            closed: AtomicBool::new(false),
+            cache: ConversationCache::new(),
+            sealer: Mutex::new(Some((tx, handle))),
+            lock: Mutex::new(Some(lock_file)),
+        }),
+    })
+}
+
+/// Seals the segments it is sent, one after the other, until the store
+/// closes. A failed seal leaves the plain segment (retried at next open).
+fn sealer(shared: Arc<Shared>, rx: mpsc::Receiver<u64>) {
+    while let Ok(id) = rx.recv() {
+        let Ok(seg) = segment::seal(
+            &shared.dir,
+            id,
+            shared.opts.zstd_level,
+            shared.opts.block_bytes,
+        ) else {
+            continue;
+        };
+        write_lock(&shared.segments).insert(id, Arc::new(seg));
+        shared.cache.forget(id);
+        let plain = shared.dir.join(segment::plain_name(id));
+        if std::fs::remove_file(&plain).is_ok() {
+            let _ = segment::sync_dir(&shared.dir);
+        }
+    }
+}
+
+impl FileStore {
+    /// Opens (creating if needed) the store in `dir`: takes its lock,
+    /// replays the log, cuts a torn tail. Runs left `running` by a crash stay
+    /// so until [`EventStore::mark_interrupted`].
+    pub async fn open(dir: impl AsRef<Path>, options: FileOptions) -> Result<FileStore> {
+        let dir = dir.as_ref().to_path_buf();
+        tokio::task::spawn_blocking(move || open_blocking(dir, options))
+            .await
+            .map_err(|_| StoreError::internal("the store could not be opened"))?
+            .map_err(StoreError::from)
+    }
+
+    /// The store's directory.
+    pub fn dir(&self) -> &Path {
+        &self.inner.shared.dir
+    }
+
+    /// Removes a run's stored checkpoint (it is rebuilt from the log on the
+    /// run's next restore). Returns whether there was one.
+    pub async fn remove_checkpoint(
+        &self,
+        tenant: &str,
+        thread: &str,
+        run_id: &str,
+    ) -> Result<bool> {
+        let (tenant, thread, run) = (tenant.to_owned(), thread.to_owned(), run_id.to_owned());
+        self.blocking(move |i| {
+            let mut w = lock(&i.writer);
+            let active = w.as_mut().ok_or_else(closed)?;
+            let has = read_lock(&i.state)
+                .thread(&tenant, &thread)
+                .ok_or_else(|| StoreError::not_found("thread"))?
+                .checkpoints
+                .contains_key(&run);
+            if !has {
+                return Ok(false);
+            }
+            let mut rec = record::Writer::new(record::UNCHECKPOINT);
+            rec.str(&tenant).str(&thread).str(&run);
+            i.write(active, &rec.frame()?)?;
+            write_lock(&i.state).set_checkpoint(&tenant, &thread, &run, None);
+            Ok(true)
+        })
+        .await
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(closed());
+        }
+        Ok(())
+    }
+
+    /// Runs `f` on a blocking thread.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Inner) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        self.check_open()?;
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || f(&inner))
+            .await
+            .map_err(|_| StoreError::internal("a store task failed"))?
+    }
+}
+
+impl Inner {
+    /// Appends a frame to the active segment (rotating it when full).
+    fn write(&self, active: &mut Active, frame: &[u8]) -> Result<Loc, FileError> {
+        let loc = active.append(frame)?;
+        if active.len >= self.shared.opts.segment_bytes {
+            // A failed rotation leaves the full segment active; the next
+            // append tries again.
+            let _ = self.rotate(active);
+        }
+        Ok(loc)
+    }
+
+    fn rotate(&self, active: &mut Active) -> Result<(), FileError> {
+        active.sync()?;
+        let next = Active::create(&self.shared.dir, active.id + 1)?;
+        let seg = next.segment()?;
+        write_lock(&self.shared.segments).insert(next.id, Arc::new(seg));
+        let old = std::mem::replace(active, next);
+        *lock(&self.synced) = (active.id, active.len);
+        if let Some((tx, _)) = lock(&self.sealer).as_ref() {
+            let _ = tx.send(old.id);
+        }
+        Ok(())
+    }
+
+    /// Makes everything up to `(seg, end)` durable (one sync serves every
+    /// waiter whose bytes it covers).
+    fn sync_through(&self, seg: u64, end: u64) -> Result<(), FileError> {
+        let _one = lock(&self.sync_lock);
+        if *lock(&self.synced) >= (seg, end) {
+            return Ok(());
+        }
+        let (file, path, cur) = {
+            let w = lock(&self.writer);
+            let Some(a) = w.as_ref() else {
+                return Ok(()); // closed: close synced everything
+            };
+            (a.file.clone(), a.path.clone(), (a.id, a.len))
+        };
+        if seg < cur.0 {
+            return Ok(()); // rotation synced that segment
+        }
+        file.sync_data()
+            .map_err(|e| FileError::io("sync a segment", &path, e))?;
+        let mut s = lock(&self.synced);
+        if *s < cur {
+            *s = cur;
+        }
+        Ok(())
+    }
+
+    fn segment(&self, seg: u64) -> Result<Arc<Segment>, FileError> {
+        read_lock(&self.shared.segments)
+            .get(&seg)
+            .cloned()
+            .ok_or(FileError::Damaged {
+                segment: seg,
+                offset: 0,
+                why: "the index names a missing segment",
+            })
+    }
+
+    /// The frame at `loc`.
+    fn read_raw(&self, loc: Loc) -> Result<Vec<u8>, FileError> {
+        self.segment(loc.seg)?.read(loc, &self.shared.cache)
+    }
+
+    fn append(
+        &self,
+        tenant: &str,
+        thread: &str,
+        req: AppendRequest,
+    ) -> Result<(Appended, BatchPlan)> {
+        let durability = self.shared.opts.durability.unwrap_or(req.durability);
+        let mut w = lock(&self.writer);
+        let active = w.as_mut().ok_or_else(closed)?;
+        let (plan, frame) = {
+            let st = read_lock(&self.state);
+            let last = st.thread(tenant, thread).map_or(0, |t| t.head.last_seq);
+            if let Some(expected) = req.expected_seq.filter(|&e| e != last) {
+                return Err(StoreError::conflict(expected, last));
+            }
+            let now = req.received_at.unwrap_or_else(Timestamp::now);
+            let plan = st.plan(tenant, thread, &req.events, req.agent.as_deref(), now)?;
+            let frame = record::encode_batch(
+                tenant,
+                thread,
+                req.agent.as_deref(),
+                plan.received_at.0,
+                plan.first_seq,
+                &req.events,
+            )?;
+            (plan, frame)
+        };
+        let loc = self.write(active, &frame)?;
+        drop(frame);
+        let count = req.events.len() as u32;
+        write_lock(&self.state).apply_batch(
+            tenant,
+            thread,
+            req.agent.as_deref(),
+            &plan,
+            count,
+            loc,
+        );
+        if self.hub.has_listeners(tenant, thread) {
+            let batch = req
+                .events
+                .into_iter()
+                .zip(plan.first_seq..)
+                .map(|(event, seq)| StoredEvent {
+                    seq,
+                    received_at: plan.received_at,
+                    event,
+                })
+                .collect();
+            self.hub.publish(tenant, thread, batch);
+        }
+        drop(w);
+        let sync = durability == Durability::Append || plan.ends_a_run();
+        if sync {
+            self.sync_through(loc.seg, loc.off + u64::from(loc.len))?;
+        }
+        let appended = Appended {
+            first_seq: plan.first_seq,
+            last_seq: plan.last_seq(),
+            received_at: plan.received_at,
+            durable: sync,
+        };
+        Ok((appended, plan))
+    }
+
+    fn read_page(
+        &self,
+        tenant: &str,
+        thread: &str,
+        from_seq: u64,
+        limit: usize,
+    ) -> Result<EventPage> {
+        let from = from_seq.max(1);
+        let limit = page_size(limit);
+        let (batches, last_seq) = {
+            let st = read_lock(&self.state);
+            let t = st
+                .thread(tenant, thread)
+                .ok_or_else(|| StoreError::not_found("thread"))?;
+            (t.batches_from(from, limit), t.head.last_seq)
+        };
+        let mut events = Vec::with_capacity(limit.min(4096));
+        'batches: for b in batches {
+            let raw = self.read_raw(b.loc)?;
+            let damaged = |why| FileError::Damaged {
+                segment: b.loc.seg,
+                offset: b.loc.off,
+                why,
+            };
+            let Frame::Ok(payload, _) = record::read_frame(&raw) else {
+                return Err(damaged("batch record checksum").into());
+            };
+            let rec = record::decode_batch(payload)?;
+            if rec.first_seq != b.first_seq || rec.events.len() != b.count as usize {
+                return Err(damaged("batch record does not match the index").into());
+            }
+            for (text, seq) in rec.events.iter().zip(b.first_seq..) {
+                if seq < from {
+                    continue;
+                }
+                if events.len() >= limit {
+                    break 'batches;
+                }
+                let event = Event::from_json(text)
+                    .map_err(|_| StoreError::from(damaged("a stored event is not an event")))?;
+                events.push(StoredEvent {
+                    seq,
+                    received_at: b.received_at,
+                    event,
+                });
+            }
+        }
+        if events.first().is_some_and(|e| e.seq != from) {
+            return Err(StoreError::corrupt("the stored log has a gap"));
+        }
+        let next_seq = match events.last() {
+            Some(e) if e.seq < last_seq => Some(e.seq + 1),
+            _ => None,
+        };
+        Ok(EventPage { events, next_seq })
+    }
+
+    fn stop(&self) -> Result<(), FileError> {
+        let active = lock(&self.writer).take();
+        let result = active.as_ref().map_or(Ok(()), Active::sync);
+        if let Some((tx, handle)) = lock(&self.sealer).take() {
+            drop(tx);
+            let _ = handle.join();
+        }
+        drop(lock(&self.lock).take());
+        result
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        let _ = self.stop();
+    }
+}
+
+/// Decodes a checkpoint payload into its blob, tolerating damage (the blob
+/// is handed over unchecked; [`agui_store::checkpoint`] checks it).
+fn checkpoint_blob(payload: &[u8]) -> Vec<u8> {
+    let mut r = record::Reader::new(payload);
+    let blob = (|| -> Result<&[u8], FileError> {
+        r.u8()?;
+        r.str()?;
+        r.str()?;
+        r.str()?;
+        r.bytes()
+    })();
+    blob.map(<[u8]>::to_vec).unwrap_or_default()
+}
+
+#[async_trait]
+impl EventStore for FileStore {
+    async fn append(&self, tenant: &str, thread: &str, req: AppendRequest) -> Result<Appended> {
+        check_id("tenant", tenant)?;
+        check_id("thread", thread)?;
+        if req.events.is_empty() {
+            return Err(StoreError::invalid("an append needs at least one event"));
+        }
+        let (t, th) = (tenant.to_owned(), thread.to_owned());
+        let (appended, plan) = self.blocking(move |i| i.append(&t, &th, req)).await?;
+        self.checkpoint_ended_runs(tenant, thread, &plan).await;
+        Ok(appended)
+    }
+
+    async fn read(
+        &self,
+        tenant: &str,
+        thread: &str,
+        from_seq: u64,
+        limit: usize,
+    ) -> Result<EventPage> {
+        let (t, th) = (tenant.to_owned(), thread.to_owned());
+        self.blocking(move |i| i.read_page(&t, &th, from_seq, limit))
+            .await
+    }
+
+    async fn run(&self, tenant: &str, thread: &str, run_id: &str) -> Result<RunRecord> {
+        self.check_open()?;
+        let st = read_lock(&self.inner.state);
+        let t = st
+            .thread(tenant, thread)
+            .ok_or_else(|| StoreError::not_found("thread"))?;
+        let pos = t
+            .run_pos
+            .get(run_id)
+            .ok_or_else(|| StoreError::not_found("run"))?;
+        Ok(t.runs[*pos].clone())
+    }
+
+    async fn list_runs(&self, tenant: &str, filter: &RunFilter) -> Result<RunPage> {
+        self.check_open()?;
+        let after = filter
+            .cursor
+            .as_deref()
+            .map(RunCursor::decode)
+            .transpose()?;
+        let limit = page_size(filter.limit);
+        let st = read_lock(&self.inner.state);
+        let Some(ten) = st.tenants.get(tenant) else {
+            return Ok(RunPage::default());
+        };
+        let threads: Vec<&state::ThreadState> = match &filter.thread_id {
+            Some(id) => ten.threads.get(id).into_iter().collect(),
+            None => ten.threads.values().collect(),
+        };
+        let mut runs: Vec<&RunRecord> = threads
+            .into_iter()
+            .flat_map(|t| t.runs.iter())
+            .filter(|r| {
+                filter
+                    .parent_run_id
+                    .as_ref()
+                    .is_none_or(|p| r.parent_run_id.as_ref() == Some(p))
+                    && filter.status.is_none_or(|s| r.status == s)
+                    && filter.started_from.is_none_or(|t| r.started_at >= t)
+                    && filter.started_before.is_none_or(|t| r.started_at < t)
+                    && after.as_ref().is_none_or(|c| {
+                        (r.started_at, r.thread_id.as_str(), r.first_seq)
+                            > (c.started_at, c.thread_id.as_str(), c.first_seq)
+                    })
+            })
+            .collect();
+        runs.sort_by(|a, b| {
+            (a.started_at, &a.thread_id, a.first_seq).cmp(&(
+                b.started_at,
+                &b.thread_id,
+                b.first_seq,
+            ))
+        });
+        let more = runs.len() > limit;
+        let runs: Vec<RunRecord> = runs.into_iter().take(limit).cloned().collect();
+        let next_cursor = match runs.last() {
+            Some(r) if more => Some(
+                RunCursor {
+                    started_at: r.started_at,
+                    thread_id: r.thread_id.clone(),
+                    first_seq: r.first_seq,
+                }
+                .encode(),
+            ),
+            _ => None,
+        };
+        Ok(RunPage { runs, next_cursor })
+    }
+
+    async fn thread(&self, tenant: &str, thread: &str) -> Result<ThreadInfo> {
+        self.check_open()?;
+        let st = read_lock(&self.inner.state);
+        st.thread(tenant, thread)
+            .map(|t| t.info(thread))
+            .ok_or_else(|| StoreError::not_found("thread"))
+    }
+
+    async fn list_threads(&self, tenant: &str, filter: &ThreadFilter) -> Result<ThreadPage> {
+        self.check_open()?;
+        let after = filter
+            .cursor
+            .as_deref()
+            .map(ThreadCursor::decode)
+            .transpose()?;
+        let limit = page_size(filter.limit);
+        let st = read_lock(&self.inner.state);
+        let Some(ten) = st.tenants.get(tenant) else {
+            return Ok(ThreadPage::default());
+        };
+        let start = match &after {
+            Some(c) => Bound::Excluded((std::cmp::Reverse(c.updated_at), c.thread_id.clone())),
+            None => Bound::Unbounded,
+        };
+        let mut threads = Vec::new();
+        let mut more = false;
+        for (_, id) in ten.by_activity.range((start, Bound::Unbounded)) {
+            let Some(t) = ten.threads.get(id) else {
+                continue;
+            };
+            if filter
+                .agent
+                .as_ref()
+                .is_some_and(|a| t.agent.as_ref() != Some(a))
+            {
+                continue;
+            }
+            if threads.len() == limit {
+                more = true;
+                break;
+            }
+            threads.push(t.info(id));
+        }
+        let next_cursor = match threads.last() {
+            Some(t) if more => Some(
+                ThreadCursor {
+                    updated_at: t.updated_at,
+                    thread_id: t.thread_id.clone(),
+                }
+                .encode(),
+            ),
+            _ => None,
+        };
+        Ok(ThreadPage {
+            threads,
+            next_cursor,
+        })
+    }
+
+    async fn delete_thread(&self, tenant: &str, thread: &str) -> Result<()> {
+        let (t, th) = (tenant.to_owned(), thread.to_owned());
+        self.blocking(move |i| {
+            let mut w = lock(&i.writer);
+            let active = w.as_mut().ok_or_else(closed)?;
+            if read_lock(&i.state).thread(&t, &th).is_none() {
+                return Err(StoreError::not_found("thread"));
+            }
+            let mut rec = record::Writer::new(record::DELETE);
+            rec.str(&t).str(&th);
+            let loc = i.write(active, &rec.frame()?)?;
+            write_lock(&i.state).delete(&t, &th);
+            i.hub.close_thread(&t, &th);
+            i.cache.forget(&t, &th);
+            drop(w);
+            i.sync_through(loc.seg, loc.off + u64::from(loc.len))?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn tenants(&self) -> Result<Vec<String>> {
+        self.check_open()?;
+        Ok(read_lock(&self.inner.state)
+            .tenants
+            .keys()
+            .cloned()
+            .collect())
+    }
+
+    async fn load_checkpoint(
+        &self,
+        tenant: &str,
+        thread: &str,
+        run_id: &str,
+    ) -> Result<Option<Vec<u8>>> {
+        self.check_open()?;
+        let loc = {
+            let st = read_lock(&self.inner.state);
+            let t = st
+                .thread(tenant, thread)
+                .ok_or_else(|| StoreError::not_found("thread"))?;
+            match t.checkpoints.get(run_id) {
+                Some(l) => *l,
+                None => return Ok(None),
+            }
+        };
+        self.blocking(move |i| {
+            let raw = i.read_raw(loc)?;
+            Ok(Some(match record::read_frame(&raw) {
+                Frame::Ok(p, _) | Frame::Damaged(p, _) => checkpoint_blob(p),
+                Frame::Incomplete => Vec::new(),
+            }))
+        })
+        .await
+    }
+
+    async fn save_checkpoint(
+        &self,
+        tenant: &str,
+        thread: &str,
+        run_id: &str,
+        blob: Vec<u8>,
+    ) -> Result<()> {
+        let (t, th, run) = (tenant.to_owned(), thread.to_owned(), run_id.to_owned());
+        self.blocking(move |i| {
+            if blob.len() > record::MAX_PAYLOAD / 2 {
+                return Err(FileError::TooLarge.into());
+            }
+            let mut rec = record::Writer::new(record::CHECKPOINT);
+            rec.str(&t).str(&th).str(&run).bytes(&blob);
+            let frame = rec.frame()?;
+            let mut w = lock(&i.writer);
+            let active = w.as_mut().ok_or_else(closed)?;
+            read_lock(&i.state).run_exists(&t, &th, &run)?;
+            let loc = i.write(active, &frame)?;
+            write_lock(&i.state).set_checkpoint(&t, &th, &run, Some(loc));
+            Ok(())
+        })
+        .await
+    }
+
+    async fn subscribe(&self, tenant: &str, thread: &str, from_seq: u64) -> Result<EventStream> {
+        check_id("tenant", tenant)?;
+        check_id("thread", thread)?;
+        self.check_open()?;
+        let rx = self.inner.hub.listen(tenant, thread);
+        let me = self.clone();
+        let (tenant, thread) = (tenant.to_owned(), thread.to_owned());
+        let read: PageReader = Arc::new(move |from| {
+            let (me, tenant, thread) = (me.clone(), tenant.clone(), thread.clone());
+            async move { me.read(&tenant, &thread, from, 1000).await }.boxed()
+        });
+        Ok(catch_up_then_live(rx, from_seq, read))
+    }
+
+    async fn mark_interrupted(&self) -> Result<u64> {
+        self.blocking(|i| {
+            let mut w = lock(&i.writer);
+            let active = w.as_mut().ok_or_else(closed)?;
+            if read_lock(&i.state).running_runs() == 0 {
+                return Ok(0);
+            }
+            let now = Timestamp::now();
+            let mut rec = record::Writer::new(record::INTERRUPTED);
+            rec.i64(now.0);
+            let loc = i.write(active, &rec.frame()?)?;
+            let n = write_lock(&i.state).interrupt(now);
+            drop(w);
+            i.sync_through(loc.seg, loc.off + u64::from(loc.len))?;
+            Ok(n)
+        })
+        .await
+    }
+
+    async fn stats(&self) -> Result<StoreStats> {
+        self.check_open()?;
+        let mut s = StoreStats::default();
+        {
+            let st = read_lock(&self.inner.state);
+            for ten in st.tenants.values() {
+                s.tenants += 1;
+                for t in ten.threads.values() {
+                    s.threads += 1;
+                    s.runs += t.runs.len() as u64;
+                    s.events += t.head.last_seq;
+                    s.raw_bytes += t.bytes;
+                }
+            }
+        }
+        let paths: Vec<PathBuf> = read_lock(&self.inner.shared.segments)
+            .values()
+            .map(|s| s.path().to_path_buf())
+            .collect();
+        s.stored_bytes = self
+            .blocking(move |_| {
+                Ok(paths
+                    .iter()
+                    .map(|p| std::fs::metadata(p).map_or(0, |m| m.len()))
+                    .sum())
+            })
+            .await?;
+        Ok(s)
+    }
+
+    fn conversation_cache(&self) -> Option<&ConversationCache> {
+        Some(&self.inner.cache)
+    }
+
+    async fn flush(&self) -> Result<()> {
+        self.blocking(|i| {
+            let cur = lock(&i.writer)
+                .as_ref()
+                .map(|a| (a.id, a.len))
+                .ok_or_else(closed)?;
+            i.sync_through(cur.0, cur.1)?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn close(&self) -> Result<()> {
+        if self.inner.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        self.inner.hub.close_all();
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || inner.stop())
+            .await
+            .map_err(|_| StoreError::internal("the store could not be closed"))?
+            .map_err(StoreError::from)
+    }
+}

@@ -1,0 +1,115 @@
+//! The native errors of the file backend and their portable kinds.
+
+use agui_store::{ErrorKind, StoreError};
+
+/// What went wrong below the API. `Display` may name paths and offsets (for
+/// operators); the mapped [`StoreError`] shows only a public message.
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    /// A file operation failed.
+    #[error("{op} {path}: {source}")]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// The file.
+        path: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A record or block failed its checksum, or decodes to nonsense.
+    #[error("segment {segment:016x}, offset {offset}: {why}")]
+    Damaged {
+        /// The segment.
+        segment: u64,
+        /// The logical offset in the segment.
+        offset: u64,
+        /// What is wrong.
+        why: &'static str,
+    },
+    /// A payload is not shaped as its kind says.
+    #[error("malformed record: {0}")]
+    Malformed(&'static str),
+    /// A batch or blob exceeds the 1 GiB record limit.
+    #[error("a record would exceed 1 GiB")]
+    TooLarge,
+    /// Another process holds the store's lock.
+    #[error("the store directory {0} is locked by another process")]
+    Locked(String),
+    /// The store URL or options are not usable.
+    #[error("{0}")]
+    BadUrl(&'static str),
+}
+
+impl FileError {
+    pub fn io(op: &'static str, path: &std::path::Path, source: std::io::Error) -> FileError {
+        FileError::Io {
+            op,
+            path: path.display().to_string(),
+            source,
+        }
+    }
+
+    /// The portable kind.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            FileError::Io { source, .. } => match source.kind() {
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied => {
+                    ErrorKind::Unavailable
+                }
+                std::io::ErrorKind::InvalidData => ErrorKind::Corrupt,
+                _ => ErrorKind::Unavailable,
+            },
+            FileError::Damaged { .. } | FileError::Malformed(_) => ErrorKind::Corrupt,
+            FileError::TooLarge | FileError::BadUrl(_) => ErrorKind::Invalid,
+            FileError::Locked(_) => ErrorKind::Unavailable,
+        }
+    }
+
+    fn public(&self) -> &'static str {
+        match self {
+            FileError::Io { op, .. } => op,
+            FileError::Damaged { .. } | FileError::Malformed(_) => "stored data is damaged",
+            FileError::TooLarge => "a batch or checkpoint larger than 1 GiB is not accepted",
+            FileError::Locked(_) => "the store is in use by another process",
+            FileError::BadUrl(why) => why,
+        }
+    }
+}
+
+impl From<FileError> for StoreError {
+    fn from(e: FileError) -> StoreError {
+        let message = match &e {
+            FileError::Io { op, .. } => format!("the file store cannot {op}"),
+            other => other.public().to_owned(),
+        };
+        StoreError::new(e.kind(), message).with_source(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn public_messages_never_show_paths() {
+        let e = FileError::io(
+            "write a segment",
+            std::path::Path::new("/secret/dir/0001.seg"),
+            std::io::Error::other("disk full"),
+        );
+        assert!(e.to_string().contains("/secret/dir"));
+        let s: StoreError = e.into();
+        assert_eq!(s.kind(), ErrorKind::Unavailable);
+        assert!(!s.to_string().contains("/secret"), "{s}");
+        let s: StoreError = FileError::Locked("/secret/x".into()).into();
+        assert!(!s.to_string().contains("/secret"));
+        let s: StoreError = FileError::Damaged {
+            segment: 1,
+            offset: 2,
+            why: "checksum",
+        }
+        .into();
+        assert_eq!(s.kind(), ErrorKind::Corrupt);
+    }
+}
