@@ -28,6 +28,10 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         )
         .route("/threads/{id}/messages", get(history::get_messages))
         .route("/threads/{id}/events", get(history::get_events))
+        .route(
+            "/threads/{id}/runs/{run}/artifact",
+            get(history::get_artifact),
+        )
         .route("/demo/agent", post(demo::handler))
         .fallback(not_found)
         .with_state(gw.clone());

@@ -557,3 +557,54 @@ pub async fn connect(
         None => Ok(sse_response(Body::from(buf.freeze()))),
     }
 }
+
+/// `GET /threads/{id}/runs/{run}/artifact`: the compacted message snapshot
+/// artifact of a finished run (`?source=snapshot|derived`).
+pub async fn get_artifact(
+    State(gw): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    Path((thread, run)): Path<(String, String)>,
+    Query(q): Query<ArtifactQuery>,
+) -> Result<Response, ApiError> {
+    use agui_history::artifact::{ExportOptions, Source, export};
+    let tenant = gw.tenant(&headers)?;
+    let record = gw
+        .store
+        .run(&tenant, &thread, &run)
+        .await
+        .map_err(store_error)?;
+    let source = match q.source.as_deref() {
+        None => None,
+        Some(s) => Some(s.parse::<Source>().map_err(|_| {
+            ApiError::bad_request("invalid_source", "source must be snapshot or derived")
+        })?),
+    };
+    let events: Vec<Event> = gw
+        .store
+        .read_branch(&tenant, &thread, &run)
+        .await
+        .map_err(store_error)?
+        .into_iter()
+        .map(|e| e.event)
+        .collect();
+    let time = |t: agui_store::Timestamp| ts(t).as_str().map(str::to_owned);
+    let options = ExportOptions {
+        source,
+        started_at: time(record.started_at),
+        finished_at: record.finished_at.and_then(time),
+    };
+    let exported = export(&events, &run, &options).map_err(|e| {
+        ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "cannot_export",
+            format!("no artifact for this run: {e}"),
+        )
+    })?;
+    Ok(Json(serde_json::to_value(&exported.artifact).unwrap_or(Value::Null)).into_response())
+}
+
+/// `?source=` query.
+#[derive(Deserialize)]
+pub struct ArtifactQuery {
+    source: Option<String>,
+}

@@ -501,3 +501,21 @@ async fn metrics_count_runs_and_events() {
     assert!(text.contains("agui_runs_in_flight 0\n"));
     g.shutdown().await;
 }
+
+#[tokio::test]
+async fn artifact_of_a_finished_run_validates() {
+    let g = start(GatewayConfig::default()).await;
+    let (_, _, _) = run(&g.base, "demo", &input("t", "r1", "hello artifact")).await;
+    let resp = client()
+        .get(format!("{}/threads/t/runs/r1/artifact", g.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let text = resp.text().await.unwrap();
+    agui_history::artifact::validate(&text).unwrap();
+    assert!(text.contains("hello artifact"), "{text}");
+    let (s, v) = get_json(&format!("{}/threads/t/runs/nope/artifact", g.base)).await;
+    assert_eq!((s, v["error"]["code"].as_str()), (404, Some("not_found")));
+    g.shutdown().await;
+}

@@ -1,0 +1,313 @@
+//! Load generator for `agui serve`.
+//!
+//! It serves its own upstream agent (events stamped with their send time on
+//! this process's clock), starts the `agui` binary (`AGUI_BIN`) in front of
+//! it on the store given (`--store URL`, default SQLite in a temp dir), and
+//! measures:
+//!
+//! 1. added latency per event: upstream → client directly versus through the
+//!    gateway (p50, p99), runs paced at one event per millisecond;
+//! 2. events per second through the gateway with 100 and 1,000 concurrent
+//!    streams (every event stored before it is sent), checking none is lost;
+//! 3. attach fan-out: 1,000 subscribers on one live run, checking each gets
+//!    every event.
+//!
+//! ```sh
+//! cargo build --release -p agui-cli
+//! AGUI_BIN=target/release/agui cargo bench -p agui-server --bench load -- [--store URL] [--quick]
+//! ```
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::routing::post;
+use futures::StreamExt;
+use serde_json::{Value, json};
+
+static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+
+fn now_ns() -> u64 {
+    START.get_or_init(Instant::now).elapsed().as_nanos() as u64
+}
+
+/// The bench upstream: `forwardedProps.bench = {events, intervalUs}`.
+async fn upstream(body: Bytes) -> axum::response::Response {
+    let input: Value = serde_json::from_slice(&body).unwrap_or_default();
+    let thread = input["threadId"].as_str().unwrap_or("t").to_owned();
+    let run = input["runId"].as_str().unwrap_or("r").to_owned();
+    let n = input["forwardedProps"]["bench"]["events"]
+        .as_u64()
+        .unwrap_or(100);
+    let interval = input["forwardedProps"]["bench"]["intervalUs"]
+        .as_u64()
+        .unwrap_or(0);
+    let stream = async_stream(thread, run, n, interval);
+    axum::response::Response::builder()
+        .header("content-type", "text/event-stream")
+        .body(Body::from_stream(stream))
+        .unwrap()
+}
+
+fn async_stream(
+    thread: String,
+    run: String,
+    n: u64,
+    interval_us: u64,
+) -> impl futures::Stream<Item = Result<Bytes, std::convert::Infallible>> {
+    futures::stream::unfold(0u64, move |i| {
+        let (thread, run) = (thread.clone(), run.clone());
+        async move {
+            // i: 0 = start, 1..=n = content, n+1 = end, n+2 = done
+            if i > n + 1 {
+                return None;
+            }
+            if interval_us > 0 && i > 0 {
+                tokio::time::sleep(Duration::from_micros(interval_us)).await;
+            }
+            let frame = |v: Value| format!("data: {v}\n\n");
+            if i == 0 {
+                let s = frame(json!({"type":"RUN_STARTED","threadId":thread,"runId":run}))
+                    + &frame(
+                        json!({"type":"TEXT_MESSAGE_START","messageId":format!("m-{run}"),"role":"assistant"}),
+                    );
+                return Some((Ok(Bytes::from(s)), 1));
+            }
+            if i == n + 1 {
+                let s = frame(json!({"type":"TEXT_MESSAGE_END","messageId":format!("m-{run}")}))
+                    + &frame(json!({"type":"RUN_FINISHED","threadId":thread,"runId":run}));
+                return Some((Ok(Bytes::from(s)), n + 2));
+            }
+            if interval_us > 0 {
+                let s = frame(
+                    json!({"type":"TEXT_MESSAGE_CONTENT","messageId":format!("m-{run}"),"delta":"token ","sentNs":now_ns()}),
+                );
+                return Some((Ok(Bytes::from(s)), i + 1));
+            }
+            // Unpaced: a burst of up to 512 events per write.
+            let mut s = String::new();
+            let mut j = i;
+            while j <= n && j < i + 512 {
+                s.push_str(&frame(json!({"type":"TEXT_MESSAGE_CONTENT","messageId":format!("m-{run}"),"delta":"token ","sentNs":now_ns()})));
+                j += 1;
+            }
+            Some((Ok(Bytes::from(s)), j))
+        }
+    })
+}
+
+/// Reads an SSE response; returns (frames, latencies of stamped events in ns).
+async fn consume(resp: reqwest::Response) -> (u64, Vec<u64>) {
+    let mut frames = 0;
+    let mut lat = Vec::new();
+    let mut buf = Vec::<u8>::new();
+    let mut s = resp.bytes_stream();
+    while let Some(Ok(chunk)) = s.next().await {
+        let now = now_ns();
+        buf.extend_from_slice(&chunk);
+        let mut start = 0;
+        while let Some(p) = memchr::memmem::find(&buf[start..], b"\n\n") {
+            let frame = &buf[start..start + p];
+            start += p + 2;
+            frames += 1;
+            if let Some(at) = memchr::memmem::find(frame, b"\"sentNs\":") {
+                let digits: String = frame[at + 9..]
+                    .iter()
+                    .take_while(|b| b.is_ascii_digit())
+                    .map(|&b| b as char)
+                    .collect();
+                if let Ok(sent) = digits.parse::<u64>() {
+                    lat.push(now.saturating_sub(sent));
+                }
+            }
+        }
+        buf.drain(..start);
+    }
+    (frames, lat)
+}
+
+fn pct(v: &mut [u64], p: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_unstable();
+    let i = ((v.len() as f64 - 1.0) * p).round() as usize;
+    v[i] as f64 / 1e6
+}
+
+fn body(thread: &str, run: &str, events: u64, interval_us: u64) -> Value {
+    json!({"threadId":thread,"runId":run,"state":{},"messages":[],"tools":[],"context":[],
+           "forwardedProps":{"bench":{"events":events,"intervalUs":interval_us}}})
+}
+
+struct Gateway {
+    child: std::process::Child,
+    addr: String,
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_gateway(store: &str, upstream: &str) -> Gateway {
+    use std::io::BufRead;
+    let bin = std::env::var("AGUI_BIN")
+        .expect("set AGUI_BIN to the agui binary (cargo build --release -p agui-cli)");
+    let mut child = std::process::Command::new(bin)
+        .args(["serve", "--listen", "127.0.0.1:0", "--store", store])
+        .args(["--agent", &format!("bench={upstream}/")])
+        .args(["--max-events-per-run", "10000000"])
+        .env("AGUI_LOG", "warn")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("cannot start agui");
+    let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let addr = loop {
+        let line = lines.next().expect("agui exited").unwrap();
+        if let Some(rest) = line.split("listening on http://").nth(1) {
+            break rest.trim().to_owned();
+        }
+    };
+    std::thread::spawn(move || for _ in lines.by_ref() {});
+    Gateway { child, addr }
+}
+
+async fn run_many(
+    client: &reqwest::Client,
+    url: &str,
+    prefix: &str,
+    streams: usize,
+    events: u64,
+    interval_us: u64,
+) -> (u64, Vec<u64>, Duration) {
+    let t0 = Instant::now();
+    let mut tasks = Vec::new();
+    for i in 0..streams {
+        let c = client.clone();
+        let url = url.to_owned();
+        let b = body(
+            &format!("{prefix}-{i}"),
+            &format!("{prefix}-r{i}"),
+            events,
+            interval_us,
+        );
+        tasks.push(tokio::spawn(async move {
+            let resp = c.post(&url).json(&b).send().await.expect("request failed");
+            consume(resp).await
+        }));
+    }
+    let mut frames = 0;
+    let mut lat = Vec::new();
+    for t in tasks {
+        let (f, l) = t.await.unwrap();
+        frames += f;
+        lat.extend(l);
+    }
+    (frames, lat, t0.elapsed())
+}
+
+#[tokio::main]
+async fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let tmp = tempfile::tempdir().unwrap();
+    let store = args
+        .iter()
+        .position(|a| a == "--store")
+        .and_then(|i| args.get(i + 1).cloned())
+        .unwrap_or_else(|| format!("sqlite://{}/bench.db", tmp.path().display()));
+    now_ns();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let up = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, Router::new().route("/", post(upstream))).await;
+    });
+    let gw = start_gateway(&store, &up);
+    let via = format!("http://{}/agents/bench/run", gw.addr);
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(2000)
+        .build()
+        .unwrap();
+    println!("store: {}", store.split('@').next_back().unwrap_or(&store));
+
+    // 1. Added latency per event, paced runs.
+    let (streams, events) = if quick { (4, 100) } else { (8, 500) };
+    let (_, mut direct, _) =
+        run_many(&client, &format!("{up}/"), "lat-d", streams, events, 1000).await;
+    let (_, mut gateway, _) = run_many(&client, &via, "lat-g", streams, events, 1000).await;
+    let (d50, d99) = (pct(&mut direct, 0.5), pct(&mut direct, 0.99));
+    let (g50, g99) = (pct(&mut gateway, 0.5), pct(&mut gateway, 0.99));
+    println!(
+        "latency per event ({} events, {streams} streams at 1 event/ms each): direct p50 {d50:.3} ms p99 {d99:.3} ms; via gateway p50 {g50:.3} ms p99 {g99:.3} ms; added p50 {:.3} ms p99 {:.3} ms (goal p99 < 2 ms)",
+        gateway.len(),
+        g50 - d50,
+        g99 - d99
+    );
+
+    // 2. Throughput with 100 and 1,000 concurrent streams.
+    for (streams, per) in if quick {
+        [(100, 200), (1000, 20)]
+    } else {
+        [(100, 2000), (1000, 200)]
+    } {
+        let (frames, _, took) =
+            run_many(&client, &via, &format!("tp{streams}"), streams, per, 0).await;
+        let expected = streams as u64 * (per + 4);
+        println!(
+            "throughput, {streams} streams x {per} events: {frames}/{expected} events in {:.2} s = {:.0} events/s through the gateway (goal 50k)",
+            took.as_secs_f64(),
+            frames as f64 / took.as_secs_f64()
+        );
+        assert_eq!(frames, expected, "events were lost");
+    }
+
+    // 3. Fan-out: 1,000 subscribers on one live run.
+    let subs = if quick { 200 } else { 1000 };
+    let n = if quick { 200 } else { 1000 };
+    let run_resp = client
+        .post(&via)
+        .json(&body("fan", "fan-r", n, 2000))
+        .send()
+        .await
+        .unwrap();
+    let runner = tokio::spawn(consume(run_resp));
+    let delivered = Arc::new(AtomicU64::new(0));
+    let t0 = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..subs {
+        let c = client.clone();
+        let url = format!("http://{}/threads/fan/events", gw.addr);
+        let d = delivered.clone();
+        tasks.push(tokio::spawn(async move {
+            let resp = c.get(&url).send().await.expect("attach failed");
+            let (f, lat) = consume(resp).await;
+            d.fetch_add(f, Ordering::Relaxed);
+            (f, lat)
+        }));
+    }
+    let mut complete = 0;
+    let mut lat = Vec::new();
+    for t in tasks {
+        let (f, l) = t.await.unwrap();
+        if f == n + 4 {
+            complete += 1;
+        }
+        lat.extend(l);
+    }
+    let took = t0.elapsed();
+    let (run_frames, _) = runner.await.unwrap();
+    println!(
+        "fan-out: {complete}/{subs} subscribers got all {} events of one live run ({} deliveries in {:.2} s = {:.0}/s; live latency p50 {:.2} ms p99 {:.2} ms; the run's own client got {run_frames})",
+        n + 4,
+        delivered.load(Ordering::Relaxed),
+        took.as_secs_f64(),
+        delivered.load(Ordering::Relaxed) as f64 / took.as_secs_f64(),
+        pct(&mut lat, 0.5),
+        pct(&mut lat, 0.99),
+    );
+}
