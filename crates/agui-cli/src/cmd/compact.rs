@@ -1,9 +1,243 @@
+//! `agui compact`: fewer events, the same meaning.
+//!
+//! Reading and decoding run on their own thread and hand events over in
+//! batches, so decoding and compaction overlap on two cores. Memory stays
+//! bounded by what is open at once (`deltas`, `snapshot`); `latest` reads the
+//! whole log, since the chosen branch is only known at the end.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::mpsc;
+use std::thread;
 
-/// Arguments (being written).
+use agui_codec::{Format, Reader, Writer};
+use agui_history::compact::{self, DeltaCompactor, LatestOptions, Mode, SnapshotCompactor};
+use agui_history::reduce::Conversation;
+use agui_protocol::Event;
+use anyhow::{Context, bail};
+use serde_json::Value;
+
+use crate::io::stdout;
+
+/// Compact an event stream without changing its meaning.
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// The event stream (JSON array, NDJSON or SSE, detected); `-` or nothing
+    /// for standard input.
+    pub file: Option<PathBuf>,
+    /// deltas: merged streams, every event in place; snapshot: one checkpoint
+    /// per run; latest: one run envelope restoring the thread.
+    #[arg(long, default_value = "deltas", value_parser = parse_mode)]
+    pub mode: Mode,
+    /// With --mode latest: restate this run (its branch) instead of the last.
+    #[arg(long, value_name = "RUN_ID")]
+    pub branch: Option<String>,
+    /// The RunAgentInput (or {messages, state}) the consumer starts from;
+    /// snapshot and latest restate the conversation, so they need it.
+    #[arg(long, value_name = "F")]
+    pub from_input: Option<PathBuf>,
+    /// Output format (default: the input's).
+    #[arg(long, value_parser = parse_format)]
+    pub to: Option<Format>,
+}
 
-pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("not implemented yet")
+fn parse_mode(s: &str) -> Result<Mode, String> {
+    s.parse::<Mode>().map_err(|e| e.to_string())
+}
+
+fn parse_format(s: &str) -> Result<Format, String> {
+    s.parse::<Format>().map_err(|e| e.to_string())
+}
+
+/// Events per batch handed from the reading thread.
+const BATCH: usize = 4096;
+
+/// Counts of one side of the compaction.
+#[derive(Default, Clone, Copy)]
+struct Tally {
+    events: u64,
+    bytes: u64,
+}
+
+impl Tally {
+    fn add(&mut self, event: &Event) {
+        self.events += 1;
+        self.bytes += event.len_bytes() as u64;
+    }
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if args.branch.is_some() && args.mode != Mode::Latest {
+        bail!("--branch only applies to --mode latest");
+    }
+    let start = match &args.from_input {
+        Some(path) => read_start(path)?,
+        None => Conversation::default(),
+    };
+    let input = open_input(args.file.as_deref())?;
+    // Batches of events, or the error that ended the input.
+    let (batches_tx, batches) = mpsc::sync_channel::<anyhow::Result<Vec<Event>>>(4);
+    let (format_tx, format_rx) = mpsc::sync_channel::<Option<Format>>(1);
+    let reader = thread::spawn(move || -> Tally {
+        let mut reader = Reader::new(input);
+        let mut tally = Tally::default();
+        let mut batch = Vec::with_capacity(BATCH);
+        let mut format_tx = Some(format_tx);
+        while let Some(item) = reader.next() {
+            let event = match item.context("cannot read the input") {
+                Ok(event) => event,
+                Err(err) => {
+                    let _ = batches_tx.send(Err(err));
+                    return tally;
+                }
+            };
+            tally.add(&event);
+            batch.push(event);
+            if batch.len() == BATCH {
+                if let Some(tx) = format_tx.take() {
+                    let _ = tx.send(reader.format());
+                }
+                if batches_tx.send(Ok(std::mem::take(&mut batch))).is_err() {
+                    return tally;
+                }
+                batch.reserve(BATCH);
+            }
+        }
+        if let Some(tx) = format_tx.take() {
+            let _ = tx.send(reader.format());
+        }
+        if !batch.is_empty() {
+            let _ = batches_tx.send(Ok(batch));
+        }
+        tally
+    });
+
+    let mut out = Tally::default();
+    let result = compact_stream(&args, &start, batches, format_rx, &mut out);
+    let read = reader
+        .join()
+        .map_err(|_| anyhow::anyhow!("the reading thread panicked"))?;
+    result?;
+    let pct = |o: u64, i: u64| {
+        if i == 0 {
+            100.0
+        } else {
+            100.0 * o as f64 / i as f64
+        }
+    };
+    eprintln!(
+        "agui compact ({}): {} events, {} bytes in -> {} events, {} bytes out ({:.1}% of events, {:.1}% of bytes)",
+        args.mode,
+        read.events,
+        read.bytes,
+        out.events,
+        out.bytes,
+        pct(out.events, read.events),
+        pct(out.bytes, read.bytes),
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn compact_stream(
+    args: &Args,
+    start: &Conversation,
+    batches: mpsc::Receiver<anyhow::Result<Vec<Event>>>,
+    format_rx: mpsc::Receiver<Option<Format>>,
+    tally: &mut Tally,
+) -> anyhow::Result<()> {
+    // The reading thread reports the detected format before its first
+    // batch (or at the end of a short input).
+    let detected = format_rx.recv().ok().flatten();
+    let format = args.to.or(detected).unwrap_or(Format::Ndjson);
+    let mut writer = Writer::new(stdout(), format);
+    let mut write = |events: &mut dyn Iterator<Item = Event>| -> anyhow::Result<()> {
+        for event in events {
+            tally.add(&event);
+            writer
+                .write_event(&event)
+                .context("cannot write the output")?;
+        }
+        Ok(())
+    };
+    let mut all = batches.iter();
+    match args.mode {
+        Mode::Deltas => {
+            let mut compactor = DeltaCompactor::new();
+            for batch in all.by_ref() {
+                for event in batch? {
+                    compactor.push(event)?;
+                }
+                write(&mut compactor.drain())?;
+            }
+            compactor.finish()?;
+            write(&mut compactor.drain())?;
+        }
+        Mode::Snapshot => {
+            let mut compactor = SnapshotCompactor::new(start);
+            for batch in all.by_ref() {
+                for event in batch? {
+                    compactor.push(event)?;
+                }
+                write(&mut compactor.drain())?;
+            }
+            compactor.finish()?;
+            write(&mut compactor.drain())?;
+        }
+        Mode::Latest => {
+            let mut events = Vec::new();
+            for batch in all.by_ref() {
+                events.extend(batch?);
+            }
+            let options = LatestOptions {
+                start: start.clone(),
+                branch: args.branch.clone(),
+            };
+            let compacted = compact::compact_latest(events, &options)?;
+            write(&mut compacted.into_iter())?;
+        }
+    }
+    let mut inner = writer.finish().context("cannot write the output")?;
+    inner.flush().context("cannot write the output")?;
+    Ok(())
+}
+
+/// The input, readable from the decoding thread (`crate::io::open_input`
+/// gives a reader that cannot move to another thread).
+fn open_input(path: Option<&Path>) -> anyhow::Result<Box<dyn BufRead + Send>> {
+    match path {
+        Some(p) if p.as_os_str() != "-" => {
+            let file = File::open(p).with_context(|| format!("cannot open {}", p.display()))?;
+            Ok(Box::new(BufReader::with_capacity(1 << 16, file)))
+        }
+        _ => Ok(Box::new(BufReader::with_capacity(
+            1 << 16,
+            std::io::stdin(),
+        ))),
+    }
+}
+
+/// The starting conversation from a RunAgentInput or a `{messages, state}`.
+fn read_start(path: &Path) -> anyhow::Result<Conversation> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let value: Value =
+        serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
+    let Value::Object(mut object) = value else {
+        bail!(
+            "{} must hold a JSON object (a RunAgentInput)",
+            path.display()
+        );
+    };
+    let messages = match object.remove("messages") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(messages)) => messages,
+        Some(_) => bail!("{}: \"messages\" must be an array", path.display()),
+    };
+    let state = match object.remove("state") {
+        None | Some(Value::Null) => Value::Object(Default::default()),
+        Some(state) => state,
+    };
+    Ok(Conversation { messages, state })
 }
