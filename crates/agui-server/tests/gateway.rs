@@ -519,3 +519,127 @@ async fn artifact_of_a_finished_run_validates() {
     assert_eq!((s, v["error"]["code"].as_str()), (404, Some("not_found")));
     g.shutdown().await;
 }
+
+#[tokio::test]
+async fn limits_close_runs_with_clear_codes() {
+    // An upstream that starts, sends one big event, or hangs.
+    let big = serve_upstream(sse_body(
+        "data: {\"type\":\"RUN_STARTED\",\"threadId\":\"t\",\"runId\":\"r\"}\n\ndata: {\"type\":\"CUSTOM\",\"name\":\"x\",\"value\":\"0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789\"}\n\n",
+        false,
+    ))
+    .await;
+    let hang = serve_upstream(Router::new().route(
+        "/",
+        post(|| async {
+            let head = futures::stream::once(async {
+                Ok::<_, std::io::Error>(
+                    "data: {\"type\":\"RUN_STARTED\",\"threadId\":\"t\",\"runId\":\"r\"}\n\n"
+                        .to_owned(),
+                )
+            });
+            let body = futures::StreamExt::chain(head, futures::stream::pending());
+            axum::response::Response::builder()
+                .header("content-type", "text/event-stream")
+                .body(Body::from_stream(body))
+                .unwrap()
+        }),
+    ))
+    .await;
+    let mut config = with_agents(&[
+        &format!("big={big}/"),
+        &format!("hang={hang}/"),
+        "demo=demo",
+    ]);
+    config.limits.max_event_bytes = 200;
+    config.limits.upstream_idle_timeout = Duration::from_millis(200);
+    config.limits.max_events_per_run = 5;
+    let g = start(config).await;
+    let (_, f, _) = run(&g.base, "big", &input("t1", "r", "x")).await;
+    assert_eq!(f.last().unwrap().data["code"], "event_too_large");
+    let (_, f, _) = run(&g.base, "hang", &input("t2", "r", "x")).await;
+    assert_eq!(f.last().unwrap().data["code"], "upstream_timeout");
+    let (_, f, _) = run(&g.base, "demo", &input("t3", "r", "a b c d e f")).await;
+    let last = f.last().unwrap();
+    assert_eq!(last.data["code"], "event_limit");
+    // The open message was ended before the RUN_ERROR.
+    assert_eq!(f[f.len() - 2].ty(), "TEXT_MESSAGE_END");
+    g.shutdown().await;
+}
+
+#[tokio::test]
+async fn threads_page_by_cursor_and_filter_by_agent() {
+    let g = start(with_agents(&["a=demo", "b=demo"])).await;
+    for (agent, t) in [("a", "t1"), ("a", "t2"), ("b", "t3")] {
+        let (s, _, _) = run(&g.base, agent, &input(t, "r", "x")).await;
+        assert_eq!(s, 200);
+    }
+    let (_, p1) = get_json(&format!("{}/threads?limit=2", g.base)).await;
+    assert_eq!(p1["threads"].as_array().unwrap().len(), 2);
+    let cursor = p1["nextCursor"].as_str().unwrap().to_owned();
+    let (_, p2) = get_json(&format!("{}/threads?limit=2&cursor={cursor}", g.base)).await;
+    let mut all: Vec<String> = p1["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(p2["threads"].as_array().unwrap())
+        .map(|t| t["threadId"].as_str().unwrap().to_owned())
+        .collect();
+    all.sort();
+    assert_eq!(all, vec!["t1", "t2", "t3"]);
+    let (_, only_b) = get_json(&format!("{}/threads?agent=b", g.base)).await;
+    assert_eq!(only_b["threads"].as_array().unwrap().len(), 1);
+    assert_eq!(only_b["threads"][0]["threadId"], "t3");
+    g.shutdown().await;
+}
+
+#[tokio::test]
+async fn compacted_history_and_cors() {
+    let g = start(GatewayConfig {
+        cors_origins: vec!["http://app.example".into()],
+        ..GatewayConfig::default()
+    })
+    .await;
+    run(&g.base, "demo", &input("t", "r1", "one two three")).await;
+    run(&g.base, "demo", &input("t", "r2", "four")).await;
+    let text = client()
+        .get(format!("{}/threads/t/events?compact=latest", g.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let frames = parse_sse(&text);
+    let types: Vec<&str> = frames.iter().map(Frame::ty).collect();
+    assert_eq!(types.iter().filter(|t| **t == "RUN_STARTED").count(), 1);
+    assert_eq!(types.last(), Some(&"RUN_FINISHED"));
+    // Only the last frame carries an id: the last sequence covered.
+    assert!(frames[..frames.len() - 1].iter().all(|f| f.id.is_none()));
+    let (_, thread) = get_json(&format!("{}/threads/t", g.base)).await;
+    assert_eq!(frames.last().unwrap().id, thread["lastSeq"].as_u64());
+    let bad = client()
+        .get(format!("{}/threads/t/events?compact=bogus", g.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status().as_u16(), 400);
+    let pre = client()
+        .request(
+            reqwest::Method::OPTIONS,
+            format!("{}/agents/demo/run", g.base),
+        )
+        .header("Origin", "http://app.example")
+        .header("Access-Control-Request-Method", "POST")
+        .header(
+            "Access-Control-Request-Headers",
+            "content-type,authorization",
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        pre.headers().get("access-control-allow-origin").unwrap(),
+        "http://app.example"
+    );
+    g.shutdown().await;
+}
