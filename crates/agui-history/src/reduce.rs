@@ -20,6 +20,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+use agui_protocol::chunks::ChunkExpander;
 use agui_protocol::{Event, EventType};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -114,6 +115,7 @@ pub enum ReduceError {
 
 /// An internal failure, located by [`Reducer::apply`].
 enum Fail {
+    Chunk(String),
     Throws(String),
     Field(serde_json::Error),
     Unexpanded,
@@ -225,21 +227,30 @@ pub struct Reducer {
     applied: usize,
 }
 
-/// The chunk-expansion stage in front of the reducer.
-struct ChunkStage;
+/// The chunk-expansion stage in front of the reducer (the official
+/// `transformChunks`): the one place events are expanded.
+#[derive(Default)]
+struct ChunkStage {
+    expander: ChunkExpander,
+}
 
 impl ChunkStage {
     /// The events the reducer sees for one input event.
     fn push<'e>(&mut self, event: &'e Event) -> Result<Expanded<'e>, Fail> {
-        if is_chunk(event.event_type()) {
-            return Err(Fail::Unexpanded);
+        // Fast path: nothing open and not a chunk, so the event passes as it is.
+        if !self.expander.has_open() && !is_chunk(event.event_type()) {
+            return Ok(Expanded::Same(event));
         }
-        Ok(Expanded::Same(event))
+        self.expander
+            .push(event)
+            .map(Expanded::Many)
+            .map_err(|e| Fail::Chunk(e.to_string()))
     }
 }
 
 enum Expanded<'e> {
     Same(&'e Event),
+    Many(Vec<Event>),
 }
 
 fn is_chunk(ty: &EventType) -> bool {
@@ -339,7 +350,7 @@ impl Reducer {
             answered: HashSet::new(),
             pending_interrupts: Vec::new(),
             outcome: None,
-            chunks: ChunkStage,
+            chunks: ChunkStage::default(),
             applied: 0,
         };
         let objs: Vec<u32> = (0..reducer.conv.messages.len())
@@ -356,13 +367,17 @@ impl Reducer {
     pub fn apply(&mut self, event: &Event) -> Result<(), ReduceError> {
         let index = self.applied;
         self.applied += 1;
+        // Ends the official stage computes when the stream completes are
+        // discarded, so nothing is needed at the end.
         let result = match self.chunks.push(event) {
             Ok(Expanded::Same(e)) => self.apply_expanded(e),
+            Ok(Expanded::Many(events)) => events.iter().try_for_each(|e| self.apply_expanded(e)),
             Err(f) => Err(f),
         };
         result.map_err(|f| {
             let event_type = event.type_name().to_owned();
             match f {
+                Fail::Chunk(reason) => ReduceError::Chunk { index, reason },
                 Fail::Throws(reason) => ReduceError::Throws {
                     index,
                     event_type,
