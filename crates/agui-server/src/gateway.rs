@@ -29,7 +29,7 @@ pub struct Gateway {
     pub(crate) http: reqwest::Client,
     pub(crate) metrics: Metrics,
     /// (tenant, thread) → run id of the run this process forwards now.
-    active: Mutex<HashMap<(String, String), String>>,
+    active: Mutex<HashMap<(String, String), (String, Arc<tokio::sync::Notify>)>>,
     pub(crate) runs: TaskTracker,
     /// Cancelled when in-flight runs must be closed (shutdown deadline).
     pub(crate) close_runs: CancellationToken,
@@ -126,19 +126,51 @@ impl Gateway {
         }
     }
 
-    /// Reserves a thread for a run in this process: 409 when one is in flight.
-    pub(crate) fn reserve(
+    /// Reserves a thread for a run in this process. When a run is in flight
+    /// there: 409, unless the new run branches from another run (`parent`
+    /// names a run other than the one in flight), in which case it waits for
+    /// the run in flight to end (at most the upstream idle timeout) and then
+    /// starts, since a thread's log holds one open run at a time.
+    pub(crate) async fn reserve(
         self: &Arc<Self>,
         tenant: &str,
         thread: &str,
         run: &str,
+        parent: Option<&str>,
     ) -> Result<RunSlot, ApiError> {
         let key = (tenant.to_owned(), thread.to_owned());
-        let mut active = self.active.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(current) = active.get(&key) {
-            return Err(in_flight(current));
+        let deadline = tokio::time::Instant::now() + self.config.limits.upstream_idle_timeout;
+        loop {
+            let wait = {
+                let mut active = self.active.lock().unwrap_or_else(|p| p.into_inner());
+                match active.get(&key) {
+                    None => {
+                        active.insert(
+                            key.clone(),
+                            (run.to_owned(), Arc::new(tokio::sync::Notify::new())),
+                        );
+                        break;
+                    }
+                    Some((current, notify)) => {
+                        if parent.is_none_or(|p| p == current) {
+                            return Err(in_flight(current));
+                        }
+                        let notify = notify.clone();
+                        // Registered before the lock is released: no wake-up is lost.
+                        let mut notified = Box::pin(notify.notified_owned());
+                        notified.as_mut().enable();
+                        notified
+                    }
+                }
+            };
+            if tokio::time::timeout_at(deadline, wait).await.is_err() {
+                return Err(ApiError::new(
+                    StatusCode::CONFLICT,
+                    "run_in_flight",
+                    "a run of this thread is still in flight; the branch waited for it and timed out",
+                ));
+            }
         }
-        active.insert(key.clone(), run.to_owned());
         self.metrics
             .runs_in_flight
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -258,7 +290,7 @@ fn in_flight(run: &str) -> ApiError {
         StatusCode::CONFLICT,
         "run_in_flight",
         format!(
-            "run {run:?} of this thread is still in flight; wait for it to end, or attach to it with GET /threads/{{id}}/events"
+            "run {run:?} of this thread is still in flight; wait for it to end, attach to it with GET /threads/{{id}}/events, or branch from another run with parentRunId"
         ),
     )
 }
@@ -277,7 +309,9 @@ pub struct RunSlot {
 impl Drop for RunSlot {
     fn drop(&mut self) {
         let mut active = self.gw.active.lock().unwrap_or_else(|p| p.into_inner());
-        active.remove(&self.key);
+        if let Some((_, notify)) = active.remove(&self.key) {
+            notify.notify_waiters();
+        }
         self.gw
             .metrics
             .runs_in_flight

@@ -77,7 +77,14 @@ pub async fn run_handler(
     }
     let bytes = read_body(body, gw.config.limits.max_body_bytes).await?;
     let mut input = input::parse(&bytes)?;
-    let slot = gw.reserve(&tenant, &input.thread_id, &input.run_id)?;
+    let slot = gw
+        .reserve(
+            &tenant,
+            &input.thread_id,
+            &input.run_id,
+            input.parent_run_id.as_deref(),
+        )
+        .await?;
     let prep = prepare(&gw, &tenant, &agent, &mut input).await?;
     let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
     let ctx = RunCtx {
