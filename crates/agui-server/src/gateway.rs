@@ -21,6 +21,9 @@ use crate::tracker::OpenItems;
 /// The tenant of every thread when auth is off.
 pub const DEFAULT_TENANT: &str = "default";
 
+/// The run in flight on a thread in this process, and how to wait for its end.
+type InFlight = (String, Arc<tokio::sync::Notify>);
+
 /// The gateway: everything a request handler needs.
 pub struct Gateway {
     pub(crate) store: Arc<dyn EventStore>,
@@ -29,7 +32,7 @@ pub struct Gateway {
     pub(crate) http: reqwest::Client,
     pub(crate) metrics: Metrics,
     /// (tenant, thread) → run id of the run this process forwards now.
-    active: Mutex<HashMap<(String, String), (String, Arc<tokio::sync::Notify>)>>,
+    active: Mutex<HashMap<(String, String), InFlight>>,
     pub(crate) runs: TaskTracker,
     /// Cancelled when in-flight runs must be closed (shutdown deadline).
     pub(crate) close_runs: CancellationToken,
