@@ -87,6 +87,9 @@ struct Anchor {
     open: bool,
     /// Opened right after the stream's START: the entity exists here.
     started: bool,
+    /// For a tool call opened by its START: the ids of the messages that
+    /// may hold it (its parent, or a message with its own id). `None`: any.
+    holders: Option<Vec<String>>,
 }
 
 enum Slot {
@@ -241,13 +244,48 @@ impl DeltaCompactor {
         // a stream on such a message whose START has not been seen must not
         // have later pieces moved before that creation.
         self.close_unstarted(&Key::Msg(id.clone()));
+        let mut holders = vec![id.clone()];
         if let Some(parent) = parent {
-            self.close_unstarted(&Key::Msg(parent));
+            self.close_unstarted(&Key::Msg(parent.clone()));
+            holders.push(parent);
         }
         let key = Key::Tool(id.clone());
         self.close(&key);
         self.place(event);
-        self.open_anchor(Kind::Tool, key, id, true);
+        let seq = self.open_anchor(Kind::Tool, key, id, true);
+        if let Some(anchor) = self.anchor_mut(seq) {
+            anchor.holders = Some(holders);
+        }
+    }
+
+    /// An `ACTIVITY_SNAPSHOT` can replace any message with an activity
+    /// message, taking the tool calls it holds away with it.
+    fn activity_snapshot(&mut self, event: Event) {
+        let Some(Ok(id)) = Fields::read(event.json(), ["messageId"]).and_then(|f| f.string(0))
+        else {
+            return self.barrier(event);
+        };
+        let id = id.into_owned();
+        let holding: Vec<Key> = self
+            .open
+            .iter()
+            .filter(|(key, _)| matches!(key, Key::Tool(_)))
+            .filter_map(|(key, &seq)| {
+                let index = usize::try_from(seq.checked_sub(self.base)?).ok()?;
+                match self.held.get(index)? {
+                    Slot::Anchor(a) => match &a.holders {
+                        Some(holders) if !holders.contains(&id) => None,
+                        _ => Some(key.clone()),
+                    },
+                    Slot::Event(_) => None,
+                }
+            })
+            .collect();
+        for key in holding {
+            self.close(&key);
+        }
+        self.close(&Key::Msg(id));
+        self.place(event);
     }
 
     fn touches_message(&mut self, event: Event) {
@@ -333,6 +371,7 @@ impl DeltaCompactor {
             end: None,
             open: true,
             started,
+            holders: None,
         })));
         self.open.insert(key, seq);
         seq
@@ -463,4 +502,172 @@ where
     compactor.finish()?;
     out.extend(compactor.drain());
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn events(lines: &[&str]) -> Vec<Event> {
+        lines
+            .iter()
+            .map(|l| Event::from_json(l).expect("test events are JSON objects"))
+            .collect()
+    }
+
+    fn texts(events: &[Event]) -> Vec<String> {
+        events.iter().map(|e| e.json().to_owned()).collect()
+    }
+
+    #[test]
+    fn one_stream_takes_the_official_shape() {
+        let out = compact_deltas(events(&[
+            r#"{"type":"TEXT_MESSAGE_START","messageId":"m","role":"assistant","timestamp":1}"#,
+            r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"a\"","metadata":{"k":1,"j":2}}"#,
+            r#"{"type":"CUSTOM","name":"c","value":1}"#,
+            r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"\u00e9","metadata":{"k":3}}"#,
+            r#"{"type":"TEXT_MESSAGE_END","messageId":"m"}"#,
+        ]))
+        .unwrap();
+        assert_eq!(
+            texts(&out),
+            [
+                r#"{"type":"TEXT_MESSAGE_START","messageId":"m","role":"assistant","timestamp":1}"#,
+                r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"a\"\u00e9","metadata":{"k":3,"j":2}}"#,
+                r#"{"type":"TEXT_MESSAGE_END","messageId":"m"}"#,
+                r#"{"type":"CUSTOM","name":"c","value":1}"#,
+            ]
+        );
+    }
+
+    #[test]
+    fn parallel_tool_calls_keep_their_start_order() {
+        let out = compact_deltas(events(&[
+            r#"{"type":"TOOL_CALL_START","toolCallId":"a","toolCallName":"f"}"#,
+            r#"{"type":"TOOL_CALL_START","toolCallId":"b","toolCallName":"g"}"#,
+            r#"{"type":"TOOL_CALL_ARGS","toolCallId":"b","delta":"1"}"#,
+            r#"{"type":"TOOL_CALL_ARGS","toolCallId":"a","delta":"2"}"#,
+            r#"{"type":"TOOL_CALL_END","toolCallId":"b"}"#,
+            r#"{"type":"TOOL_CALL_END","toolCallId":"a"}"#,
+        ]))
+        .unwrap();
+        let ids: Vec<String> = out
+            .iter()
+            .map(|e| format!("{}:{}", e.type_name(), e.to_value()["toolCallId"]))
+            .collect();
+        assert_eq!(
+            ids,
+            [
+                r#"TOOL_CALL_START:"a""#,
+                r#"TOOL_CALL_ARGS:"a""#,
+                r#"TOOL_CALL_END:"a""#,
+                r#"TOOL_CALL_START:"b""#,
+                r#"TOOL_CALL_ARGS:"b""#,
+                r#"TOOL_CALL_END:"b""#,
+            ]
+        );
+    }
+
+    #[test]
+    fn an_observer_splits_the_stream_and_a_run_error_flushes_it_in_place() {
+        let out = compact_deltas(events(&[
+            r#"{"type":"RUN_STARTED","threadId":"t","runId":"r"}"#,
+            r#"{"type":"TEXT_MESSAGE_START","messageId":"m"}"#,
+            r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"a"}"#,
+            r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"b"}"#,
+            r#"{"type":"MESSAGES_SNAPSHOT","messages":[]}"#,
+            r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"c"}"#,
+            r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"d"}"#,
+            r#"{"type":"RUN_ERROR","message":"x"}"#,
+        ]))
+        .unwrap();
+        let deltas: Vec<String> = out
+            .iter()
+            .map(|e| match e.to_value().get("delta") {
+                Some(d) => format!("{}={}", e.type_name(), d),
+                None => e.type_name().to_owned(),
+            })
+            .collect();
+        assert_eq!(
+            deltas,
+            [
+                "RUN_STARTED",
+                "TEXT_MESSAGE_START",
+                r#"TEXT_MESSAGE_CONTENT="ab""#,
+                "MESSAGES_SNAPSHOT",
+                r#"TEXT_MESSAGE_CONTENT="cd""#,
+                "RUN_ERROR",
+            ]
+        );
+    }
+
+    #[test]
+    fn pieces_the_reducer_reads_differently_stay_as_they_are() {
+        let input = events(&[
+            r#"{"type":"TEXT_MESSAGE_START","messageId":"m"}"#,
+            r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"a"}"#,
+            r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m"}"#,
+            r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":5}"#,
+            r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"b","metadata":null}"#,
+            r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":7,"delta":"c"}"#,
+        ]);
+        let out = compact_deltas(input.clone()).unwrap();
+        assert_eq!(texts(&out[2..]), texts(&input[2..]));
+    }
+
+    #[test]
+    fn the_held_limit_splits_a_stream_that_never_ends() {
+        let mut compactor = DeltaCompactor::with_held_limit(4);
+        let mut out = Vec::new();
+        let mut input = vec![r#"{"type":"TEXT_MESSAGE_START","messageId":"m"}"#.to_owned()];
+        for i in 0..10 {
+            input.push(format!(
+                r#"{{"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"{i}"}}"#
+            ));
+            input.push(format!(r#"{{"type":"CUSTOM","name":"c","value":{i}}}"#));
+        }
+        for line in &input {
+            compactor.push(Event::from_json(line).unwrap()).unwrap();
+            out.extend(compactor.drain());
+        }
+        // Released before the end: memory does not grow with the stream.
+        assert!(out.len() >= 8, "{out:?}");
+        compactor.finish().unwrap();
+        out.extend(compactor.drain());
+        let text: String = out
+            .iter()
+            .filter_map(|e| {
+                e.to_value()
+                    .get("delta")
+                    .and_then(|d| d.as_str().map(str::to_owned))
+            })
+            .collect();
+        assert_eq!(text, "0123456789");
+        assert!(out.len() < input.len());
+    }
+
+    #[test]
+    fn state_windows_fold_from_the_last_snapshot_before_run_boundaries() {
+        let out = compact_deltas(events(&[
+            r#"{"type":"RUN_STARTED","threadId":"t","runId":"r"}"#,
+            r#"{"type":"STATE_DELTA","delta":[{"op":"add","path":"/x","value":1}],"metadata":{"a":1}}"#,
+            r#"{"type":"STATE_SNAPSHOT","snapshot":{"y":1}}"#,
+            r#"{"type":"CUSTOM","name":"c"}"#,
+            r#"{"type":"STATE_DELTA","delta":[{"op":"remove","path":"/nope"}]}"#,
+            r#"{"type":"STATE_DELTA","delta":[{"op":"add","path":"/z","value":2}],"metadata":{"b":2}}"#,
+            r#"{"type":"RUN_FINISHED","threadId":"t","runId":"r"}"#,
+            r#"{"type":"STATE_DELTA","delta":[{"op":"add","path":"/w","value":3}]}"#,
+        ]))
+        .unwrap();
+        assert_eq!(
+            texts(&out),
+            [
+                r#"{"type":"RUN_STARTED","threadId":"t","runId":"r"}"#,
+                r#"{"type":"CUSTOM","name":"c"}"#,
+                r#"{"type":"STATE_SNAPSHOT","snapshot":{"y":1,"z":2},"metadata":{"a":1,"b":2}}"#,
+                r#"{"type":"RUN_FINISHED","threadId":"t","runId":"r"}"#,
+                r#"{"type":"STATE_DELTA","delta":[{"op":"add","path":"/w","value":3}]}"#,
+            ]
+        );
+    }
 }
