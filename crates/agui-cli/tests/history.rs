@@ -243,3 +243,27 @@ fn branch_extracts_a_replayable_branch_in_every_format() {
     );
     assert_eq!(text(&cut.stdout).lines().count(), 1 + 6 + 1);
 }
+
+#[test]
+fn at_prints_what_agui_reduce_prints_for_a_log_without_forks() {
+    let linear = fixture("linear", "events.ndjson");
+    let at = agui(&["history", path(&linear), "--at", "s3"], None);
+    let reduce = agui(&["reduce", path(&linear)], None);
+    assert!(reduce.status.success(), "{}", text(&reduce.stderr));
+    assert_eq!(text(&at.stdout), text(&reduce.stdout));
+}
+
+#[test]
+fn a_branch_the_reducer_refuses_exits_1_naming_the_log_event() {
+    let log = b"{\"type\":\"CUSTOM\",\"name\":\"x\",\"value\":1}\n\
+{\"type\":\"RUN_STARTED\",\"threadId\":\"t\",\"runId\":\"r\"}\n\
+{\"type\":\"TEXT_MESSAGE_CHUNK\",\"delta\":\"no id\"}\n";
+    let out = agui(&["history", "-", "--at", "r"], Some(log));
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.starts_with("agui: replaying the branch failed at log event 2; the reducer says: "),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty());
+}

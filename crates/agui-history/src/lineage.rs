@@ -141,8 +141,10 @@ pub enum LineageError {
     /// The index was built over another log than the one given.
     #[error("the run index covers {indexed} events but the log has {given}")]
     IndexMismatch { indexed: usize, given: usize },
-    /// The reducer rejected an event of the branch.
-    #[error("event {event_index}: {error}")]
+    /// The reducer rejected an event of the branch (`event_index` is the
+    /// event's index in the log; the reducer's own index counts replayed
+    /// events).
+    #[error("replaying the branch failed at log event {event_index}; the reducer says: {error}")]
     Reduce {
         event_index: usize,
         error: ReduceError,

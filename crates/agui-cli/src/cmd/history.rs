@@ -31,7 +31,7 @@ pub struct Args {
     /// With --tree: one JSON object per run (NDJSON) instead of text
     #[arg(long, requires = "tree")]
     json: bool,
-    /// Print {messages, state} at the end of this run's branch
+    /// Print {messages, state} at the end of this run's branch (as `agui reduce`)
     #[arg(long, value_name = "RUN_ID")]
     at: Option<String>,
     /// Print the events of the branch ending at this run
@@ -79,8 +79,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let lineage = Lineage::with_index(&events, index)?;
     if let Some(run_id) = &args.at {
         let start = Conversation::default();
-        let conversation = lineage.conversation_at(run_id, args.event, start)?;
-        let mut text = serde_json::to_string(&conversation)?;
+        let conversation = match lineage.conversation_at(run_id, args.event, start) {
+            Ok(conversation) => conversation,
+            Err(err @ LineageError::Reduce { .. }) => {
+                eprintln!("agui: {err}");
+                return Ok(ExitCode::from(1));
+            }
+            Err(err) => return Err(err.into()),
+        };
+        // The same shape and layout as `agui reduce`.
+        let mut text = serde_json::to_string_pretty(&conversation)?;
         text.push('\n');
         io::write_all_stdout(text.as_bytes())?;
     } else if let Some(run_id) = &args.branch {
