@@ -89,10 +89,10 @@ fn plain(events: &[Event]) -> bool {
                     open.remove(&k);
                 }
             }
-            EventType::RunStarted | EventType::RunFinished | EventType::RunError => {
-                if !open.is_empty() {
-                    return false;
-                }
+            EventType::RunStarted | EventType::RunFinished | EventType::RunError
+                if !open.is_empty() =>
+            {
+                return false;
             }
             EventType::MessagesSnapshot
             | EventType::ReasoningMessageContent
@@ -103,10 +103,10 @@ fn plain(events: &[Event]) -> bool {
             | EventType::ActivitySnapshot
             | EventType::ActivityDelta
             | EventType::ReasoningMessageStart
-            | EventType::ReasoningMessageEnd => {
-                if touches_open(&m) {
-                    return false;
-                }
+            | EventType::ReasoningMessageEnd
+                if touches_open(&m) =>
+            {
+                return false;
             }
             _ => {}
         }

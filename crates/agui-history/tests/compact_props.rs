@@ -192,8 +192,8 @@ fn free_event(kind: u8, x: u8, y: u8, z: u8) -> Event {
     let run = format!("r{}", x % 3);
     // Chunks are rare so that most sequences stay ones the reducer accepts.
     let kind = match kind % 64 {
-        27 if x % 4 != 0 => 5,
-        28 if x % 4 != 0 => 12,
+        27 if !x.is_multiple_of(4) => 5,
+        28 if !x.is_multiple_of(4) => 12,
         k => k % 32,
     };
     let v = match kind {
@@ -235,7 +235,7 @@ fn free_event(kind: u8, x: u8, y: u8, z: u8) -> Event {
         }
         25 => json!({"type": "REASONING_MESSAGE_END", "messageId": id(x)}),
         26 => {
-            json!({"type": "REASONING_ENCRYPTED_VALUE", "subtype": if y % 2 == 0 {"message"} else {"tool-call"},
+            json!({"type": "REASONING_ENCRYPTED_VALUE", "subtype": if y.is_multiple_of(2) {"message"} else {"tool-call"},
             "entityId": id(x), "encryptedValue": format!("e{z}")})
         }
         27 => json!({"type": "TEXT_MESSAGE_CHUNK", "messageId": id(x), "delta": delta(y)}),

@@ -182,9 +182,8 @@ impl DeltaCompactor {
             EventType::TextMessageEnd => self.end(event, Kind::Text),
             EventType::ReasoningMessageEnd => self.end(event, Kind::Reasoning),
             EventType::ToolCallEnd => self.end(event, Kind::Tool),
-            EventType::ToolCallResult | EventType::ActivitySnapshot | EventType::ActivityDelta => {
-                self.touches_message(event)
-            }
+            EventType::ToolCallResult | EventType::ActivityDelta => self.touches_message(event),
+            EventType::ActivitySnapshot => self.activity_snapshot(event),
             // No effect on messages (or only on fields that commute with
             // appends: REASONING_ENCRYPTED_VALUE sets `encryptedValue` on an
             // entity that already exists and merges no metadata).
