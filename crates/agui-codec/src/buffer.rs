@@ -94,6 +94,12 @@ impl Buffer {
         }
     }
 
+    /// Bytes held, consumed or not (for memory tests).
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> usize {
+        self.data.capacity()
+    }
+
     /// Drops all bytes (after a fatal error).
     pub(crate) fn clear(&mut self) {
         self.offset += self.len() as u64;

@@ -393,4 +393,33 @@ mod tests {
         assert!(matches!(d.pull(), Some(Err(DecodeError::TooLarge { .. }))));
         assert!(d.pull().is_none());
     }
+
+    #[test]
+    fn memory_is_bounded_by_the_largest_event_not_the_stream() {
+        let event = r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"some text"}"#;
+        let mut d = JsonArrayDecoder::new(&DecodeOptions::default());
+        d.push(b"[");
+        let mut decoded = 0;
+        let mut peak = 0;
+        for i in 0..20_000 {
+            let piece = if i == 0 {
+                event.to_owned()
+            } else {
+                format!(",\n{event}")
+            };
+            for chunk in piece.as_bytes().chunks(37) {
+                d.push(chunk);
+                while let Some(e) = d.pull() {
+                    e.unwrap();
+                    decoded += 1;
+                }
+                peak = peak.max(d.buf.held());
+            }
+        }
+        d.push(b"]");
+        d.finish();
+        assert!(d.pull().is_none());
+        assert_eq!(decoded, 20_000);
+        assert!(peak < 4 * event.len(), "peak buffer {peak} bytes");
+    }
 }
