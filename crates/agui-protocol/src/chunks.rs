@@ -58,7 +58,8 @@
 
 use serde::Deserialize;
 use serde::de::Deserializer;
-use serde_json::{Map, Value};
+use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::{Event, EventType};
 
@@ -197,11 +198,12 @@ impl Tag {
     fn is_absent(&self) -> bool {
         matches!(self, Tag::Absent)
     }
-    fn to_value(&self) -> Option<Value> {
+    /// The tag as JSON text, when present.
+    fn json(&self) -> Option<String> {
         match self {
             Tag::Absent => None,
-            Tag::Null => Some(Value::Null),
-            Tag::Id(s) => Some(Value::String(s.clone())),
+            Tag::Null => Some("null".to_owned()),
+            Tag::Id(s) => Some(quote(s)),
         }
     }
 }
@@ -211,12 +213,13 @@ impl Tag {
 struct Pending {
     kind: Kind,
     id: String,
-    /// Text: the role (explicit, or the `"assistant"` default).
-    role: Value,
+    /// The opener's fields as JSON text. Text: the role (explicit, or the
+    /// `"assistant"` default); reasoning: `"reasoning"`.
+    role: String,
     /// Text: `name`; tool: `toolCallName`.
-    name: Option<Value>,
+    name: Option<String>,
     /// Tool: `parentMessageId`.
-    parent: Option<Value>,
+    parent: Option<String>,
     tag: Tag,
 }
 
@@ -376,43 +379,29 @@ impl ChunkExpander {
 
     fn chunk(&mut self, event: &Event, kind: Kind) -> Result<Vec<Event>, ChunkError> {
         let chunk_type = kind.chunk_type();
-        let mut fields: Map<String, Value> = match event.to_value() {
-            Value::Object(m) => m,
-            // An Event is always an object.
-            _ => Map::new(),
-        };
+        let fields = Fields::parse(event.json());
         let id = match fields.get(kind.id_field()) {
             None => None,
-            Some(Value::String(s)) => Some(s.clone()),
-            Some(_) => {
-                return Err(ChunkError::NotAString {
-                    chunk: chunk_type,
-                    field: kind.id_field(),
-                });
-            }
+            Some(raw) => Some(as_string(raw).ok_or(ChunkError::NotAString {
+                chunk: chunk_type,
+                field: kind.id_field(),
+            })?),
         };
         let tag = match fields.get("subagentRunId") {
             None => Tag::Absent,
-            Some(Value::Null) => Tag::Null,
-            Some(Value::String(s)) => Tag::Id(s.clone()),
-            Some(_) => {
-                return Err(ChunkError::NotAString {
-                    chunk: chunk_type,
-                    field: "subagentRunId",
-                });
-            }
+            Some("null") => Tag::Null,
+            Some(raw) => Tag::Id(as_string(raw).ok_or(ChunkError::NotAString {
+                chunk: chunk_type,
+                field: "subagentRunId",
+            })?),
         };
-        let remainder: Vec<(String, Value)> = fields
-            .iter()
-            .filter(|(k, _)| !kind.described(k))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        let metadata = fields.remove("metadata");
-        let raw_event = fields.remove("rawEvent");
-        let delta = fields.remove("delta");
+        let remainder = fields.remainder(kind);
+        let metadata = fields.get("metadata");
+        let raw_event = fields.get("rawEvent");
+        let delta = fields.get("delta");
 
         let lane = self.resolve_lane(kind, id.as_deref(), tag.lane())?;
-        let mut out: Vec<Map<String, Value>> = Vec::new();
+        let mut out: Vec<Obj> = Vec::new();
         let mut ends: Vec<Event> = Vec::new();
 
         let continuing = self
@@ -429,20 +418,20 @@ impl ChunkExpander {
             match kind {
                 Kind::Text => {
                     agree(&open, "role", fields.get("role"), Some(&open.role))?;
-                    agree(&open, "name", fields.get("name"), open.name.as_ref())?;
+                    agree(&open, "name", fields.get("name"), open.name.as_deref())?;
                 }
                 Kind::Tool => {
                     agree(
                         &open,
                         "toolCallName",
                         fields.get("toolCallName"),
-                        open.name.as_ref(),
+                        open.name.as_deref(),
                     )?;
                     agree(
                         &open,
                         "parentMessageId",
                         fields.get("parentMessageId"),
-                        open.parent.as_ref(),
+                        open.parent.as_deref(),
                     )?;
                 }
                 Kind::Reasoning => {}
@@ -456,111 +445,89 @@ impl ChunkExpander {
                     field: kind.id_field(),
                 });
             };
-            let pending = match kind {
-                Kind::Text => Pending {
-                    kind,
-                    id,
-                    role: fields
-                        .get("role")
-                        .cloned()
-                        .unwrap_or_else(|| Value::String("assistant".into())),
-                    name: fields.get("name").cloned(),
-                    parent: None,
-                    tag: tag.clone(),
+            let name = match kind {
+                Kind::Text => fields.get("name").map(str::to_owned),
+                Kind::Tool => match fields.get("toolCallName") {
+                    Some(n) => Some(n.to_owned()),
+                    None => return Err(ChunkError::MissingToolCallName),
                 },
-                Kind::Tool => {
-                    let Some(name) = fields.get("toolCallName").cloned() else {
-                        return Err(ChunkError::MissingToolCallName);
-                    };
-                    Pending {
-                        kind,
-                        id,
-                        role: Value::Null,
-                        name: Some(name),
-                        parent: fields.get("parentMessageId").cloned(),
-                        tag: tag.clone(),
-                    }
-                }
-                Kind::Reasoning => Pending {
-                    kind,
-                    id,
-                    role: Value::Null,
-                    name: None,
-                    parent: None,
-                    tag: tag.clone(),
+                Kind::Reasoning => None,
+            };
+            let pending = Pending {
+                kind,
+                id,
+                role: match kind {
+                    Kind::Text => fields.get("role").unwrap_or("\"assistant\"").to_owned(),
+                    Kind::Tool => String::new(),
+                    Kind::Reasoning => "\"reasoning\"".to_owned(),
                 },
+                name,
+                parent: match kind {
+                    Kind::Tool => fields.get("parentMessageId").map(str::to_owned),
+                    _ => None,
+                },
+                tag: tag.clone(),
             };
             self.lanes.push((lane, pending.clone()));
-            let mut start = Map::new();
+            let mut start: Obj = Vec::with_capacity(6);
             match kind {
                 Kind::Text => {
-                    start.insert("type".into(), "TEXT_MESSAGE_START".into());
-                    start.insert("messageId".into(), pending.id.clone().into());
-                    start.insert("role".into(), pending.role.clone());
+                    start.push(("type", "\"TEXT_MESSAGE_START\"".into()));
+                    start.push(("messageId", quote(&pending.id)));
+                    start.push(("role", pending.role.clone()));
                     if let Some(name) = &pending.name {
-                        start.insert("name".into(), name.clone());
+                        start.push(("name", name.clone()));
                     }
                 }
                 Kind::Tool => {
-                    start.insert("type".into(), "TOOL_CALL_START".into());
-                    start.insert("toolCallId".into(), pending.id.clone().into());
-                    start.insert(
-                        "toolCallName".into(),
-                        pending.name.clone().unwrap_or(Value::Null),
-                    );
+                    start.push(("type", "\"TOOL_CALL_START\"".into()));
+                    start.push(("toolCallId", quote(&pending.id)));
+                    start.push(("toolCallName", pending.name.clone().unwrap_or_default()));
                     if let Some(parent) = &pending.parent {
-                        start.insert("parentMessageId".into(), parent.clone());
+                        start.push(("parentMessageId", parent.clone()));
                     }
                 }
                 Kind::Reasoning => {
-                    start.insert("type".into(), "REASONING_MESSAGE_START".into());
-                    start.insert("messageId".into(), pending.id.clone().into());
-                    start.insert("role".into(), "reasoning".into());
+                    start.push(("type", "\"REASONING_MESSAGE_START\"".into()));
+                    start.push(("messageId", quote(&pending.id)));
+                    start.push(("role", pending.role.clone()));
                 }
             }
-            if let Some(t) = tag.to_value() {
-                start.insert("subagentRunId".into(), t);
+            if let Some(t) = tag.json() {
+                start.push(("subagentRunId", t));
             }
-            if let Some(m) = &metadata {
-                start.insert("metadata".into(), m.clone());
+            if let Some(m) = metadata {
+                start.push(("metadata", m.to_owned()));
             }
             out.push(start);
             pending
         };
 
         let (content_type, id_key) = match kind {
-            Kind::Text => ("TEXT_MESSAGE_CONTENT", "messageId"),
-            Kind::Tool => ("TOOL_CALL_ARGS", "toolCallId"),
-            Kind::Reasoning => ("REASONING_MESSAGE_CONTENT", "messageId"),
+            Kind::Text => ("\"TEXT_MESSAGE_CONTENT\"", "messageId"),
+            Kind::Tool => ("\"TOOL_CALL_ARGS\"", "toolCallId"),
+            Kind::Reasoning => ("\"REASONING_MESSAGE_CONTENT\"", "messageId"),
         };
         // The content event's owner: the chunk's own tag, else the opener's.
         let owner = if tag.is_absent() {
-            opener.tag.to_value()
+            opener.tag.json()
         } else {
-            tag.to_value()
+            tag.json()
         };
         let mut carried = false;
         if delta.is_some() || raw_event.is_some() {
-            let mut content = Map::new();
-            for (k, v) in &remainder {
-                content.insert(k.clone(), v.clone());
-            }
-            content.insert("type".into(), content_type.into());
-            content.insert(id_key.into(), opener.id.clone().into());
-            content.insert(
-                "delta".into(),
-                delta
-                    .clone()
-                    .unwrap_or_else(|| Value::String(String::new())),
-            );
+            let mut content: Obj = Vec::with_capacity(6);
+            content.push(("type", content_type.into()));
+            content.push((id_key, quote(&opener.id)));
+            content.push(("delta", delta.unwrap_or("\"\"").to_owned()));
             if let Some(o) = &owner {
-                content.insert("subagentRunId".into(), o.clone());
+                content.push(("subagentRunId", o.clone()));
             }
-            if let Some(m) = &metadata {
-                content.insert("metadata".into(), m.clone());
+            if let Some(m) = metadata {
+                content.push(("metadata", m.to_owned()));
             }
-            if let Some(r) = &raw_event {
-                content.insert("rawEvent".into(), r.clone());
+            if let Some(r) = raw_event {
+                content.push(("rawEvent", r.to_owned()));
             }
             out.push(content);
             carried = true;
@@ -571,44 +538,39 @@ impl ChunkExpander {
                 || tag == Tag::Null
                 || !remainder.is_empty())
         {
-            let mut content = Map::new();
-            for (k, v) in &remainder {
-                content.insert(k.clone(), v.clone());
+            let mut content: Obj = Vec::with_capacity(6);
+            content.push(("type", content_type.into()));
+            content.push((id_key, quote(&opener.id)));
+            content.push(("delta", "\"\"".into()));
+            if let Some(m) = metadata {
+                content.push(("metadata", m.to_owned()));
             }
-            content.insert("type".into(), content_type.into());
-            content.insert(id_key.into(), opener.id.clone().into());
-            content.insert("delta".into(), Value::String(String::new()));
-            if let Some(m) = &metadata {
-                content.insert("metadata".into(), m.clone());
-            }
-            if let Some(r) = &raw_event {
-                content.insert("rawEvent".into(), r.clone());
+            if let Some(r) = raw_event {
+                content.push(("rawEvent", r.to_owned()));
             }
             if let Some(o) = &owner {
-                content.insert("subagentRunId".into(), o.clone());
+                content.push(("subagentRunId", o.clone()));
             }
             out.push(content);
             carried = true;
         }
-        if !carried
-            && !remainder.is_empty()
-            && let Some(last) = out.pop()
-        {
-            // `{...remainder, ...opener}`: remainder keys first, the opener's
-            // values win on a clash.
-            let mut merged = Map::new();
-            for (k, v) in &remainder {
-                merged.insert(k.clone(), v.clone());
-            }
-            for (k, v) in last {
-                merged.insert(k, v);
-            }
-            out.push(merged);
-        }
 
         let mut events = ends;
-        for map in out {
-            events.push(build(map));
+        let n = out.len();
+        for (k, obj) in out.into_iter().enumerate() {
+            let text = if remainder.is_empty() {
+                render(&[], &obj)
+            } else if carried && k + 1 == n {
+                // The content event: `{...remainder, ...described}`.
+                render(&remainder, &obj)
+            } else if !carried && k + 1 == n {
+                // No content event: the remainder goes on the opener, whose
+                // own fields win a clash (keeping the remainder's position).
+                render(&remainder, &obj)
+            } else {
+                render(&[], &obj)
+            };
+            events.push(build_text(text));
         }
         Ok(events)
     }
@@ -627,14 +589,20 @@ enum Closes {
 fn agree(
     open: &Pending,
     field: &'static str,
-    incoming: Option<&Value>,
-    established: Option<&Value>,
+    incoming: Option<&str>,
+    established: Option<&str>,
 ) -> Result<(), ChunkError> {
     let Some(incoming) = incoming else {
         return Ok(());
     };
     let same = match established {
-        Some(e) => !incoming.is_object() && !incoming.is_array() && incoming == e,
+        Some(_) if incoming.starts_with(['{', '[']) => false,
+        Some(e) if incoming == e => true,
+        Some(e) => {
+            let a: Option<Value> = serde_json::from_str(incoming).ok();
+            let b: Option<Value> = serde_json::from_str(e).ok();
+            a.is_some() && a == b
+        }
         None => false,
     };
     if same {
@@ -644,37 +612,133 @@ fn agree(
         entity: open.kind.entity(),
         id: open.id.clone(),
         field,
-        incoming: display_value(incoming),
-        established: established.map(display_value),
+        incoming: display_raw(incoming),
+        established: established.map(display_raw),
     })
 }
 
-fn display_value(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
+/// JSON text for messages: a string without its quotes, anything else as written.
+fn display_raw(raw: &str) -> String {
+    as_string(raw).unwrap_or_else(|| raw.to_owned())
+}
+
+/// The string a JSON text holds, if it is a string.
+fn as_string(raw: &str) -> Option<String> {
+    if raw.starts_with('"') {
+        serde_json::from_str::<String>(raw).ok()
+    } else {
+        None
+    }
+}
+
+/// A string as JSON text.
+fn quote(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".to_owned())
+}
+
+/// An object under construction: keys and their values as JSON text.
+type Obj = Vec<(&'static str, String)>;
+
+/// Writes `{...first, ...second}` as JavaScript's spread does: the keys of
+/// `first` in order (with `second`'s value where both have the key), then
+/// the other keys of `second`.
+fn render(first: &[(String, String)], second: &Obj) -> String {
+    let mut text = String::with_capacity(128);
+    text.push('{');
+    let mut comma = false;
+    let mut put = |text: &mut String, key: &str, value: &str| {
+        if comma {
+            text.push(',');
+        }
+        comma = true;
+        text.push_str(&quote(key));
+        text.push(':');
+        text.push_str(value);
+    };
+    for (k, v) in first {
+        let value = second
+            .iter()
+            .find(|(k2, _)| *k2 == k.as_str())
+            .map_or(v.as_str(), |(_, v2)| v2.as_str());
+        put(&mut text, k, value);
+    }
+    for (k, v) in second {
+        if !first.iter().any(|(k1, _)| k1 == k) {
+            put(&mut text, k, v);
+        }
+    }
+    text.push('}');
+    text
+}
+
+/// The top-level fields of a chunk, as JSON text, in order.
+struct Fields<'a> {
+    entries: Vec<(String, &'a str)>,
+}
+
+impl<'a> Fields<'a> {
+    fn parse(json: &'a str) -> Fields<'a> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Vec<(String, &'de str)>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut entries: Vec<(String, &'de str)> = Vec::new();
+                while let Some(key) = map.next_key::<String>()? {
+                    let value: &'de RawValue = map.next_value()?;
+                    // A repeated key keeps its first position and last value,
+                    // as JSON.parse does.
+                    match entries.iter_mut().find(|(k, _)| *k == key) {
+                        Some(slot) => slot.1 = value.get(),
+                        None => entries.push((key, value.get())),
+                    }
+                }
+                Ok(entries)
+            }
+        }
+        let mut de = serde_json::Deserializer::from_str(json);
+        // An Event always holds a JSON object, so this cannot fail.
+        let entries = serde::Deserializer::deserialize_map(&mut de, V).unwrap_or_default();
+        Fields { entries }
+    }
+
+    fn get(&self, key: &str) -> Option<&'a str> {
+        self.entries.iter().find(|(k, _)| k == key).map(|(_, v)| *v)
+    }
+
+    /// The properties the chunk schema does not describe, in order.
+    fn remainder(&self, kind: Kind) -> Vec<(String, String)> {
+        self.entries
+            .iter()
+            .filter(|(k, _)| !kind.described(k))
+            .map(|(k, v)| (k.clone(), (*v).to_owned()))
+            .collect()
     }
 }
 
 fn end_event(p: &Pending) -> Event {
-    let mut map = Map::new();
     let (ty, key) = match p.kind {
-        Kind::Text => ("TEXT_MESSAGE_END", "messageId"),
-        Kind::Tool => ("TOOL_CALL_END", "toolCallId"),
-        Kind::Reasoning => ("REASONING_MESSAGE_END", "messageId"),
+        Kind::Text => ("\"TEXT_MESSAGE_END\"", "messageId"),
+        Kind::Tool => ("\"TOOL_CALL_END\"", "toolCallId"),
+        Kind::Reasoning => ("\"REASONING_MESSAGE_END\"", "messageId"),
     };
-    map.insert("type".into(), ty.into());
-    map.insert(key.into(), p.id.clone().into());
-    if let Some(t) = p.tag.to_value() {
-        map.insert("subagentRunId".into(), t);
+    let mut obj: Obj = vec![("type", ty.to_owned()), (key, quote(&p.id))];
+    if let Some(t) = p.tag.json() {
+        obj.push(("subagentRunId", t));
     }
-    build(map)
+    build_text(render(&[], &obj))
 }
 
-fn build(map: Map<String, Value>) -> Event {
-    // The map always has a string "type" and serializes to a JSON object, so
-    // this cannot fail; fall back to a minimal event rather than panic.
-    Event::from_serialize(&Value::Object(map)).unwrap_or_else(|_| fallback_event())
+fn build_text(text: String) -> Event {
+    // The text is an object with a string "type" assembled from valid JSON
+    // pieces, so this cannot fail; fall back to a minimal event rather than
+    // panic.
+    Event::from_json_string(text).unwrap_or_else(|_| fallback_event())
 }
 
 fn fallback_event() -> Event {

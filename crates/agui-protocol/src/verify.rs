@@ -739,8 +739,20 @@ impl Verifier {
             Loose::Absent => None,
             Loose::Str(s) => Some(s),
             // A non-string tag on a lifecycle event is reported by its own
-            // rule below; elsewhere it is a malformed field.
-            _ if lifecycle => None,
+            // rule below; the run-level events have no such field (the
+            // official client strips it) and no rule reads it; elsewhere it
+            // is a malformed field.
+            _ if lifecycle
+                || matches!(
+                    ty,
+                    EventType::RunStarted
+                        | EventType::RunFinished
+                        | EventType::RunError
+                        | EventType::MessagesSnapshot
+                ) =>
+            {
+                None
+            }
             _ => {
                 return Err(VerifyError::BadField {
                     event_type: name.to_owned(),
@@ -1794,6 +1806,9 @@ mod tests {
                 ..
             }
         ));
+        // Run-level events have no tag to read: a stray one is ignored.
+        let rs = r#"{"type":"RUN_STARTED","threadId":"t","runId":"r","subagentRunId":5}"#;
+        assert_eq!(check(&s(&[rs, RF])), Ok(2));
     }
 
     #[test]
