@@ -117,6 +117,9 @@ pub struct Writer {
     hub: Arc<Hub>,
     heads: HashMap<(String, String), Head>,
     synchronous_full: bool,
+    /// `PRAGMA data_version` when the heads were last known true: another
+    /// process committing changes it, and the cache is then dropped.
+    data_version: i64,
 }
 
 impl Writer {
@@ -127,6 +130,7 @@ impl Writer {
             hub,
             heads: HashMap::new(),
             synchronous_full: false,
+            data_version: -1,
         })
     }
 
@@ -159,6 +163,21 @@ impl Writer {
         }
         if let Err(e) = self.conn.execute_batch("BEGIN IMMEDIATE") {
             return fail_all(group, &map(e, "start a transaction"));
+        }
+        // Another process may have written since: then cached heads are stale.
+        match self
+            .conn
+            .query_row("PRAGMA data_version", [], |r| r.get::<_, i64>(0))
+        {
+            Ok(v) if v == self.data_version => {}
+            Ok(v) => {
+                self.heads.clear();
+                self.data_version = v;
+            }
+            Err(e) => {
+                let _ = self.conn.execute_batch("ROLLBACK");
+                return fail_all(group, &map(e, "start a transaction"));
+            }
         }
         let mut overlay: HashMap<(String, String), Option<Head>> = HashMap::new();
         let mut done = Vec::with_capacity(group.len());

@@ -1,0 +1,399 @@
+//! `agui store`: import, export, migrate, stats, ls, rm, end to end through
+//! the binary, on SQLite stores in temporary directories.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use agui_store::sample::{full_run, realistic_run, run_started, text_message};
+
+fn agui(args: &[&str], stdin: Option<&[u8]>) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_agui"));
+    cmd.args(args)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("agui runs");
+    if let Some(bytes) = stdin {
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(bytes)
+            .expect("write stdin");
+    }
+    child.wait_with_output().expect("agui finishes")
+}
+
+fn ok(args: &[&str], stdin: Option<&[u8]>) -> String {
+    let out = agui(args, stdin);
+    assert!(
+        out.status.success(),
+        "agui {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("UTF-8 output")
+}
+
+fn url(dir: &Path, name: &str) -> String {
+    format!("sqlite://{}", dir.join(name).display())
+}
+
+/// Two threads: "t1" with three runs (the third branching from the first),
+/// "t2" with one; as NDJSON.
+fn sample_ndjson() -> String {
+    let mut events = text_message("pre", "before any run", 1);
+    events.extend(full_run("t1", "a", None, "first answer"));
+    events.extend(realistic_run("t1", "b", None, 80));
+    events.extend(full_run("t1", "c", Some("a"), "branch from a"));
+    events.extend(full_run("t2", "x", None, "other thread"));
+    let mut out = String::new();
+    for e in &events {
+        out.push_str(e.json());
+        out.push('\n');
+    }
+    out
+}
+
+fn lines_of(text: &str) -> Vec<&str> {
+    text.lines().filter(|l| !l.is_empty()).collect()
+}
+
+#[test]
+fn import_then_export_round_trips_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = url(dir.path(), "s.db");
+    let input = sample_ndjson();
+    let out = agui(
+        &["store", "import", "-", "--store", &store],
+        Some(input.as_bytes()),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("into 2 thread(s)"));
+    let t1 = ok(
+        &["store", "export", "--store", &store, "--thread", "t1"],
+        None,
+    );
+    let t2 = ok(
+        &["store", "export", "--store", &store, "--thread", "t2"],
+        None,
+    );
+    let mut back = t1.clone();
+    back.push_str(&t2);
+    assert_eq!(back, input, "export(import(x)) == x, byte for byte");
+    // JSON and SSE framings of the same events.
+    let json = ok(
+        &[
+            "store", "export", "--store", &store, "--thread", "t2", "--to", "json",
+        ],
+        None,
+    );
+    let parsed: Vec<serde_json::Value> = serde_json::from_str(&json).unwrap();
+    assert_eq!(parsed.len(), lines_of(&t2).len());
+    let sse = ok(
+        &[
+            "store", "export", "--store", &store, "--thread", "t2", "--to", "sse",
+        ],
+        None,
+    );
+    assert!(sse.contains("id: 1\n") && sse.contains("data: {"));
+}
+
+#[test]
+fn export_a_branch_and_compacted() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = url(dir.path(), "s.db");
+    ok(
+        &["store", "import", "--store", &store],
+        Some(sample_ndjson().as_bytes()),
+    );
+    let branch = ok(
+        &[
+            "store", "export", "--store", &store, "--thread", "t1", "--branch", "c",
+        ],
+        None,
+    );
+    assert!(
+        branch.contains("before any run"),
+        "the preamble is on every branch"
+    );
+    assert!(branch.contains(r#""runId":"c""#) && branch.contains(r#""runId":"a""#));
+    assert!(
+        !branch.contains(r#""runId":"b""#),
+        "the sibling run b is not on c's branch"
+    );
+    let full = ok(
+        &["store", "export", "--store", &store, "--thread", "t1"],
+        None,
+    );
+    for mode in ["deltas", "snapshot", "latest"] {
+        let compacted = ok(
+            &[
+                "store",
+                "export",
+                "--store",
+                &store,
+                "--thread",
+                "t1",
+                "--compact",
+                mode,
+            ],
+            None,
+        );
+        assert!(
+            lines_of(&compacted).len() < lines_of(&full).len(),
+            "{mode} compacts"
+        );
+    }
+    let latest = ok(
+        &[
+            "store",
+            "export",
+            "--store",
+            &store,
+            "--thread",
+            "t1",
+            "--branch",
+            "c",
+            "--compact",
+            "latest",
+        ],
+        None,
+    );
+    assert!(latest.contains("branch from a"));
+    let out = agui(
+        &[
+            "store", "export", "--store", &store, "--thread", "t1", "--branch", "zz",
+        ],
+        None,
+    );
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not_found"));
+}
+
+#[test]
+fn stats_ls_and_rm() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = url(dir.path(), "s.db");
+    let input = sample_ndjson();
+    ok(
+        &[
+            "store", "import", "--store", &store, "--tenant", "acme", "--agent", "helper",
+        ],
+        Some(input.as_bytes()),
+    );
+    let stats = ok(&["store", "stats", "--store", &store], None);
+    let field = |name: &str| -> u64 {
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}\t")))
+            .unwrap_or_else(|| panic!("no {name} in {stats}"))
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(field("threads"), 2);
+    assert_eq!(field("runs"), 4);
+    assert_eq!(field("events"), lines_of(&input).len() as u64);
+    assert_eq!(
+        field("raw_bytes"),
+        lines_of(&input).iter().map(|l| l.len() as u64).sum::<u64>()
+    );
+    assert!(field("stored_bytes") > 0);
+    let ls = ok(&["store", "ls", "--store", &store], None);
+    let rows: Vec<serde_json::Value> = lines_of(&ls)
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 2);
+    assert!(
+        rows.iter()
+            .all(|r| r["tenant"] == "acme" && r["agent"] == "helper")
+    );
+    assert_eq!(rows[0]["thread"], "t2", "newest activity first");
+    let none = ok(
+        &["store", "ls", "--store", &store, "--agent", "nobody"],
+        None,
+    );
+    assert!(none.is_empty());
+    ok(
+        &[
+            "store", "rm", "--store", &store, "--thread", "t1", "--tenant", "acme",
+        ],
+        None,
+    );
+    let ls = ok(
+        &["store", "ls", "--store", &store, "--tenant", "acme"],
+        None,
+    );
+    assert_eq!(lines_of(&ls).len(), 1);
+    let again = agui(
+        &[
+            "store", "rm", "--store", &store, "--thread", "t1", "--tenant", "acme",
+        ],
+        None,
+    );
+    assert!(!again.status.success());
+    // The wrong tenant sees nothing.
+    let out = agui(
+        &["store", "export", "--store", &store, "--thread", "t2"],
+        None,
+    );
+    assert!(!out.status.success());
+}
+
+#[test]
+fn import_into_a_hostile_thread_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = url(dir.path(), "s.db");
+    let id = "../x \u{202e}😀";
+    let events = [run_started("whatever", "r", None)];
+    let input: String = events.iter().map(|e| format!("{}\n", e.json())).collect();
+    ok(
+        &["store", "import", "--store", &store, "--thread", id],
+        Some(input.as_bytes()),
+    );
+    let out = ok(
+        &["store", "export", "--store", &store, "--thread", id],
+        None,
+    );
+    assert_eq!(out, input);
+    let ls = ok(&["store", "ls", "--store", &store], None);
+    let row: serde_json::Value = serde_json::from_str(lines_of(&ls)[0]).unwrap();
+    assert_eq!(row["thread"], id);
+    assert!(!dir.path().join("x").exists(), "ids are never paths");
+}
+
+#[test]
+fn migrate_copies_verifies_and_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (url(dir.path(), "a.db"), url(dir.path(), "b.db"));
+    let input = sample_ndjson();
+    ok(
+        &["store", "import", "--store", &a, "--tenant", "t"],
+        Some(input.as_bytes()),
+    );
+    ok(
+        &[
+            "store", "import", "--store", &a, "--tenant", "u", "--thread", "solo",
+        ],
+        Some(input.as_bytes()),
+    );
+    // An interrupted migration leaves a prefix of a thread in the destination.
+    let first_batch: String = lines_of(&input)[..2]
+        .iter()
+        .map(|l| format!("{l}\n"))
+        .collect();
+    ok(
+        &[
+            "store", "import", "--store", &b, "--tenant", "u", "--thread", "solo",
+        ],
+        Some(first_batch.as_bytes()),
+    );
+    let out = agui(&["store", "migrate", "--from", &a, "--to", &b], None);
+    let err = String::from_utf8_lossy(&out.stderr);
+    // The prefix was imported in a separate batch (other receive times), so
+    // the destination differs from the source and migrate refuses it.
+    assert!(!out.status.success() && err.contains("differs"), "{err}");
+    ok(
+        &[
+            "store", "rm", "--store", &b, "--tenant", "u", "--thread", "solo",
+        ],
+        None,
+    );
+    let out = agui(&["store", "migrate", "--from", &a, "--to", &b], None);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("verified"), "{err}");
+    // The first attempt copied tenant t's threads before it stopped; this one
+    // copies the rest.
+    let n = lines_of(&input).len();
+    assert!(
+        err.contains(&format!("{} events ({n} copied now)", 2 * n)),
+        "{err}"
+    );
+    // Running it again resumes: nothing left to copy, still verified.
+    let out = agui(&["store", "migrate", "--from", &a, "--to", &b], None);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && err.contains("(0 copied now)"),
+        "{err}"
+    );
+    for (tenant, thread) in [("t", "t1"), ("t", "t2"), ("u", "solo")] {
+        let x = ok(
+            &[
+                "store", "export", "--store", &a, "--tenant", tenant, "--thread", thread,
+            ],
+            None,
+        );
+        let y = ok(
+            &[
+                "store", "export", "--store", &b, "--tenant", tenant, "--thread", thread,
+            ],
+            None,
+        );
+        assert_eq!(x, y);
+    }
+    assert_eq!(
+        ok(&["store", "stats", "--store", &a], None)
+            .lines()
+            .take(5)
+            .collect::<Vec<_>>(),
+        ok(&["store", "stats", "--store", &b], None)
+            .lines()
+            .take(5)
+            .collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn unknown_and_unbuilt_backends_are_clear_errors() {
+    for (store, says) in [
+        ("file:///tmp/nowhere", "not built yet"),
+        ("postgres://localhost/db", "not built yet"),
+        ("ftp://x", "unsupported store URL"),
+        ("sqlite://", "needs a path"),
+    ] {
+        let out = agui(&["store", "stats", "--store", store], None);
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{store}: {err}");
+    }
+    let out = agui(&["store", "import", "--store", "memory://"], Some(b"[1]"));
+    assert!(!out.status.success());
+}
+
+#[test]
+fn bench_runs_on_a_small_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = url(dir.path(), "bench.db");
+    let out = ok(
+        &[
+            "store",
+            "bench",
+            "--store",
+            "memory://",
+            "--store",
+            &store,
+            "--events",
+            "800",
+            "--restore-runs",
+            "3",
+            "--restore-run-len",
+            "50",
+            "--samples",
+            "5",
+        ],
+        None,
+    );
+    let rows = lines_of(&out);
+    assert_eq!(rows.len(), 3);
+    assert!(rows[1].starts_with("memory\t") && rows[2].starts_with("sqlite\t"));
+}
