@@ -736,13 +736,10 @@ impl Reducer {
         let target = &mut self.conv.messages[p];
         match target {
             Value::Object(map) => {
-                let content = map
-                    .entry("content")
-                    .or_insert_with(|| Value::String(String::new()));
-                if !content.is_string() {
-                    *content = Value::String(String::new());
+                if !matches!(map.get("content"), Some(Value::String(_))) {
+                    map.insert("content".into(), Value::String(String::new()));
                 }
-                if let Value::String(s) = content {
+                if let Some(Value::String(s)) = map.get_mut("content") {
                     match &delta_str {
                         Some(d) => s.push_str(d),
                         None => {
@@ -1014,22 +1011,36 @@ impl Reducer {
     fn state_delta(&mut self, event: &Event) -> Result<(), Fail> {
         let f = Fields::parse(event.json())?;
         let delta = f.value("delta")?.unwrap_or(Value::Null);
-        let doc = self.state_defined.then_some(&self.conv.state);
-        match patch::apply_patch_js(doc, &delta) {
-            Ok(Some(v)) => {
-                self.conv.state = v;
-                self.state_defined = true;
-                Ok(())
-            }
-            Ok(None) => {
-                self.state_defined = false;
-                Ok(())
-            }
+        if !self.state_defined || replaces_root_from_elsewhere(&delta) {
+            // The result may be `undefined`, which leaves the visible state
+            // as it was: work on a copy.
+            let doc = self.state_defined.then_some(&self.conv.state);
+            return match patch::apply_patch_js(doc, &delta) {
+                Ok(Some(v)) => {
+                    self.conv.state = v;
+                    self.state_defined = true;
+                    Ok(())
+                }
+                Ok(None) => {
+                    self.state_defined = false;
+                    Ok(())
+                }
+                Err(patch::PatchError::Unrepresentable { reason, .. }) => {
+                    throws(format!("the patched state cannot be cloned: {reason}"))
+                }
+                // The official reducer warns and keeps the state.
+                Err(_) => Ok(()),
+            };
+        }
+        // In place: a failing patch is rolled back, so nothing is copied.
+        let mut doc = Some(std::mem::take(&mut self.conv.state));
+        let result = patch::apply_patch_in_place(&mut doc, &delta);
+        self.conv.state = doc.unwrap_or(Value::Null);
+        match result {
             Err(patch::PatchError::Unrepresentable { reason, .. }) => {
                 throws(format!("the patched state cannot be cloned: {reason}"))
             }
-            // The official reducer warns and keeps the state.
-            Err(_) => Ok(()),
+            _ => Ok(()),
         }
     }
 
@@ -1180,24 +1191,58 @@ impl Reducer {
         }
         // Metadata first: it stays even when the patch fails.
         self.merge_into_message(p, &f)?;
-        let base = match js::prop(&self.conv.messages[p], "content") {
-            None | Some(Value::Null) => Value::Object(Map::new()),
-            Some(c) => c.clone(),
-        };
         let patch_value = match f.value("patch")? {
             None | Some(Value::Null) => Value::Array(Vec::new()),
             Some(v) => v,
         };
-        let new_content = match patch::apply_patch_js(Some(&base), &patch_value) {
-            Ok(c) => c,
-            // Warned and skipped (an unclonable result throws inside the
-            // same try block).
-            Err(_) => return Ok(()),
+        let activity_type = f.value("activityType")?;
+        if self.aliased {
+            // Another position may hold this object: build a new one.
+            let base = match js::prop(&self.conv.messages[p], "content") {
+                None | Some(Value::Null) => Value::Object(Map::new()),
+                Some(c) => c.clone(),
+            };
+            let Ok(new_content) = patch::apply_patch_js(Some(&base), &patch_value) else {
+                // Warned and skipped (an unclonable result throws inside
+                // the same try block).
+                return Ok(());
+            };
+            let mut m = self.conv.messages[p].clone();
+            set_prop(&mut m, "content", new_content)?;
+            set_prop(&mut m, "activityType", activity_type)?;
+            self.replace_at(p, m);
+            return Ok(());
+        }
+        // In place (the message is an object: its role was read). The
+        // content is taken out (absent or null patches `{}`).
+        let Value::Object(map) = &mut self.conv.messages[p] else {
+            return Ok(());
         };
-        let mut m = self.conv.messages[p].clone();
-        set_prop(&mut m, "content", new_content)?;
-        set_prop(&mut m, "activityType", f.value("activityType")?)?;
-        self.replace_at(p, m);
+        let taken = map.get_mut("content").map(std::mem::take);
+        let restore = matches!(taken, Some(ref v) if !v.is_null());
+        let mut doc = Some(match taken {
+            Some(v) if !v.is_null() => v,
+            _ => Value::Object(Map::new()),
+        });
+        match patch::apply_patch_in_place(&mut doc, &patch_value) {
+            Ok(()) => {
+                let mut m = Value::Object(std::mem::take(map));
+                set_prop(&mut m, "content", doc)?;
+                set_prop(&mut m, "activityType", activity_type)?;
+                self.conv.messages[p] = m;
+                let h = self.handles[p] as usize;
+                self.obj[h] = self.fresh_obj();
+            }
+            Err(_) => {
+                // Rolled back: put the content back as it was.
+                match doc {
+                    Some(v) if restore => {
+                        map.insert("content".into(), v);
+                    }
+                    _ => {}
+                }
+            }
+        }
         Ok(())
     }
 
@@ -1327,6 +1372,18 @@ impl Reducer {
         }
         Ok(())
     }
+}
+
+/// True when a patch has a root `move`/`copy`, whose result may be
+/// `undefined` (a missing `from`).
+fn replaces_root_from_elsewhere(patch: &Value) -> bool {
+    let Value::Array(ops) = patch else {
+        return false;
+    };
+    ops.iter().any(|op| {
+        js::is_str(js::prop(op, "path"), "")
+            && (js::is_str(js::prop(op, "op"), "move") || js::is_str(js::prop(op, "op"), "copy"))
+    })
 }
 
 fn length_positive(length: &Value) -> bool {

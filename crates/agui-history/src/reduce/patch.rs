@@ -28,7 +28,7 @@
 
 use std::borrow::Cow;
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use super::js::number_f64;
 
@@ -104,14 +104,125 @@ pub fn apply_patch_js(
     document: Option<&Value>,
     patch: &Value,
 ) -> Result<Option<Value>, PatchError> {
+    let mut doc = document.cloned();
+    apply_patch_in_place(&mut doc, patch)?;
+    Ok(doc)
+}
+
+/// Applies `patch` to `document` in place, with the same result as
+/// [`apply_patch_js`] and without copying the document: every change is
+/// logged and undone when an operation fails, so on error `document` is
+/// exactly as it was. Cost is that of the operations, not of the document.
+pub fn apply_patch_in_place(document: &mut Option<Value>, patch: &Value) -> Result<(), PatchError> {
     let Value::Array(ops) = patch else {
         return Err(PatchError::SequenceNotAnArray);
     };
-    let mut doc: Option<Value> = Some(document.cloned().unwrap_or(Value::Null));
-    for (index, op) in ops.iter().enumerate() {
-        apply_operation(&mut doc, op, index)?;
+    let mut undo: Vec<Undo> = Vec::new();
+    let original_undefined = document.is_none();
+    if original_undefined {
+        // `_deepClone(undefined)` is `null`.
+        *document = Some(Value::Null);
     }
-    Ok(doc)
+    for (index, op) in ops.iter().enumerate() {
+        if let Err(e) = apply_operation(document, op, index, &mut undo) {
+            rollback(document, undo);
+            if original_undefined {
+                *document = None;
+            }
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// One logged change, with what restores it.
+enum Undo {
+    /// The whole document was replaced.
+    Root(Option<Value>),
+    /// An element was inserted at this index.
+    ArrInserted(Vec<Step>, usize),
+    /// An element was removed from this index.
+    ArrRemoved(Vec<Step>, usize, Value),
+    /// An element was overwritten.
+    ArrReplaced(Vec<Step>, usize, Value),
+    /// A new key was added.
+    ObjAdded(Vec<Step>, String),
+    /// An existing key's value was overwritten (its position is kept).
+    ObjReplaced(Vec<Step>, String, Value),
+    /// A key was removed from this position.
+    ObjRemoved(Vec<Step>, usize, String, Value),
+}
+
+fn rollback(doc: &mut Option<Value>, undo: Vec<Undo>) {
+    for u in undo.into_iter().rev() {
+        match u {
+            Undo::Root(old) => *doc = old,
+            Undo::ArrInserted(steps, at) => {
+                match doc.as_mut().and_then(|d| resolve_mut(d, &steps)) {
+                    Some(Value::Array(a)) if at < a.len() => {
+                        a.remove(at);
+                    }
+                    _ => {}
+                }
+            }
+            Undo::ArrRemoved(steps, at, v) => {
+                if let Some(Value::Array(a)) = doc.as_mut().and_then(|d| resolve_mut(d, &steps)) {
+                    a.insert(at.min(a.len()), v);
+                }
+            }
+            Undo::ArrReplaced(steps, at, v) => {
+                match doc.as_mut().and_then(|d| resolve_mut(d, &steps)) {
+                    Some(Value::Array(a)) if at < a.len() => a[at] = v,
+                    _ => {}
+                }
+            }
+            Undo::ObjAdded(steps, k) => {
+                if let Some(Value::Object(m)) = doc.as_mut().and_then(|d| resolve_mut(d, &steps)) {
+                    m.shift_remove(&k);
+                }
+            }
+            Undo::ObjReplaced(steps, k, v) => {
+                if let Some(Value::Object(m)) = doc.as_mut().and_then(|d| resolve_mut(d, &steps)) {
+                    m.insert(k, v);
+                }
+            }
+            Undo::ObjRemoved(steps, at, k, v) => {
+                if let Some(Value::Object(m)) = doc.as_mut().and_then(|d| resolve_mut(d, &steps)) {
+                    let at = at.min(m.len());
+                    m.shift_insert(at, k, v);
+                }
+            }
+        }
+    }
+}
+
+/// `map.insert(key, value)`, logged.
+fn obj_set(
+    map: &mut Map<String, Value>,
+    steps: &[Step],
+    key: String,
+    value: Value,
+    undo: &mut Vec<Undo>,
+) {
+    match map.insert(key.clone(), value) {
+        Some(old) => undo.push(Undo::ObjReplaced(steps.to_vec(), key, old)),
+        None => undo.push(Undo::ObjAdded(steps.to_vec(), key)),
+    }
+}
+
+/// `map.shift_remove(key)`, logged; `keep` returns a copy of the value.
+fn obj_remove(
+    map: &mut Map<String, Value>,
+    steps: &[Step],
+    key: &str,
+    keep: bool,
+    undo: &mut Vec<Undo>,
+) -> Option<Value> {
+    let at = map.keys().position(|k| k == key)?;
+    let old = map.shift_remove(key)?;
+    let copy = keep.then(|| old.clone());
+    undo.push(Undo::ObjRemoved(steps.to_vec(), at, key.to_owned(), old));
+    copy
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -470,16 +581,32 @@ fn banned(key: &str, previous_raw: &str) -> bool {
 
 const PROTO_BANNED: &str = "modifying `__proto__` or `constructor/prototype` is banned";
 
+/// Where a validated non-root operation acts.
+enum Target {
+    Array(Vec<Step>, i64),
+    Object(Vec<Step>, String),
+}
+
 /// Applies one operation with validation (`applyOperation(doc, op, true, true)`).
 fn apply_operation(
     doc: &mut Option<Value>,
     raw_op: &Value,
     index: usize,
+    undo: &mut Vec<Undo>,
 ) -> Result<(), PatchError> {
     let op = validate_structure(raw_op, index)?;
     if op.path.is_empty() {
-        return apply_root(doc, &op);
+        return apply_root(doc, &op, undo);
     }
+    match locate(doc.as_ref(), &op)? {
+        Target::Array(steps, idx) => array_op(doc, &steps, idx, &op, undo),
+        Target::Object(steps, key) => object_op(doc, &steps, &key, &op, undo),
+    }
+}
+
+/// The library's validated walk of a non-empty path (reads only).
+fn locate(doc: Option<&Value>, op: &Operation<'_>) -> Result<Target, PatchError> {
+    let index = op.index;
     let keys: Vec<&str> = op.path.split('/').collect();
     let len = keys.len();
     let mut steps: Vec<Step> = Vec::new();
@@ -493,9 +620,9 @@ fn apply_operation(
                 reason: PROTO_BANNED,
             });
         }
+        let obj = doc.map(|d| resolve(d, &steps));
         // Existence check, done once, at the first missing token (or the last).
         if !fragment_set {
-            let obj = doc.as_ref().map(|d| resolve(d, &steps));
             let got =
                 js_get(obj, &key).map_err(|reason| PatchError::TypeError { index, reason })?;
             let fragment = if got.is_undefined() {
@@ -507,22 +634,18 @@ fn apply_operation(
             };
             if let Some(fragment) = fragment {
                 fragment_set = true;
-                validate_against(doc.as_ref(), &op, &fragment)?;
+                validate_against(doc, op, &fragment)?;
             }
         }
         t += 1;
-        let Some(root) = doc.as_mut() else {
+        let Some(obj) = obj else {
             return Err(PatchError::TypeError {
                 index,
                 reason: "cannot read properties of undefined",
             });
         };
-        let is_array = matches!(resolve(root, &steps), Value::Array(_));
-        if is_array {
-            let arr_len = match resolve(root, &steps) {
-                Value::Array(a) => a.len(),
-                _ => 0,
-            };
+        if let Value::Array(arr) = obj {
+            let arr_len = arr.len();
             let idx: i64 = if key == "-" {
                 arr_len as i64
             } else if !is_integer(&key) {
@@ -534,7 +657,7 @@ fn apply_operation(
                 if op.op == Op::Add && idx > arr_len as i64 {
                     return Err(PatchError::OutOfBounds { index });
                 }
-                return array_op(doc, &steps, idx, &op);
+                return Ok(Target::Array(steps, idx));
             }
             match usize::try_from(idx) {
                 Ok(i) if i < arr_len => steps.push(Step::Index(i)),
@@ -542,18 +665,16 @@ fn apply_operation(
             }
         } else {
             if t >= len {
-                return object_op(doc, &steps, &key, &op);
+                return Ok(Target::Object(steps, key.into_owned()));
             }
-            match js_get(Some(resolve(root, &steps)), &key) {
+            match js_get(Some(obj), &key) {
                 Ok(Got::Own(_)) => steps.push(Step::Key(key.into_owned())),
                 _ => return Err(PatchError::PathUnresolvable { index }),
             }
         }
         // The next value must be a non-null object (arrays included).
-        let Some(root) = doc.as_ref() else {
-            return Err(PatchError::PathUnresolvable { index });
-        };
-        if !matches!(resolve(root, &steps), Value::Object(_) | Value::Array(_)) {
+        let next = doc.map(|d| resolve(d, &steps));
+        if !matches!(next, Some(Value::Object(_) | Value::Array(_))) {
             return Err(PatchError::PathUnresolvable { index });
         }
     }
@@ -597,8 +718,7 @@ fn validate_against(
             if from.is_empty() || !from.starts_with('/') {
                 return Ok(());
             }
-            let mut copy = doc.cloned();
-            match probe_get(&mut copy, &probe) {
+            match locate(doc, &probe) {
                 Err(PatchError::PathUnresolvable { .. }) => {
                     return Err(PatchError::FromUnresolvable { index });
                 }
@@ -613,20 +733,21 @@ fn validate_against(
     Ok(())
 }
 
-/// Runs a validated `_get` (used to check `from`).
-fn probe_get(doc: &mut Option<Value>, op: &Operation<'_>) -> Result<(), PatchError> {
-    let raw = serde_json::json!({ "op": "_get", "path": op.path });
-    apply_operation(doc, &raw, op.index)
-}
-
-fn apply_root(doc: &mut Option<Value>, op: &Operation<'_>) -> Result<(), PatchError> {
+fn apply_root(
+    doc: &mut Option<Value>,
+    op: &Operation<'_>,
+    undo: &mut Vec<Undo>,
+) -> Result<(), PatchError> {
     let index = op.index;
     match op.op {
-        Op::Add | Op::Replace => *doc = op.value.cloned(),
+        Op::Add | Op::Replace => {
+            let old = std::mem::replace(doc, op.value.cloned());
+            undo.push(Undo::Root(old));
+        }
         Op::Move | Op::Copy => {
             let from = op.from.unwrap_or("");
             if !from.is_empty() {
-                *doc = match raw_get(doc.as_ref(), from, index)? {
+                let new = match raw_get(doc.as_ref(), from, index)? {
                     Got::Own(v) => Some(v.into_owned()),
                     Got::Undefined => None,
                     Got::Inherited => {
@@ -636,6 +757,8 @@ fn apply_root(doc: &mut Option<Value>, op: &Operation<'_>) -> Result<(), PatchEr
                         });
                     }
                 };
+                let old = std::mem::replace(doc, new);
+                undo.push(Undo::Root(old));
             }
         }
         Op::Test => {
@@ -644,7 +767,10 @@ fn apply_root(doc: &mut Option<Value>, op: &Operation<'_>) -> Result<(), PatchEr
                 return Err(PatchError::TestFailed { index });
             }
         }
-        Op::Remove => *doc = Some(Value::Null),
+        Op::Remove => {
+            let old = doc.replace(Value::Null);
+            undo.push(Undo::Root(old));
+        }
         Op::Get => {}
     }
     Ok(())
@@ -655,10 +781,11 @@ fn array_op(
     steps: &[Step],
     idx: i64,
     op: &Operation<'_>,
+    undo: &mut Vec<Undo>,
 ) -> Result<(), PatchError> {
     let index = op.index;
     match op.op {
-        Op::Move | Op::Copy => return move_or_copy(doc, op),
+        Op::Move | Op::Copy => return move_or_copy(doc, op, undo),
         Op::Get => return Ok(()),
         _ => {}
     }
@@ -669,15 +796,20 @@ fn array_op(
         Op::Add => {
             let at = splice_start(idx, arr.len());
             arr.insert(at, op.value.cloned().unwrap_or(Value::Null));
+            undo.push(Undo::ArrInserted(steps.to_vec(), at));
         }
         Op::Remove => {
             let at = splice_start(idx, arr.len());
             if at < arr.len() {
-                arr.remove(at);
+                let old = arr.remove(at);
+                undo.push(Undo::ArrRemoved(steps.to_vec(), at, old));
             }
         }
         Op::Replace => match usize::try_from(idx) {
-            Ok(i) if i < arr.len() => arr[i] = op.value.cloned().unwrap_or(Value::Null),
+            Ok(i) if i < arr.len() => {
+                let old = std::mem::replace(&mut arr[i], op.value.cloned().unwrap_or(Value::Null));
+                undo.push(Undo::ArrReplaced(steps.to_vec(), i, old));
+            }
             // A negative index sets a property JSON does not show.
             _ => {}
         },
@@ -697,10 +829,11 @@ fn object_op(
     steps: &[Step],
     key: &str,
     op: &Operation<'_>,
+    undo: &mut Vec<Undo>,
 ) -> Result<(), PatchError> {
     let index = op.index;
     match op.op {
-        Op::Move | Op::Copy => return move_or_copy(doc, op),
+        Op::Move | Op::Copy => return move_or_copy(doc, op, undo),
         Op::Get => return Ok(()),
         Op::Test => {
             let root = doc.as_ref();
@@ -717,10 +850,11 @@ fn object_op(
     match target {
         Some(Value::Object(map)) => match op.op {
             Op::Add | Op::Replace => {
-                map.insert(key.to_owned(), op.value.cloned().unwrap_or(Value::Null));
+                let value = op.value.cloned().unwrap_or(Value::Null);
+                obj_set(map, steps, key.to_owned(), value, undo);
             }
             Op::Remove => {
-                map.shift_remove(key);
+                obj_remove(map, steps, key, false, undo);
             }
             _ => {}
         },
@@ -737,7 +871,11 @@ fn object_op(
     Ok(())
 }
 
-fn move_or_copy(doc: &mut Option<Value>, op: &Operation<'_>) -> Result<(), PatchError> {
+fn move_or_copy(
+    doc: &mut Option<Value>,
+    op: &Operation<'_>,
+    undo: &mut Vec<Undo>,
+) -> Result<(), PatchError> {
     let index = op.index;
     let from = op.from.unwrap_or("");
     let value = if op.op == Op::Move {
@@ -747,7 +885,7 @@ fn move_or_copy(doc: &mut Option<Value>, op: &Operation<'_>) -> Result<(), Patch
                 reason: "moving the whole document into itself makes a cycle",
             });
         }
-        raw_remove(doc, from, index)?
+        raw_remove(doc, from, index, undo)?
     } else if from.is_empty() {
         Got::Own(Cow::Owned(doc.clone().unwrap_or(Value::Null)))
     } else {
@@ -767,7 +905,7 @@ fn move_or_copy(doc: &mut Option<Value>, op: &Operation<'_>) -> Result<(), Patch
             });
         }
     };
-    raw_add(doc, op.path, value, index)
+    raw_add(doc, op.path, value, index, undo)
 }
 
 /// Where an unvalidated walk ends: the parent and the final key.
@@ -880,6 +1018,7 @@ fn raw_remove(
     doc: &mut Option<Value>,
     path: &str,
     index: usize,
+    undo: &mut Vec<Undo>,
 ) -> Result<Got<'static>, PatchError> {
     match walk_unvalidated(doc.as_ref(), path, index)? {
         Parent::Primitive => Ok(Got::Undefined),
@@ -888,15 +1027,19 @@ fn raw_remove(
                 return Ok(Got::Undefined);
             };
             Ok(match (parent, key) {
-                (Value::Object(map), ParentKey::Prop(k)) => match map.shift_remove(&k) {
-                    Some(v) => Got::Own(Cow::Owned(v)),
-                    None if OBJECT_PROTO.contains(&k.as_str()) => Got::Inherited,
-                    None => Got::Undefined,
-                },
+                (Value::Object(map), ParentKey::Prop(k)) => {
+                    match obj_remove(map, &steps, &k, true, undo) {
+                        Some(v) => Got::Own(Cow::Owned(v)),
+                        None if OBJECT_PROTO.contains(&k.as_str()) => Got::Inherited,
+                        None => Got::Undefined,
+                    }
+                }
                 (Value::Array(arr), ParentKey::Index(i)) => {
                     let at = splice_start(i, arr.len());
                     if at < arr.len() {
-                        Got::Own(Cow::Owned(arr.remove(at)))
+                        let v = arr.remove(at);
+                        undo.push(Undo::ArrRemoved(steps.clone(), at, v.clone()));
+                        Got::Own(Cow::Owned(v))
                     } else {
                         Got::Undefined
                     }
@@ -913,9 +1056,11 @@ fn raw_add(
     path: &str,
     value: Value,
     index: usize,
+    undo: &mut Vec<Undo>,
 ) -> Result<(), PatchError> {
     if path.is_empty() {
-        *doc = Some(value);
+        let old = doc.replace(value);
+        undo.push(Undo::Root(old));
         return Ok(());
     }
     match walk_unvalidated(doc.as_ref(), path, index)? {
@@ -929,11 +1074,12 @@ fn raw_add(
             };
             match (parent, key) {
                 (Value::Object(map), ParentKey::Prop(k)) => {
-                    map.insert(k, value);
+                    obj_set(map, &steps, k, value, undo);
                 }
                 (Value::Array(arr), ParentKey::Index(i)) => {
                     let at = splice_start(i, arr.len());
                     arr.insert(at, value);
+                    undo.push(Undo::ArrInserted(steps.clone(), at));
                 }
                 // A named property on an array is invisible in JSON.
                 _ => {}
@@ -1119,5 +1265,58 @@ mod tests {
         assert!(apply_patch(&json!({"a":1}), &json!([{"op":"_get","path":"/b"}])).is_err());
         // Undefined document (JS) is copied as null.
         assert_eq!(apply_patch_js(None, &json!([])).unwrap(), Some(Value::Null));
+    }
+
+    #[test]
+    fn a_failing_patch_in_place_restores_the_document_exactly() {
+        let orig = json!({"a":1,"b":[1,2,3],"c":{"d":"x","z":0},"k":null});
+        let mut doc = Some(orig.clone());
+        let patch = json!([
+            {"op":"remove","path":"/a"},
+            {"op":"add","path":"/a","value":9},
+            {"op":"remove","path":"/b/0"},
+            {"op":"add","path":"/b/-","value":4},
+            {"op":"replace","path":"/b/0","value":0},
+            {"op":"move","from":"/c/d","path":"/e"},
+            {"op":"copy","from":"/b","path":"/f"},
+            {"op":"replace","path":"/k","value":{"n":1}},
+            {"op":"replace","path":"","value":[1]},
+            {"op":"add","path":"/0","value":2},
+            {"op":"test","path":"/0","value":3}
+        ]);
+        assert_eq!(
+            apply_patch_in_place(&mut doc, &patch),
+            Err(PatchError::TestFailed { index: 10 })
+        );
+        // Same value and same key order.
+        assert_eq!(
+            serde_json::to_string(&doc).unwrap(),
+            serde_json::to_string(&Some(orig)).unwrap()
+        );
+        let mut undefined = None;
+        assert!(
+            apply_patch_in_place(&mut undefined, &json!([{"op":"add","path":"/a","value":1}]))
+                .is_err()
+        );
+        assert_eq!(undefined, None);
+    }
+
+    #[test]
+    fn in_place_and_copying_agree_on_success() {
+        let doc = json!({"a":{"b":[1,{"c":2}]},"x":"y"});
+        let patch = json!([
+            {"op":"move","from":"/a/b/1","path":"/moved"},
+            {"op":"copy","from":"/moved","path":"/a/b/0"},
+            {"op":"remove","path":"/x"},
+            {"op":"add","path":"/x","value":[]}
+        ]);
+        let copied = apply_patch(&doc, &patch).unwrap();
+        let mut in_place = Some(doc);
+        apply_patch_in_place(&mut in_place, &patch).unwrap();
+        assert_eq!(in_place, Some(copied.clone()));
+        assert_eq!(
+            copied,
+            json!({"a":{"b":[{"c":2},1]},"moved":{"c":2},"x":[]})
+        );
     }
 }
