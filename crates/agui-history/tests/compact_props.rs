@@ -292,7 +292,7 @@ fn any_stream() -> impl Strategy<Value = Vec<Event>> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 2500, failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 3000, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
     fn deltas_keeps_meaning_verification_idempotence_and_size(events in any_stream()) {
@@ -301,7 +301,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 1500, failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 2500, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
     fn deltas_on_free_form_sequences(events in free_stream()) {
@@ -312,6 +312,10 @@ proptest! {
     fn snapshot_keeps_meaning_verification_and_idempotence(events in any_stream()) {
         check(&events, Mode::Snapshot)?;
     }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
     fn latest_restates_the_branch_verification_and_idempotence(events in any_stream()) {
