@@ -34,8 +34,8 @@ use std::thread::JoinHandle;
 use agui_store::cursor::{RunCursor, ThreadCursor};
 use agui_store::subscribe::{EventStream, Hub, PageReader, catch_up_then_live};
 use agui_store::{
-    AppendRequest, Appended, ConversationCache, EventPage, EventStore, Result, RunFilter, RunPage,
-    RunRecord, StoreError, StoreStats, StoredEvent, ThreadFilter, ThreadInfo, ThreadPage,
+    AppendRequest, Appended, ConversationCache, EventPage, EventStore, Restored, Result, RunFilter,
+    RunPage, RunRecord, StoreError, StoreStats, StoredEvent, ThreadFilter, ThreadInfo, ThreadPage,
     Timestamp, check_id, page_size,
 };
 use async_trait::async_trait;
@@ -610,6 +610,50 @@ impl EventStore for SqliteStore {
             })
         })
         .await
+    }
+
+    /// One query for the run and its checkpoint; the generic walk only when
+    /// the checkpoint is missing, damaged or stale, or the run is running.
+    async fn restore(&self, tenant: &str, thread: &str, run_id: &str) -> Result<Restored> {
+        let (t, th, r) = (tenant.to_owned(), thread.to_owned(), run_id.to_owned());
+        let found = self
+            .read_with(move |c| {
+                c.prepare_cached(
+                    "SELECT r.status, r.last_seq, k.blob FROM runs r
+                     JOIN threads t ON t.id = r.thread_id
+                     LEFT JOIN checkpoints k ON k.thread_id = r.thread_id AND k.run_id = r.run_id
+                     WHERE t.tenant = ?1 AND t.thread = ?2 AND r.run_id = ?3",
+                )
+                .and_then(|mut st| {
+                    st.query_row(params![t.as_bytes(), th.as_bytes(), r.as_bytes()], |row| {
+                        let blob = match row.get_ref(2)? {
+                            rusqlite::types::ValueRef::Blob(b) => Some(b.to_vec()),
+                            _ => None,
+                        };
+                        Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?, blob))
+                    })
+                    .optional()
+                })
+                .map_err(|e| map(e, "read a checkpoint"))
+            })
+            .await?;
+        if let Some((status, last_seq, Some(blob))) = found {
+            let last_seq = count(last_seq)?;
+            let ended = status_from(status)? != agui_store::RunStatus::Running;
+            let json = ended
+                .then(|| agui_store::checkpoint::usable(&blob, last_seq))
+                .flatten();
+            if let Some(json) = json {
+                return Ok(Restored {
+                    run_id: run_id.to_owned(),
+                    last_seq,
+                    json,
+                    from_checkpoint: true,
+                    rebuilt: 0,
+                });
+            }
+        }
+        agui_store::restore_run(self, tenant, thread, run_id).await
     }
 
     fn conversation_cache(&self) -> Option<&ConversationCache> {

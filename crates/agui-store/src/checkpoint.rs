@@ -24,7 +24,7 @@ const MAX_JSON: u64 = 1 << 30;
 pub fn encode(json: &str, last_seq: u64) -> Vec<u8> {
     let crc = checksum(json.as_bytes(), last_seq);
     let (codec, body) = if json.len() >= COMPRESS_FROM {
-        match zstd::bulk::compress(json.as_bytes(), 3) {
+        match zstd::bulk::compress(json.as_bytes(), 1) {
             Ok(z) if z.len() < json.len() => (1u8, z),
             _ => (0u8, json.as_bytes().to_vec()),
         }
@@ -40,6 +40,14 @@ pub fn encode(json: &str, last_seq: u64) -> Vec<u8> {
     out.extend_from_slice(&last_seq.to_le_bytes());
     out.extend_from_slice(&body);
     out
+}
+
+/// The JSON text of a checkpoint blob, when intact and covering exactly
+/// `last_seq` (the run's current last sequence number); `None` when damaged
+/// or stale.
+pub fn usable(blob: &[u8], last_seq: u64) -> Option<String> {
+    let decoded = decode(blob).ok()?;
+    (decoded.last_seq == last_seq).then_some(decoded.json)
 }
 
 /// A decoded checkpoint.

@@ -37,7 +37,7 @@ pub mod conformance;
 pub use agui_history::reduce::Conversation;
 pub use error::{ErrorKind, Result, SeqConflict, StoreError};
 pub use memory::MemoryStore;
-pub use restore::ConversationCache;
+pub use restore::{ConversationCache, restore_run};
 pub use store::{EventStore, Restored};
 pub use subscribe::EventStream;
 pub use types::{

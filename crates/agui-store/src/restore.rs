@@ -98,11 +98,12 @@ enum Base {
     Empty,
 }
 
-/// See [`EventStore::restore`]. Walks up from the run to the nearest run
+/// The default [`EventStore::restore`], for backends that override it with a
+/// fast path and fall back to this. Walks up from the run to the nearest run
 /// with a usable checkpoint (usually the run itself: one lookup and no
 /// parsing), then replays the runs below it, storing the checkpoints it
 /// rebuilds.
-pub(crate) async fn restore<S: EventStore + ?Sized>(
+pub async fn restore_run<S: EventStore + ?Sized>(
     store: &S,
     tenant: &str,
     thread: &str,

@@ -236,7 +236,7 @@ pub trait EventStore: Send + Sync {
     /// from there (storing every checkpoint it rebuilds). A damaged or stale
     /// checkpoint is never used.
     async fn restore(&self, tenant: &str, thread: &str, run_id: &str) -> Result<Restored> {
-        restore::restore(self, tenant, thread, run_id).await
+        restore::restore_run(self, tenant, thread, run_id).await
     }
 
     /// The backend's cache of the latest conversation built per thread, if it
@@ -262,11 +262,9 @@ pub(crate) fn checkpointable(status: RunStatus) -> bool {
     status != RunStatus::Running
 }
 
-/// The JSON text of a checkpoint blob, when intact and covering exactly
-/// `last_seq`.
+/// The JSON text of a checkpoint blob, when intact and current.
 pub(crate) fn usable_checkpoint(blob: &[u8], last_seq: u64) -> Option<String> {
-    let decoded = checkpoint::decode(blob).ok()?;
-    (decoded.last_seq == last_seq).then_some(decoded.json)
+    checkpoint::usable(blob, last_seq)
 }
 
 /// Maps a reduce failure to a portable error.
