@@ -1,9 +1,81 @@
+//! `agui verify`: checks a stream against the sequence rules of the official
+//! client (chunk expansion, then `verifyEvents`), streaming, in bounded memory.
+
+use std::io::Write;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// Arguments (being written).
-#[derive(clap::Args)]
-pub struct Args {}
+use agui_codec::Reader;
+use agui_protocol::verify::{Diagnostic, Verifier};
 
-pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("not implemented yet")
+use crate::io::{open_input, stdout};
+
+/// Check an event stream (JSON array, NDJSON or SSE, detected) against the
+/// AG-UI sequence rules.
+///
+/// Prints `ok (N events)` and exits 0 when the stream is valid. Otherwise
+/// prints `error at event #I (TYPE): REASON` (I counts events from 0) and
+/// exits 1; with `--all`, one such line per problem. Input that cannot be
+/// decoded is reported the same way (`error at event #I: ...`) and exits 1.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The stream to check; `-` or nothing reads standard input.
+    pub file: Option<PathBuf>,
+    /// List every problem, one per line, instead of stopping at the first.
+    #[arg(long)]
+    pub all: bool,
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let input = open_input(args.file.as_deref())?;
+    let mut out = stdout();
+    let mut verifier = if args.all {
+        Verifier::collecting()
+    } else {
+        Verifier::new()
+    };
+    let mut problems = 0u64;
+    let mut count = 0usize;
+    for (i, item) in Reader::new(input).enumerate() {
+        count = i + 1;
+        match item {
+            Ok(event) => {
+                if let Err(error) = verifier.push(&event) {
+                    problems += 1;
+                    let d = Diagnostic {
+                        index: i,
+                        event_type: event.type_name().to_owned(),
+                        error,
+                    };
+                    writeln!(out, "error at {d}")?;
+                    if !args.all {
+                        break;
+                    }
+                }
+            }
+            Err(err) => {
+                problems += 1;
+                let index = err.position().map_or(i as u64, |p| p.index);
+                writeln!(out, "error at event #{index}: cannot decode: {err}")?;
+                if !args.all || !err.is_recoverable() {
+                    break;
+                }
+            }
+        }
+    }
+    if problems == 0 {
+        writeln!(out, "ok ({count} events)")?;
+    } else if args.all {
+        writeln!(
+            out,
+            "{problems} problem{}",
+            if problems == 1 { "" } else { "s" }
+        )?;
+    }
+    out.flush()?;
+    Ok(if problems == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
