@@ -510,17 +510,19 @@ impl Writer {
             received_at: plan.received_at,
             durable: sync,
         };
-        let publish = self.hub.has_listeners(tenant, thread).then(|| {
-            req.events
-                .into_iter()
-                .zip(plan.first_seq..)
-                .map(|(event, seq): (Event, u64)| StoredEvent {
-                    seq,
-                    received_at: plan.received_at,
-                    event,
-                })
-                .collect()
-        });
+        // Kept for publication after the commit (whether anyone listens is
+        // decided then: a listener registered meanwhile must get the batch).
+        let publish: Vec<StoredEvent> = req
+            .events
+            .into_iter()
+            .zip(plan.first_seq..)
+            .map(|(event, seq): (Event, u64)| StoredEvent {
+                seq,
+                received_at: plan.received_at,
+                event,
+            })
+            .collect();
+        let publish = Some(publish);
         Ok((appended, plan, publish))
     }
 
