@@ -14,7 +14,7 @@
 //!   events, mostly invalid, to compare chunk expansion and its errors.
 //! - [`realistic`]`(n_events, seed)`: exactly `n_events` events of the
 //!   [`Profile::Mixed`] shape with long runs and a bounded history window,
-//!   for benchmarks (about 150-170 bytes per event, linear time).
+//!   for benchmarks (about 162 bytes per event, linear time).
 //!
 //! The streams are schema-valid for the official `@ag-ui/core` 1.0.0 schemas,
 //! except for the deliberate extras of [`Profile::Unknown`] (unknown top-level
@@ -475,8 +475,13 @@ impl Gen {
 
     fn id(&mut self, prefix: &str) -> String {
         self.counter += 1;
-        let salt: u32 = self.rng.r#gen();
-        format!("{prefix}_{}{:06x}", self.counter, salt & 0xff_ffff)
+        let salt: u64 = self.rng.r#gen();
+        if self.realistic {
+            // Production ids are long (provider ids, UUID-like handles).
+            format!("{prefix}_{:x}{salt:016x}", self.counter)
+        } else {
+            format!("{prefix}_{}{:06x}", self.counter, salt & 0xff_ffff)
+        }
     }
 
     fn chance(&mut self, p: f64) -> bool {
@@ -1003,7 +1008,7 @@ impl Gen {
                 if *deltas > 0 {
                     *deltas -= 1;
                     let d = if self.realistic {
-                        self.words(5, 14)
+                        self.words(6, 18)
                     } else {
                         self.words(1, 4)
                     };

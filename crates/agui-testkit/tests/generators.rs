@@ -46,7 +46,7 @@ fn realistic_has_the_requested_size_and_mean_event_size() {
     let mean = bytes as f64 / events.len() as f64;
     eprintln!("realistic: mean event size {mean:.1} bytes");
     assert!(
-        (130.0..=200.0).contains(&mean),
+        (145.0..=185.0).contains(&mean),
         "mean event size {mean:.1} bytes is far from ~166"
     );
 }
