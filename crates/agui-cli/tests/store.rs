@@ -354,9 +354,42 @@ fn migrate_copies_verifies_and_resumes() {
 }
 
 #[test]
+fn migrate_between_sqlite_and_file_backends() {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = url(dir.path(), "a.db");
+    let file = format!("file://{}", dir.path().join("files").display());
+    let back = url(dir.path(), "b.db");
+    let input = sample_ndjson();
+    ok(
+        &["store", "import", "--store", &sqlite],
+        Some(input.as_bytes()),
+    );
+    for (from, to) in [(&sqlite, &file), (&file, &back)] {
+        let out = agui(&["store", "migrate", "--from", from, "--to", to], None);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success() && err.contains("verified"), "{err}");
+    }
+    for thread in ["t1", "t2"] {
+        let x = ok(
+            &["store", "export", "--store", &sqlite, "--thread", thread],
+            None,
+        );
+        let y = ok(
+            &["store", "export", "--store", &file, "--thread", thread],
+            None,
+        );
+        let z = ok(
+            &["store", "export", "--store", &back, "--thread", thread],
+            None,
+        );
+        assert_eq!(x, y);
+        assert_eq!(x, z);
+    }
+}
+
+#[test]
 fn unknown_and_unbuilt_backends_are_clear_errors() {
     for (store, says) in [
-        ("file:///tmp/nowhere", "not built yet"),
         ("postgres://localhost/db", "not built yet"),
         ("ftp://x", "unsupported store URL"),
         ("sqlite://", "needs a path"),

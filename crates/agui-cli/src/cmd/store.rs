@@ -1,8 +1,8 @@
 //! `agui store`: import, export, migrate, inspect and benchmark event stores.
 //!
 //! This module is where store URLs become backends ([`open_store`]):
-//! `memory://`, `sqlite:///PATH`, and (once their crates expose `open`)
-//! `file:///DIR` and `postgres://...`.
+//! `memory://`, `sqlite:///PATH`, `file:///DIR`, and (once its crate exposes
+//! `open`) `postgres://...`.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -178,7 +178,12 @@ pub async fn open_store(url: &str) -> anyhow::Result<Arc<dyn EventStore>> {
                 .await
                 .context("cannot open the SQLite store")?,
         )),
-        "file" | "postgres" | "postgresql" => {
+        "file" => Ok(Arc::new(
+            agui_store_file::open(url)
+                .await
+                .context("cannot open the file store")?,
+        )),
+        "postgres" | "postgresql" => {
             bail!("the {scheme}:// store backend is not built yet in this version of agui")
         }
         _ => bail!(
