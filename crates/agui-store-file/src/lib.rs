@@ -229,7 +229,7 @@ struct Inner {
     hub: Hub,
     closed: AtomicBool,
     cache: ConversationCache,
-    sealer: Mutex<Option<(mpsc::Sender<u64>, JoinHandle<()>)>>,
+    sealer: Mutex<Option<(mpsc::Sender<SealJob>, JoinHandle<()>)>>,
     lock: Mutex<Option<std::fs::File>>,
 }
 
@@ -377,14 +377,14 @@ fn open_blocking(dir: PathBuf, opts: FileOptions) -> Result<FileStore, FileError
         opts,
         segments: RwLock::new(segments),
     });
-    let (tx, rx) = mpsc::channel::<u64>();
+    let (tx, rx) = mpsc::channel::<SealJob>();
     let sealer_shared = shared.clone();
     let handle = std::thread::Builder::new()
         .name("agui-file-sealer".into())
         .spawn(move || sealer(sealer_shared, rx))
         .map_err(|e| FileError::io("start the sealer", &shared.dir, e))?;
     for id in to_seal {
-        let _ = tx.send(id);
+        let _ = tx.send(SealJob::Seal(id));
     }
     Ok(FileStore {
         inner: Arc::new(Inner {
@@ -402,10 +402,25 @@ fn open_blocking(dir: PathBuf, opts: FileOptions) -> Result<FileStore, FileError
     })
 }
 
+/// Work for the sealer thread.
+enum SealJob {
+    /// Seal this segment.
+    Seal(u64),
+    /// Answer once every segment sent before is sealed (or failed).
+    Barrier(mpsc::Sender<()>),
+}
+
 /// Seals the segments it is sent, one after the other, until the store
 /// closes. A failed seal leaves the plain segment (retried at next open).
-fn sealer(shared: Arc<Shared>, rx: mpsc::Receiver<u64>) {
-    while let Ok(id) = rx.recv() {
+fn sealer(shared: Arc<Shared>, rx: mpsc::Receiver<SealJob>) {
+    while let Ok(job) = rx.recv() {
+        let id = match job {
+            SealJob::Seal(id) => id,
+            SealJob::Barrier(done) => {
+                let _ = done.send(());
+                continue;
+            }
+        };
         let Ok(seg) = segment::seal(
             &shared.dir,
             id,
@@ -469,6 +484,29 @@ impl FileStore {
         .await
     }
 
+    /// Seals the active segment now (when it holds any record) and waits
+    /// until every full segment is sealed: afterwards the whole log is
+    /// compressed. Appends continue in a new segment meanwhile.
+    pub async fn seal(&self) -> Result<()> {
+        self.blocking(|i| {
+            {
+                let mut w = lock(&i.writer);
+                let active = w.as_mut().ok_or_else(closed)?;
+                if active.len > segment::MAGIC_PLAIN.len() as u64 {
+                    i.rotate(active)?;
+                }
+            }
+            let (done, wait) = mpsc::channel();
+            if let Some((tx, _)) = lock(&i.sealer).as_ref() {
+                let _ = tx.send(SealJob::Barrier(done));
+            }
+            // An error only means the sealer stopped (store closing).
+            let _ = wait.recv();
+            Ok(())
+        })
+        .await
+    }
+
     fn check_open(&self) -> Result<()> {
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(closed());
@@ -509,7 +547,7 @@ impl Inner {
         let old = std::mem::replace(active, next);
         *lock(&self.synced) = (active.id, active.len);
         if let Some((tx, _)) = lock(&self.sealer).as_ref() {
-            let _ = tx.send(old.id);
+            let _ = tx.send(SealJob::Seal(old.id));
         }
         Ok(())
     }

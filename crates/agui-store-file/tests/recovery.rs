@@ -1,0 +1,338 @@
+//! Recovery and layout tests of the file store: torn tails, damage on disk,
+//! sealing, file names, locking, URLs, durability flags.
+
+use std::path::{Path, PathBuf};
+
+use agui_store::conformance::events::{event, full_run, run_started};
+use agui_store::{AppendRequest, Durability, ErrorKind, EventStore, StoredEvent};
+use agui_store_file::{FileOptions, FileStore, parse_url};
+use serde_json::json;
+
+const T: &str = "tenant";
+
+fn custom(n: u64) -> agui_protocol::Event {
+    event(json!({"type":"CUSTOM","name":"n","value":n,"pad":"x".repeat((n % 50) as usize)}))
+}
+
+async fn all(s: &FileStore, thread: &str) -> Vec<StoredEvent> {
+    s.read_range(T, thread, 1, u64::MAX).await.expect("read")
+}
+
+fn files(dir: &Path, suffix: &str) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(suffix))
+        .collect();
+    out.sort();
+    out
+}
+
+/// (offset, length, kind) of every record of a plain segment.
+fn records(path: &Path) -> Vec<(usize, usize, u8)> {
+    let data = std::fs::read(path).unwrap();
+    let mut pos = 8;
+    let mut out = Vec::new();
+    while pos + 8 <= data.len() {
+        let len = u32::from_le_bytes(data[pos..pos + 4].try_into().unwrap()) as usize;
+        if pos + 8 + len > data.len() {
+            break;
+        }
+        out.push((pos, 8 + len, data[pos + 8]));
+        pos += 8 + len;
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_torn_tail_is_cut_back_to_the_last_complete_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = FileStore::open(dir.path(), FileOptions::default())
+        .await
+        .unwrap();
+    for k in 0..5 {
+        s.append(
+            T,
+            "th",
+            AppendRequest::new(vec![custom(k), custom(k + 100)]),
+        )
+        .await
+        .unwrap();
+    }
+    let before = all(&s, "th").await;
+    s.close().await.unwrap();
+    drop(s);
+    let seg = files(dir.path(), ".seg").pop().unwrap();
+    let recs = records(&seg);
+    let full = std::fs::metadata(&seg).unwrap().len();
+    // Cut the last record at every possible point, and append garbage.
+    let (last_off, last_len, _) = *recs.last().unwrap();
+    let original = std::fs::read(&seg).unwrap();
+    for cut in [1, 4, 8, 9, last_len - 1] {
+        std::fs::write(&seg, &original[..last_off + cut]).unwrap();
+        let s = FileStore::open(dir.path(), FileOptions::default())
+            .await
+            .unwrap();
+        let got = all(&s, "th").await;
+        assert_eq!(
+            got.len(),
+            before.len() - 2,
+            "cut at {cut}: the torn batch is gone"
+        );
+        for (a, b) in got.iter().zip(&before) {
+            assert_eq!((a.seq, a.event.json()), (b.seq, b.event.json()));
+        }
+        s.close().await.unwrap();
+        drop(s);
+        assert_eq!(
+            std::fs::metadata(&seg).unwrap().len(),
+            last_off as u64,
+            "the file was cut back"
+        );
+    }
+    let mut garbage = original.clone();
+    garbage.extend_from_slice(&[0u8; 4096]);
+    garbage.extend_from_slice(b"\xff\xff\x00\x00junk");
+    std::fs::write(&seg, &garbage).unwrap();
+    let s = FileStore::open(dir.path(), FileOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(all(&s, "th").await.len(), before.len());
+    assert_eq!(std::fs::metadata(&seg).unwrap().len(), full);
+    // Appending continues after the cut.
+    let a = s
+        .append(
+            T,
+            "th",
+            AppendRequest::new(vec![custom(9)]).expect_seq(before.len() as u64),
+        )
+        .await
+        .unwrap();
+    assert_eq!(a.first_seq, before.len() as u64 + 1);
+    s.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_damaged_checkpoint_on_disk_is_rebuilt_and_damaged_events_refuse_to_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = FileStore::open(dir.path(), FileOptions::default())
+        .await
+        .unwrap();
+    s.append(
+        T,
+        "th",
+        AppendRequest::new(full_run("th", "r1", None, "hello there")),
+    )
+    .await
+    .unwrap();
+    // Records after the checkpoint: its damage is not a torn tail.
+    s.append(T, "other", AppendRequest::new(vec![custom(1)]))
+        .await
+        .unwrap();
+    let want = s.restore(T, "th", "r1").await.unwrap();
+    assert!(want.from_checkpoint);
+    let n_events = all(&s, "th").await.len();
+    s.close().await.unwrap();
+    drop(s);
+    let seg = files(dir.path(), ".seg").pop().unwrap();
+    let recs = records(&seg);
+    let (off, len, _) = *recs.iter().find(|r| r.2 == 2).expect("a checkpoint record");
+    let mut data = std::fs::read(&seg).unwrap();
+    let original = data.clone();
+    data[off + len - 3] ^= 0x41;
+    std::fs::write(&seg, &data).unwrap();
+    let s = FileStore::open(dir.path(), FileOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(all(&s, "th").await.len(), n_events);
+    let r = s.restore(T, "th", "r1").await.unwrap();
+    assert!(!r.from_checkpoint, "the damaged checkpoint is not trusted");
+    assert_eq!(r.json, want.json);
+    assert!(s.restore(T, "th", "r1").await.unwrap().from_checkpoint);
+    s.close().await.unwrap();
+    drop(s);
+
+    // Damage inside the first batch (followed by intact records): open
+    // refuses rather than renumber or drop events.
+    let (off, _, kind) = recs[0];
+    assert_eq!(kind, 1);
+    let mut data = original;
+    data[off + 20] ^= 0x41;
+    std::fs::write(&seg, &data).unwrap();
+    let e = FileStore::open(dir.path(), FileOptions::default())
+        .await
+        .err()
+        .expect("damaged events refuse to open");
+    assert_eq!(e.kind(), ErrorKind::Corrupt);
+    let shown = e.to_string();
+    assert!(!shown.contains(&*dir.path().to_string_lossy()), "{shown}");
+}
+
+#[tokio::test]
+async fn sealed_segments_read_back_and_survive_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = FileOptions {
+        segment_bytes: 64 * 1024,
+        block_bytes: 8 * 1024,
+        ..FileOptions::default()
+    };
+    let s = FileStore::open(dir.path(), opts.clone()).await.unwrap();
+    let mut expect = Vec::new();
+    for k in 0..300u64 {
+        let batch: Vec<_> = (0..10).map(|i| custom(k * 10 + i)).collect();
+        expect.extend(batch.iter().map(|e| e.json().to_owned()));
+        s.append(T, "big", AppendRequest::new(batch)).await.unwrap();
+    }
+    s.seal().await.unwrap();
+    assert!(
+        files(dir.path(), ".zseg").len() >= 3,
+        "full segments are sealed"
+    );
+    assert_eq!(
+        files(dir.path(), ".seg").len(),
+        1,
+        "only the active segment is plain"
+    );
+    let got: Vec<String> = all(&s, "big")
+        .await
+        .into_iter()
+        .map(|e| e.event.json().to_owned())
+        .collect();
+    assert_eq!(got, expect);
+    let stats = s.stats().await.unwrap();
+    assert!(stats.stored_bytes < stats.raw_bytes, "{stats:?}");
+    s.close().await.unwrap();
+    drop(s);
+    let s = FileStore::open(dir.path(), opts).await.unwrap();
+    let page = s.read(T, "big", 1234, 7).await.unwrap();
+    let seqs: Vec<u64> = page.events.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, (1234..1241).collect::<Vec<_>>());
+    assert_eq!(page.events[0].event.json(), expect[1233]);
+    assert_eq!(all(&s, "big").await.len(), expect.len());
+    s.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn ids_never_become_file_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = FileStore::open(dir.path(), FileOptions::default())
+        .await
+        .unwrap();
+    let long = "é".repeat(20_000);
+    for id in ["../../escape", "/", "CON", "a\0b", "nul.txt", long.as_str()] {
+        s.append(id, id, AppendRequest::new(vec![run_started(id, id, None)]))
+            .await
+            .unwrap();
+        assert_eq!(s.thread(id, id).await.unwrap().thread_id, id);
+    }
+    s.close().await.unwrap();
+    let names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    for n in &names {
+        assert!(
+            n == "LOCK" || n.ends_with(".seg") || n.ends_with(".zseg"),
+            "unexpected file {n}"
+        );
+    }
+    assert!(!dir.path().parent().unwrap().join("escape").exists());
+}
+
+#[tokio::test]
+async fn one_process_at_a_time_and_closed_handles_refuse() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = FileStore::open(dir.path(), FileOptions::default())
+        .await
+        .unwrap();
+    let e = FileStore::open(dir.path(), FileOptions::default())
+        .await
+        .err()
+        .expect("locked");
+    assert_eq!(e.kind(), ErrorKind::Unavailable);
+    s.close().await.unwrap();
+    let e = s
+        .append(T, "x", AppendRequest::new(vec![custom(1)]))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unavailable);
+    let again = FileStore::open(dir.path(), FileOptions::default())
+        .await
+        .unwrap();
+    again.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn durability_flags_follow_the_choice() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = FileStore::open(dir.path(), FileOptions::default())
+        .await
+        .unwrap();
+    let a = s
+        .append(
+            T,
+            "d",
+            AppendRequest::new(vec![run_started("d", "r", None)]),
+        )
+        .await
+        .unwrap();
+    assert!(!a.durable, "run_end: an open run's append is not synced");
+    let a = s
+        .append(
+            T,
+            "d",
+            AppendRequest::new(vec![custom(1)]).durability(Durability::Append),
+        )
+        .await
+        .unwrap();
+    assert!(a.durable);
+    let a = s
+        .append(
+            T,
+            "d",
+            AppendRequest::new(vec![agui_store::conformance::events::run_finished(
+                "d", "r",
+            )]),
+        )
+        .await
+        .unwrap();
+    assert!(a.durable, "run_end: the append that ends a run is synced");
+    s.close().await.unwrap();
+    drop(s);
+    let forced = FileOptions {
+        durability: Some(Durability::Append),
+        ..FileOptions::default()
+    };
+    let s = FileStore::open(dir.path(), forced).await.unwrap();
+    let a = s
+        .append(T, "d", AppendRequest::new(vec![custom(2)]))
+        .await
+        .unwrap();
+    assert!(a.durable, "the store-wide option overrides the request");
+    s.close().await.unwrap();
+}
+
+#[test]
+fn urls_parse_with_options_and_reject_nonsense() {
+    let (dir, o) = parse_url("file:///var/lib/agui").unwrap();
+    assert_eq!(dir, PathBuf::from("/var/lib/agui"));
+    assert_eq!(o.durability, None);
+    let (dir, o) = parse_url("file://rel/dir?durability=append&segment_mb=8&zstd_level=3").unwrap();
+    assert_eq!(dir, PathBuf::from("rel/dir"));
+    assert_eq!(o.durability, Some(Durability::Append));
+    assert_eq!((o.segment_bytes, o.zstd_level), (8 << 20, 3));
+    for bad in [
+        "sqlite:///x",
+        "file://",
+        "file:///x?durability=never",
+        "file:///x?segment_mb=0",
+        "file:///x?zstd_level=99",
+        "file:///x?what=1",
+    ] {
+        assert_eq!(
+            parse_url(bad).unwrap_err().kind(),
+            ErrorKind::Invalid,
+            "{bad}"
+        );
+    }
+}
