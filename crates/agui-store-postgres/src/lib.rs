@@ -1,1 +1,1222 @@
-//! Placeholder: being written.
+//! The PostgreSQL backend of agui-store (`postgres://...`), for many gateway
+//! replicas on one database.
+//!
+//! - **Open** with [`open`] (`postgres://user@host:port/db?schema=NAME`; the
+//!   `schema` parameter is optional, default `agui`) or [`PgStore::open_with`].
+//!   The schema is created and migrated on open, under an advisory lock, so
+//!   replicas may start together. Calls go through a connection pool
+//!   ([`PgOptions::pool_size`]).
+//! - **Layout.** `threads` (one row per (tenant, thread): the head of the log,
+//!   locked `FOR UPDATE` by every append so appends to one thread serialize
+//!   while other threads proceed), `events` (primary key (thread, seq); the
+//!   exact JSON bytes, zstd-compressed from 1 KiB on, otherwise as is),
+//!   `runs` (the run index, maintained with `agui_store::index`; indexes by
+//!   thread, start time, parent run), `checkpoints`. Ids are `bytea`, so any
+//!   string (NUL included) round-trips.
+//! - **Appends** are one transaction: lock the thread row, check
+//!   `expected_seq` (`Conflict` on mismatch), plan the batch, insert all its
+//!   events with one multi-row `INSERT ... SELECT FROM UNNEST(...)`, update
+//!   the run index and the head, `pg_notify`, commit.
+//! - **Durability** is per transaction through `synchronous_commit`:
+//!   [`Durability::Append`] commits with `synchronous_commit = on` (the
+//!   append is on stable storage when it returns); [`Durability::RunEnd`]
+//!   commits batches that end a run with `on` and others with `off` (such a
+//!   commit survives a crash of the gateway, since the server has it, but an
+//!   OS crash of the database host may lose the last few hundred
+//!   milliseconds of them). `flush` commits a synchronous write, which makes
+//!   every earlier asynchronous commit durable too.
+//! - **Live subscriptions across replicas.** Every append notifies (on a
+//!   channel per schema) with a short key of (tenant, thread) and the
+//!   batch's sequence range; never the events, so payload limits do not
+//!   matter. Each store keeps one dedicated listening connection; on a
+//!   notice for a thread someone subscribes to, it reads the new rows by
+//!   sequence number and publishes them to the in-process hub, which gives
+//!   catch-up-then-live without gap or duplicate (`agui_store::subscribe`).
+//!   After the listening connection is lost it reconnects and nudges every
+//!   subscription to re-read from the store, so nothing is missed.
+//! - **Errors** map onto the portable kinds; `Display` never shows SQL.
+
+mod error;
+mod schema;
+
+use std::collections::{HashMap, HashSet};
+use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agui_protocol::Event;
+use agui_store::cursor::{RunCursor, ThreadCursor};
+use agui_store::index::{ThreadHead, plan_batch};
+use agui_store::subscribe::{EventStream, Hub, PageReader, catch_up_then_live};
+use agui_store::{
+    AppendRequest, Appended, ConversationCache, Durability, EventPage, EventStore, Result,
+    RunFilter, RunPage, RunRecord, RunStatus, StoreError, StoreStats, StoredEvent, ThreadFilter,
+    ThreadInfo, ThreadPage, Timestamp, check_id, page_size,
+};
+use async_trait::async_trait;
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use futures::FutureExt;
+use sha2::{Digest, Sha256};
+use tokio::task::JoinHandle;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{AsyncMessage, NoTls, Row};
+
+use crate::error::{pg, pool};
+
+/// The schema used when the URL names none.
+pub const DEFAULT_SCHEMA: &str = "agui";
+
+/// Event bodies from this many bytes on are stored zstd-compressed.
+const COMPRESS_FROM: usize = 1024;
+
+/// No stored event decompresses to more than this (a damaged frame header
+/// must not make the store allocate without bound).
+const MAX_EVENT_BYTES: usize = 1 << 30;
+
+/// How to open a [`PgStore`].
+#[derive(Debug, Clone)]
+pub struct PgOptions {
+    /// A libpq-style URL or key=value string, without the `schema`
+    /// parameter.
+    pub conn: String,
+    /// The schema holding the store's tables (created if missing):
+    /// 1 to 63 ASCII letters, digits or underscores.
+    pub schema: String,
+    /// Connections in the pool (besides the one listening connection).
+    pub pool_size: usize,
+}
+
+impl PgOptions {
+    /// Parses `postgres://...[?schema=NAME&...]`: `schema` is taken out, the
+    /// rest goes to the driver.
+    pub fn from_url(url: &str) -> Result<PgOptions> {
+        if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+            return Err(StoreError::invalid("not a postgres:// URL"));
+        }
+        let mut schema = DEFAULT_SCHEMA.to_owned();
+        let (base, query) = match url.split_once('?') {
+            Some((b, q)) => (b, Some(q)),
+            None => (url, None),
+        };
+        let mut kept = Vec::new();
+        for pair in query.into_iter().flat_map(|q| q.split('&')) {
+            match pair.split_once('=') {
+                Some(("schema", v)) => schema = v.to_owned(),
+                _ if pair.is_empty() => {}
+                _ => kept.push(pair),
+            }
+        }
+        let conn = if kept.is_empty() {
+            base.to_owned()
+        } else {
+            format!("{base}?{}", kept.join("&"))
+        };
+        if !schema::valid_schema_name(&schema) {
+            return Err(StoreError::invalid(
+                "the schema name must be 1 to 63 ASCII letters, digits or underscores",
+            ));
+        }
+        Ok(PgOptions {
+            conn,
+            schema,
+            pool_size: 16,
+        })
+    }
+}
+
+/// Opens the PostgreSQL store at `url` (`postgres://user@host:port/db`,
+/// optionally `?schema=NAME`), creating and migrating its schema.
+pub async fn open(url: &str) -> Result<PgStore> {
+    PgStore::open_with(PgOptions::from_url(url)?).await
+}
+
+/// The PostgreSQL store. Cloning gives another handle on the same pool.
+#[derive(Clone)]
+pub struct PgStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pool: Pool,
+    schema: String,
+    channel: String,
+    hub: Hub,
+    /// Notice key → the (tenant, thread) pairs subscribed under it.
+    watched: Mutex<HashMap<String, HashSet<(String, String)>>>,
+    closed: AtomicBool,
+    cache: ConversationCache,
+    listener: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(task) = self
+            .listener
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            task.abort();
+        }
+    }
+}
+
+fn status_code(s: RunStatus) -> i16 {
+    match s {
+        RunStatus::Running => 0,
+        RunStatus::Finished => 1,
+        RunStatus::Error => 2,
+        RunStatus::Interrupted => 3,
+    }
+}
+
+fn status_from(code: i16) -> Result<RunStatus> {
+    Ok(match code {
+        0 => RunStatus::Running,
+        1 => RunStatus::Finished,
+        2 => RunStatus::Error,
+        3 => RunStatus::Interrupted,
+        _ => return Err(StoreError::corrupt("a stored run status is unknown")),
+    })
+}
+
+fn to_i64(n: u64) -> Result<i64> {
+    i64::try_from(n).map_err(|_| StoreError::invalid("a number is out of range"))
+}
+
+fn to_u64(n: i64) -> Result<u64> {
+    u64::try_from(n).map_err(|_| StoreError::corrupt("a stored number is negative"))
+}
+
+fn text(bytes: Vec<u8>) -> Result<String> {
+    String::from_utf8(bytes).map_err(|_| StoreError::corrupt("a stored id is not UTF-8"))
+}
+
+fn opt_text(bytes: Option<Vec<u8>>) -> Result<Option<String>> {
+    bytes.map(text).transpose()
+}
+
+fn get<'a, T: tokio_postgres::types::FromSql<'a>>(row: &'a Row, idx: usize) -> Result<T> {
+    row.try_get(idx)
+        .map_err(|e| StoreError::corrupt("a stored row has an unexpected shape").with_source(e))
+}
+
+/// The short key notices carry for a (tenant, thread).
+fn notice_key(tenant: &str, thread: &str) -> String {
+    let mut h = Sha256::new();
+    h.update((tenant.len() as u64).to_le_bytes());
+    h.update(tenant.as_bytes());
+    h.update(thread.as_bytes());
+    hex::encode(&h.finalize()[..12])
+}
+
+fn encode_body(json: &str) -> (i16, Vec<u8>) {
+    if json.len() >= COMPRESS_FROM
+        && let Ok(z) = zstd::bulk::compress(json.as_bytes(), 1)
+        && z.len() < json.len()
+    {
+        return (1, z);
+    }
+    (0, json.as_bytes().to_vec())
+}
+
+fn decode_body(codec: i16, body: Vec<u8>) -> Result<Event> {
+    let bytes = match codec {
+        0 => body,
+        1 => {
+            let size = zstd::zstd_safe::get_frame_content_size(&body)
+                .ok()
+                .flatten()
+                .ok_or_else(|| StoreError::corrupt("a stored event does not decompress"))?;
+            let size = usize::try_from(size)
+                .ok()
+                .filter(|&n| n <= MAX_EVENT_BYTES)
+                .ok_or_else(|| StoreError::corrupt("a stored event claims an impossible size"))?;
+            zstd::bulk::decompress(&body, size).map_err(|e| {
+                StoreError::corrupt("a stored event does not decompress").with_source(e)
+            })?
+        }
+        _ => return Err(StoreError::corrupt("a stored event has an unknown codec")),
+    };
+    let json =
+        String::from_utf8(bytes).map_err(|_| StoreError::corrupt("a stored event is not UTF-8"))?;
+    Event::from_json_string(json)
+        .map_err(|e| StoreError::corrupt("a stored event is not a valid event").with_source(e))
+}
+
+const RUN_COLUMNS: &str = "r.thread, r.run_id, r.parent_run_id, r.agent, r.status, r.started_at, \
+     r.finished_at, r.first_seq, r.last_seq, r.event_count, r.bytes";
+
+fn run_from_row(row: &Row) -> Result<RunRecord> {
+    Ok(RunRecord {
+        thread_id: text(get(row, 0)?)?,
+        run_id: text(get(row, 1)?)?,
+        parent_run_id: opt_text(get(row, 2)?)?,
+        agent: opt_text(get(row, 3)?)?,
+        status: status_from(get(row, 4)?)?,
+        started_at: Timestamp(get(row, 5)?),
+        finished_at: get::<Option<i64>>(row, 6)?.map(Timestamp),
+        first_seq: to_u64(get(row, 7)?)?,
+        last_seq: to_u64(get(row, 8)?)?,
+        event_count: to_u64(get(row, 9)?)?,
+        bytes: to_u64(get(row, 10)?)?,
+    })
+}
+
+const THREAD_COLUMNS: &str = "thread, agent, created_at, updated_at, last_seq, run_count, bytes";
+
+fn thread_from_row(row: &Row) -> Result<ThreadInfo> {
+    Ok(ThreadInfo {
+        thread_id: text(get(row, 0)?)?,
+        agent: opt_text(get(row, 1)?)?,
+        created_at: Timestamp(get(row, 2)?),
+        updated_at: Timestamp(get(row, 3)?),
+        last_seq: to_u64(get(row, 4)?)?,
+        run_count: to_u64(get(row, 5)?)?,
+        bytes: to_u64(get(row, 6)?)?,
+    })
+}
+
+impl PgStore {
+    /// Opens with explicit options: connects the pool, creates and migrates
+    /// the schema, starts the listening connection.
+    pub async fn open_with(opts: PgOptions) -> Result<PgStore> {
+        if !schema::valid_schema_name(&opts.schema) {
+            return Err(StoreError::invalid(
+                "the schema name must be 1 to 63 ASCII letters, digits or underscores",
+            ));
+        }
+        let mut cfg = tokio_postgres::Config::from_str(&opts.conn).map_err(|e| {
+            StoreError::invalid("the PostgreSQL connection string is malformed").with_source(e)
+        })?;
+        cfg.options(format!("-c search_path={}", opts.schema));
+        if cfg.get_application_name().is_none() {
+            cfg.application_name("agui");
+        }
+        let mgr = Manager::from_config(
+            cfg.clone(),
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(mgr)
+            .max_size(opts.pool_size.max(1))
+            .build()
+            .map_err(|e| {
+                StoreError::internal("the connection pool cannot be built").with_source(e)
+            })?;
+        migrate(&pool, &opts.schema).await?;
+        let channel = format!("agui_{}", &notice_key("schema", &opts.schema)[..16]);
+        let inner = Arc::new(Inner {
+            pool,
+            schema: opts.schema,
+            channel,
+            hub: Hub::new(),
+            watched: Mutex::new(HashMap::new()),
+            closed: AtomicBool::new(false),
+            cache: ConversationCache::new(),
+            listener: Mutex::new(None),
+        });
+        let ready = listen(cfg, Arc::downgrade(&inner));
+        let (task, first) = ready;
+        first
+            .await
+            .map_err(|_| StoreError::unavailable("the listening connection failed"))??;
+        *inner.listener.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
+        Ok(PgStore { inner })
+    }
+
+    /// The schema this store lives in.
+    pub fn schema(&self) -> &str {
+        &self.inner.schema
+    }
+
+    async fn conn(&self) -> Result<deadpool_postgres::Object> {
+        self.check_open()?;
+        self.inner.pool.get().await.map_err(pool)
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(StoreError::unavailable("the store is closed"));
+        }
+        Ok(())
+    }
+
+    /// Events of a thread from `from_seq`, one snapshot for page and head.
+    async fn read_page(
+        &self,
+        tenant: &str,
+        thread: &str,
+        from_seq: u64,
+        limit: usize,
+    ) -> Result<EventPage> {
+        let c = self.conn().await?;
+        let limit = page_size(limit) as i64;
+        let from = to_i64(from_seq.max(1)).unwrap_or(i64::MAX);
+        let rows = c
+            .query(
+                "SELECT t.last_seq, e.seq, e.received_at, e.codec, e.body FROM threads t \
+                 LEFT JOIN LATERAL (SELECT seq, received_at, codec, body FROM events \
+                   WHERE thread_id = t.id AND seq >= $3 ORDER BY seq LIMIT $4) e ON true \
+                 WHERE t.tenant = $1 AND t.thread = $2",
+                &[&tenant.as_bytes(), &thread.as_bytes(), &from, &limit],
+            )
+            .await
+            .map_err(pg)?;
+        let Some(first) = rows.first() else {
+            return Err(StoreError::not_found("thread"));
+        };
+        let last_seq = to_u64(get(first, 0)?)?;
+        let mut events = Vec::with_capacity(rows.len());
+        for row in rows {
+            let Some(seq) = get::<Option<i64>>(&row, 1)? else {
+                continue;
+            };
+            let received_at: i64 = get(&row, 2)?;
+            let codec: i16 = get(&row, 3)?;
+            let body: Vec<u8> = get(&row, 4)?;
+            events.push(StoredEvent {
+                seq: to_u64(seq)?,
+                received_at: Timestamp(received_at),
+                event: decode_body(codec, body)?,
+            });
+        }
+        let next_seq = match events.last() {
+            Some(e) if e.seq < last_seq => Some(e.seq + 1),
+            _ => None,
+        };
+        Ok(EventPage { events, next_seq })
+    }
+}
+
+/// Creates the schema and applies pending migrations, once across replicas.
+async fn migrate(pool: &Pool, schema: &str) -> Result<()> {
+    let mut c = pool.get().await.map_err(pool_err_open)?;
+    let tx = c.transaction().await.map_err(pg)?;
+    // One lock for every agui schema of the database: CREATE SCHEMA races.
+    tx.execute("SELECT pg_advisory_xact_lock(7170001)", &[])
+        .await
+        .map_err(pg)?;
+    tx.batch_execute(&format!(
+        "CREATE SCHEMA IF NOT EXISTS \"{schema}\";
+         SET LOCAL search_path = \"{schema}\";
+         CREATE TABLE IF NOT EXISTS schema_version (version INT NOT NULL);"
+    ))
+    .await
+    .map_err(pg)?;
+    let current: i32 = match tx
+        .query_opt("SELECT max(version) FROM schema_version", &[])
+        .await
+        .map_err(pg)?
+    {
+        Some(row) => get::<Option<i32>>(&row, 0)?.unwrap_or(0),
+        None => 0,
+    };
+    let known = schema::MIGRATIONS.len() as i32;
+    if current > known {
+        return Err(StoreError::unavailable(
+            "the database schema is newer than this version of agui",
+        ));
+    }
+    for (i, sql) in schema::MIGRATIONS.iter().enumerate().skip(current as usize) {
+        tx.batch_execute(sql).await.map_err(pg)?;
+        tx.execute(
+            "INSERT INTO schema_version (version) VALUES ($1)",
+            &[&(i as i32 + 1)],
+        )
+        .await
+        .map_err(pg)?;
+    }
+    tx.commit().await.map_err(pg)
+}
+
+fn pool_err_open(e: deadpool_postgres::PoolError) -> StoreError {
+    let inner = pool(e);
+    StoreError::new(inner.kind(), "the database cannot be reached").with_source(inner)
+}
+
+type Ready = tokio::sync::oneshot::Receiver<Result<()>>;
+
+/// Starts the listening task. The receiver completes once the first LISTEN
+/// is in place (or failed).
+fn listen(cfg: tokio_postgres::Config, inner: std::sync::Weak<Inner>) -> (JoinHandle<()>, Ready) {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let task = tokio::spawn(async move {
+        let mut ready = Some(tx);
+        let mut reconnected = false;
+        loop {
+            let outcome = listen_once(&cfg, &inner, &mut ready, reconnected).await;
+            if let Err(e) = outcome
+                && let Some(tx) = ready.take()
+            {
+                let _ = tx.send(Err(e));
+                return;
+            }
+            let Some(strong) = inner.upgrade() else {
+                return;
+            };
+            if strong.closed.load(Ordering::Acquire) {
+                return;
+            }
+            drop(strong);
+            reconnected = true;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    });
+    (task, rx)
+}
+
+/// One listening connection's life. Returns when it is lost.
+async fn listen_once(
+    cfg: &tokio_postgres::Config,
+    weak: &std::sync::Weak<Inner>,
+    ready: &mut Option<tokio::sync::oneshot::Sender<Result<()>>>,
+    reconnected: bool,
+) -> Result<()> {
+    let (client, mut connection) = cfg.connect(NoTls).await.map_err(pg)?;
+    let (ntx, mut nrx) = tokio::sync::mpsc::unbounded_channel();
+    let driver = tokio::spawn(async move {
+        let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+        while let Some(msg) = futures::StreamExt::next(&mut messages).await {
+            match msg {
+                Ok(AsyncMessage::Notification(n)) => {
+                    if ntx.send(n.payload().to_owned()).is_err() {
+                        break;
+                    }
+                }
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+    });
+    let channel = match weak.upgrade() {
+        Some(inner) => inner.channel.clone(),
+        None => return Ok(()),
+    };
+    let listened = client.batch_execute(&format!("LISTEN {channel}")).await;
+    if let Err(e) = listened {
+        driver.abort();
+        return Err(pg(e));
+    }
+    if let Some(tx) = ready.take() {
+        let _ = tx.send(Ok(()));
+    }
+    if reconnected && let Some(inner) = weak.upgrade() {
+        // Notices may have been missed while disconnected: make every
+        // subscription re-read from the store.
+        PgStore { inner }.nudge_all().await;
+    }
+    while let Some(payload) = nrx.recv().await {
+        let Some(inner) = weak.upgrade() else {
+            break;
+        };
+        if inner.closed.load(Ordering::Acquire) {
+            break;
+        }
+        PgStore { inner }.on_notice(&payload).await;
+    }
+    driver.abort();
+    drop(client);
+    Ok(())
+}
+
+impl PgStore {
+    /// Handles one notice: `A <key> <first> <last>` (appended) or
+    /// `D <key>` (deleted).
+    async fn on_notice(&self, payload: &str) {
+        let mut parts = payload.split(' ');
+        let (Some(kind), Some(key)) = (parts.next(), parts.next()) else {
+            return;
+        };
+        let targets: Vec<(String, String)> = {
+            let mut watched = self.inner.watched.lock().unwrap_or_else(|p| p.into_inner());
+            let Some(set) = watched.get_mut(key) else {
+                return;
+            };
+            set.retain(|(tn, th)| self.inner.hub.has_listeners(tn, th));
+            let out: Vec<_> = set.iter().cloned().collect();
+            if set.is_empty() {
+                watched.remove(key);
+            }
+            out
+        };
+        match kind {
+            "D" => {
+                for (tn, th) in targets {
+                    self.inner.hub.close_thread(&tn, &th);
+                    self.inner.cache.forget(&tn, &th);
+                }
+            }
+            "A" => {
+                let first = parts.next().and_then(|s| s.parse::<u64>().ok());
+                let last = parts.next().and_then(|s| s.parse::<u64>().ok());
+                let (Some(first), Some(last)) = (first, last) else {
+                    return;
+                };
+                for (tn, th) in targets {
+                    self.publish_range(&tn, &th, first, last).await;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Reads `first..=last` and publishes it to the hub. A failed read is
+    /// left to the subscribers' gap detection (the next batch re-reads).
+    async fn publish_range(&self, tenant: &str, thread: &str, first: u64, last: u64) {
+        let mut next = first;
+        while next <= last {
+            let want = usize::try_from(last - next + 1).unwrap_or(usize::MAX);
+            let Ok(page) = self.read_page(tenant, thread, next, want).await else {
+                return;
+            };
+            let events: Vec<StoredEvent> =
+                page.events.into_iter().filter(|e| e.seq <= last).collect();
+            let Some(end) = events.last().map(|e| e.seq) else {
+                return;
+            };
+            next = end + 1;
+            self.inner.hub.publish(tenant, thread, events);
+        }
+    }
+
+    /// Publishes each watched thread's latest event: a subscription that is
+    /// behind sees a gap and catches up from the store.
+    async fn nudge_all(&self) {
+        let targets: Vec<(String, String)> = {
+            let watched = self.inner.watched.lock().unwrap_or_else(|p| p.into_inner());
+            watched.values().flatten().cloned().collect()
+        };
+        for (tn, th) in targets {
+            if let Ok(info) = self.thread_info(&tn, &th).await
+                && info.last_seq > 0
+            {
+                self.publish_range(&tn, &th, info.last_seq, info.last_seq)
+                    .await;
+            }
+        }
+    }
+
+    async fn thread_info(&self, tenant: &str, thread: &str) -> Result<ThreadInfo> {
+        let c = self.conn().await?;
+        let row = c
+            .query_opt(
+                &format!("SELECT {THREAD_COLUMNS} FROM threads WHERE tenant = $1 AND thread = $2"),
+                &[&tenant.as_bytes(), &thread.as_bytes()],
+            )
+            .await
+            .map_err(pg)?
+            .ok_or_else(|| StoreError::not_found("thread"))?;
+        thread_from_row(&row)
+    }
+
+    async fn append_tx(
+        &self,
+        tenant: &str,
+        thread: &str,
+        req: AppendRequest,
+    ) -> Result<(agui_store::index::BatchPlan, Appended)> {
+        let mut c = self.conn().await?;
+        let tx = c.transaction().await.map_err(pg)?;
+        let now = req.received_at.unwrap_or_else(Timestamp::now);
+        // Creates the head row if missing, and locks it either way: appends
+        // to one thread serialize here.
+        let row = tx
+            .query_one(
+                "INSERT INTO threads (tenant, thread, created_at, updated_at, last_seq) \
+                 VALUES ($1, $2, $3, $3, 0) \
+                 ON CONFLICT (tenant, thread) DO UPDATE SET last_seq = threads.last_seq \
+                 RETURNING id, last_seq, updated_at, last_run, last_run_status",
+                &[&tenant.as_bytes(), &thread.as_bytes(), &now.0],
+            )
+            .await
+            .map_err(pg)?;
+        let id: i64 = get(&row, 0)?;
+        let last_seq = to_u64(get(&row, 1)?)?;
+        if let Some(expected) = req.expected_seq.filter(|&e| e != last_seq) {
+            return Err(StoreError::conflict(expected, last_seq));
+        }
+        let last_run = match (
+            get::<Option<Vec<u8>>>(&row, 3)?,
+            get::<Option<i16>>(&row, 4)?,
+        ) {
+            (Some(r), Some(s)) => Some((text(r)?, status_from(s)?)),
+            _ => None,
+        };
+        let head = ThreadHead {
+            last_seq,
+            updated_at: (last_seq > 0).then_some(Timestamp(get(&row, 2)?)),
+            last_run,
+        };
+        let mut asked: Vec<String> = Vec::new();
+        let plan = plan_batch(&head, &req.events, req.agent.as_deref(), now, |run| {
+            asked.push(run.to_owned());
+            Ok(false)
+        })?;
+        if !asked.is_empty() {
+            let ids: Vec<&[u8]> = asked.iter().map(|s| s.as_bytes()).collect();
+            let taken = tx
+                .query_opt(
+                    "SELECT 1 FROM runs WHERE thread_id = $1 AND run_id = ANY($2) LIMIT 1",
+                    &[&id, &ids],
+                )
+                .await
+                .map_err(pg)?;
+            if taken.is_some() {
+                return Err(StoreError::invalid(
+                    "a runId is already used in this thread",
+                ));
+            }
+        }
+        let sync = match req.durability {
+            Durability::Append => true,
+            Durability::RunEnd => plan.ends_a_run(),
+        };
+        if !sync {
+            tx.batch_execute("SET LOCAL synchronous_commit = off")
+                .await
+                .map_err(pg)?;
+        }
+        // The events, in one statement.
+        let n = req.events.len();
+        let mut seqs = Vec::with_capacity(n);
+        let mut codecs = Vec::with_capacity(n);
+        let mut bodies = Vec::with_capacity(n);
+        for (i, e) in req.events.iter().enumerate() {
+            seqs.push(to_i64(plan.first_seq + i as u64)?);
+            let (codec, body) = encode_body(e.json());
+            codecs.push(codec);
+            bodies.push(body);
+        }
+        tx.execute(
+            "INSERT INTO events (thread_id, seq, received_at, codec, body) \
+             SELECT $1, s, $2, c, b FROM UNNEST($3::bigint[], $4::smallint[], $5::bytea[]) \
+             AS u(s, c, b)",
+            &[&id, &plan.received_at.0, &seqs, &codecs, &bodies],
+        )
+        .await
+        .map_err(pg)?;
+        // The run index.
+        let mut new_runs = 0i64;
+        for u in &plan.runs {
+            let finished = u.finished_at.map(|t| t.0);
+            if u.new {
+                new_runs += 1;
+                tx.execute(
+                    "INSERT INTO runs (thread_id, run_id, tenant, thread, parent_run_id, agent, \
+                     status, started_at, finished_at, first_seq, last_seq, event_count, bytes) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+                    &[
+                        &id,
+                        &u.run_id.as_bytes(),
+                        &tenant.as_bytes(),
+                        &thread.as_bytes(),
+                        &u.parent_run_id.as_deref().map(str::as_bytes),
+                        &u.agent.as_deref().map(str::as_bytes),
+                        &status_code(u.status),
+                        &u.started_at.0,
+                        &finished,
+                        &to_i64(u.first_seq)?,
+                        &to_i64(u.last_seq)?,
+                        &to_i64(u.add_events)?,
+                        &to_i64(u.add_bytes)?,
+                    ],
+                )
+                .await
+                .map_err(pg)?;
+            } else {
+                tx.execute(
+                    "UPDATE runs SET last_seq = $3, event_count = event_count + $4, \
+                     bytes = bytes + $5, status = $6, finished_at = COALESCE($7, finished_at) \
+                     WHERE thread_id = $1 AND run_id = $2",
+                    &[
+                        &id,
+                        &u.run_id.as_bytes(),
+                        &to_i64(u.last_seq)?,
+                        &to_i64(u.add_events)?,
+                        &to_i64(u.add_bytes)?,
+                        &status_code(u.status),
+                        &finished,
+                    ],
+                )
+                .await
+                .map_err(pg)?;
+            }
+        }
+        let (last_run, last_status) = match &plan.head.last_run {
+            Some((r, s)) => (Some(r.as_bytes()), Some(status_code(*s))),
+            None => (None, None),
+        };
+        tx.execute(
+            "UPDATE threads SET last_seq = $2, updated_at = $3, \
+             created_at = CASE WHEN last_seq = 0 THEN $3 ELSE created_at END, \
+             agent = COALESCE($4, agent), run_count = run_count + $5, bytes = bytes + $6, \
+             last_run = $7, last_run_status = $8 WHERE id = $1",
+            &[
+                &id,
+                &to_i64(plan.last_seq())?,
+                &plan.received_at.0,
+                &req.agent.as_deref().map(str::as_bytes),
+                &new_runs,
+                &to_i64(plan.bytes)?,
+                &last_run,
+                &last_status,
+            ],
+        )
+        .await
+        .map_err(pg)?;
+        let notice = format!(
+            "A {} {} {}",
+            notice_key(tenant, thread),
+            plan.first_seq,
+            plan.last_seq()
+        );
+        tx.execute("SELECT pg_notify($1, $2)", &[&self.inner.channel, &notice])
+            .await
+            .map_err(pg)?;
+        tx.commit().await.map_err(pg)?;
+        let appended = Appended {
+            first_seq: plan.first_seq,
+            last_seq: plan.last_seq(),
+            received_at: plan.received_at,
+            durable: sync,
+        };
+        Ok((plan, appended))
+    }
+}
+
+#[async_trait]
+impl EventStore for PgStore {
+    async fn append(&self, tenant: &str, thread: &str, req: AppendRequest) -> Result<Appended> {
+        check_id("tenant", tenant)?;
+        check_id("thread", thread)?;
+        if req.events.is_empty() {
+            return Err(StoreError::invalid("an append needs at least one event"));
+        }
+        let (plan, appended) = self.append_tx(tenant, thread, req).await?;
+        self.checkpoint_ended_runs(tenant, thread, &plan).await;
+        Ok(appended)
+    }
+
+    async fn read(
+        &self,
+        tenant: &str,
+        thread: &str,
+        from_seq: u64,
+        limit: usize,
+    ) -> Result<EventPage> {
+        self.read_page(tenant, thread, from_seq, limit).await
+    }
+
+    async fn run(&self, tenant: &str, thread: &str, run_id: &str) -> Result<RunRecord> {
+        let c = self.conn().await?;
+        let row = c
+            .query_opt(
+                &format!(
+                    "SELECT {RUN_COLUMNS} FROM runs r JOIN threads t ON t.id = r.thread_id \
+                     WHERE t.tenant = $1 AND t.thread = $2 AND r.run_id = $3"
+                ),
+                &[&tenant.as_bytes(), &thread.as_bytes(), &run_id.as_bytes()],
+            )
+            .await
+            .map_err(pg)?
+            .ok_or_else(|| StoreError::not_found("run"))?;
+        run_from_row(&row)
+    }
+
+    async fn list_runs(&self, tenant: &str, filter: &RunFilter) -> Result<RunPage> {
+        let after = filter
+            .cursor
+            .as_deref()
+            .map(RunCursor::decode)
+            .transpose()?;
+        let limit = page_size(filter.limit);
+        let c = self.conn().await?;
+        let (c_at, c_thread, c_seq) = match &after {
+            Some(cur) => (
+                Some(cur.started_at.0),
+                Some(cur.thread_id.as_bytes()),
+                Some(to_i64(cur.first_seq).unwrap_or(i64::MAX)),
+            ),
+            None => (None, None, None),
+        };
+        let thread = filter.thread_id.as_deref().map(str::as_bytes);
+        let parent = filter.parent_run_id.as_deref().map(str::as_bytes);
+        let status = filter.status.map(status_code);
+        let from = filter.started_from.map(|t| t.0);
+        let before = filter.started_before.map(|t| t.0);
+        let fetch = limit as i64 + 1;
+        let params: [&(dyn ToSql + Sync); 10] = [
+            &tenant.as_bytes(),
+            &thread,
+            &parent,
+            &status,
+            &from,
+            &before,
+            &c_at,
+            &c_thread,
+            &c_seq,
+            &fetch,
+        ];
+        let rows = c
+            .query(
+                &format!(
+                    "SELECT {RUN_COLUMNS} FROM runs r WHERE r.tenant = $1 \
+                     AND ($2::bytea IS NULL OR r.thread = $2) \
+                     AND ($3::bytea IS NULL OR r.parent_run_id = $3) \
+                     AND ($4::smallint IS NULL OR r.status = $4) \
+                     AND ($5::bigint IS NULL OR r.started_at >= $5) \
+                     AND ($6::bigint IS NULL OR r.started_at < $6) \
+                     AND ($7::bigint IS NULL OR (r.started_at, r.thread, r.first_seq) > \
+                          ($7, $8::bytea, $9::bigint)) \
+                     ORDER BY r.started_at, r.thread, r.first_seq LIMIT $10"
+                ),
+                &params,
+            )
+            .await
+            .map_err(pg)?;
+        let mut runs = rows.iter().map(run_from_row).collect::<Result<Vec<_>>>()?;
+        let more = runs.len() > limit;
+        runs.truncate(limit);
+        let next_cursor = match runs.last() {
+            Some(r) if more => Some(
+                RunCursor {
+                    started_at: r.started_at,
+                    thread_id: r.thread_id.clone(),
+                    first_seq: r.first_seq,
+                }
+                .encode(),
+            ),
+            _ => None,
+        };
+        Ok(RunPage { runs, next_cursor })
+    }
+
+    async fn thread(&self, tenant: &str, thread: &str) -> Result<ThreadInfo> {
+        let info = self.thread_info(tenant, thread).await?;
+        if info.last_seq == 0 {
+            return Err(StoreError::not_found("thread"));
+        }
+        Ok(info)
+    }
+
+    async fn list_threads(&self, tenant: &str, filter: &ThreadFilter) -> Result<ThreadPage> {
+        let after = filter
+            .cursor
+            .as_deref()
+            .map(ThreadCursor::decode)
+            .transpose()?;
+        let limit = page_size(filter.limit);
+        let c = self.conn().await?;
+        let (c_at, c_thread) = match &after {
+            Some(cur) => (Some(cur.updated_at.0), Some(cur.thread_id.as_bytes())),
+            None => (None, None),
+        };
+        let agent = filter.agent.as_deref().map(str::as_bytes);
+        let fetch = limit as i64 + 1;
+        let rows = c
+            .query(
+                &format!(
+                    "SELECT {THREAD_COLUMNS} FROM threads WHERE tenant = $1 AND last_seq > 0 \
+                     AND ($2::bytea IS NULL OR agent = $2) \
+                     AND ($3::bigint IS NULL OR updated_at < $3 \
+                          OR (updated_at = $3 AND thread > $4::bytea)) \
+                     ORDER BY updated_at DESC, thread LIMIT $5"
+                ),
+                &[&tenant.as_bytes(), &agent, &c_at, &c_thread, &fetch],
+            )
+            .await
+            .map_err(pg)?;
+        let mut threads = rows
+            .iter()
+            .map(thread_from_row)
+            .collect::<Result<Vec<_>>>()?;
+        let more = threads.len() > limit;
+        threads.truncate(limit);
+        let next_cursor = match threads.last() {
+            Some(t) if more => Some(
+                ThreadCursor {
+                    updated_at: t.updated_at,
+                    thread_id: t.thread_id.clone(),
+                }
+                .encode(),
+            ),
+            _ => None,
+        };
+        Ok(ThreadPage {
+            threads,
+            next_cursor,
+        })
+    }
+
+    async fn delete_thread(&self, tenant: &str, thread: &str) -> Result<()> {
+        let mut c = self.conn().await?;
+        let tx = c.transaction().await.map_err(pg)?;
+        let gone = tx
+            .query_opt(
+                "DELETE FROM threads WHERE tenant = $1 AND thread = $2 RETURNING last_seq",
+                &[&tenant.as_bytes(), &thread.as_bytes()],
+            )
+            .await
+            .map_err(pg)?;
+        match gone {
+            Some(row) if get::<i64>(&row, 0)? > 0 => {}
+            _ => return Err(StoreError::not_found("thread")),
+        }
+        let notice = format!("D {}", notice_key(tenant, thread));
+        tx.execute("SELECT pg_notify($1, $2)", &[&self.inner.channel, &notice])
+            .await
+            .map_err(pg)?;
+        tx.commit().await.map_err(pg)?;
+        self.inner.hub.close_thread(tenant, thread);
+        self.inner.cache.forget(tenant, thread);
+        Ok(())
+    }
+
+    async fn tenants(&self) -> Result<Vec<String>> {
+        let c = self.conn().await?;
+        let rows = c
+            .query(
+                "SELECT DISTINCT tenant FROM threads WHERE last_seq > 0 ORDER BY tenant",
+                &[],
+            )
+            .await
+            .map_err(pg)?;
+        rows.iter().map(|r| text(get(r, 0)?)).collect()
+    }
+
+    async fn load_checkpoint(
+        &self,
+        tenant: &str,
+        thread: &str,
+        run_id: &str,
+    ) -> Result<Option<Vec<u8>>> {
+        let c = self.conn().await?;
+        let row = c
+            .query_opt(
+                "SELECT c.blob FROM threads t LEFT JOIN checkpoints c \
+                 ON c.thread_id = t.id AND c.run_id = $3 \
+                 WHERE t.tenant = $1 AND t.thread = $2 AND t.last_seq > 0",
+                &[&tenant.as_bytes(), &thread.as_bytes(), &run_id.as_bytes()],
+            )
+            .await
+            .map_err(pg)?
+            .ok_or_else(|| StoreError::not_found("thread"))?;
+        get(&row, 0)
+    }
+
+    async fn save_checkpoint(
+        &self,
+        tenant: &str,
+        thread: &str,
+        run_id: &str,
+        blob: Vec<u8>,
+    ) -> Result<()> {
+        let c = self.conn().await?;
+        let n = c
+            .execute(
+                "INSERT INTO checkpoints (thread_id, run_id, blob) \
+                 SELECT r.thread_id, r.run_id, $4 FROM runs r JOIN threads t ON t.id = r.thread_id \
+                 WHERE t.tenant = $1 AND t.thread = $2 AND r.run_id = $3 \
+                 ON CONFLICT (thread_id, run_id) DO UPDATE SET blob = EXCLUDED.blob",
+                &[
+                    &tenant.as_bytes(),
+                    &thread.as_bytes(),
+                    &run_id.as_bytes(),
+                    &blob,
+                ],
+            )
+            .await
+            .map_err(pg)?;
+        if n == 0 {
+            return Err(StoreError::not_found("run"));
+        }
+        Ok(())
+    }
+
+    async fn subscribe(&self, tenant: &str, thread: &str, from_seq: u64) -> Result<EventStream> {
+        check_id("tenant", tenant)?;
+        check_id("thread", thread)?;
+        self.check_open()?;
+        let rx = self.inner.hub.listen(tenant, thread);
+        self.inner
+            .watched
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(notice_key(tenant, thread))
+            .or_default()
+            .insert((tenant.to_owned(), thread.to_owned()));
+        let me = self.clone();
+        let (tenant, thread) = (tenant.to_owned(), thread.to_owned());
+        let read: PageReader = Arc::new(move |from| {
+            let me = me.clone();
+            let (tenant, thread) = (tenant.clone(), thread.clone());
+            async move {
+                match me.read_page(&tenant, &thread, from, 1000).await {
+                    // Not there yet: nothing to catch up on.
+                    Err(e) if e.kind() == agui_store::ErrorKind::NotFound => {
+                        Ok(EventPage::default())
+                    }
+                    other => other,
+                }
+            }
+            .boxed()
+        });
+        Ok(catch_up_then_live(rx, from_seq, read))
+    }
+
+    async fn mark_interrupted(&self) -> Result<u64> {
+        let mut c = self.conn().await?;
+        let tx = c.transaction().await.map_err(pg)?;
+        let now = Timestamp::now().0;
+        let n = tx
+            .execute(
+                "UPDATE runs SET status = 3, finished_at = $1 WHERE status = 0",
+                &[&now],
+            )
+            .await
+            .map_err(pg)?;
+        tx.execute(
+            "UPDATE threads SET last_run_status = 3 WHERE last_run_status = 0",
+            &[],
+        )
+        .await
+        .map_err(pg)?;
+        tx.commit().await.map_err(pg)?;
+        Ok(n)
+    }
+
+    async fn stats(&self) -> Result<StoreStats> {
+        let c = self.conn().await?;
+        let row = c
+            .query_one(
+                "SELECT (SELECT count(DISTINCT tenant) FROM threads WHERE last_seq > 0), \
+                 (SELECT count(*) FROM threads WHERE last_seq > 0), \
+                 (SELECT count(*) FROM runs), \
+                 (SELECT COALESCE(sum(last_seq), 0)::bigint FROM threads), \
+                 (SELECT COALESCE(sum(bytes), 0)::bigint FROM threads), \
+                 (SELECT COALESCE(sum(pg_total_relation_size(c.oid)), 0)::bigint \
+                    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+                    WHERE n.nspname = $1 AND c.relkind IN ('r', 'm'))",
+                &[&self.inner.schema],
+            )
+            .await
+            .map_err(pg)?;
+        Ok(StoreStats {
+            tenants: to_u64(get(&row, 0)?)?,
+            threads: to_u64(get(&row, 1)?)?,
+            runs: to_u64(get(&row, 2)?)?,
+            events: to_u64(get(&row, 3)?)?,
+            raw_bytes: to_u64(get(&row, 4)?)?,
+            stored_bytes: to_u64(get(&row, 5)?)?,
+        })
+    }
+
+    fn conversation_cache(&self) -> Option<&ConversationCache> {
+        Some(&self.inner.cache)
+    }
+
+    async fn flush(&self) -> Result<()> {
+        // A synchronous commit that writes flushes the WAL up to it, and with
+        // it every earlier asynchronous commit.
+        let c = self.conn().await?;
+        c.batch_execute(
+            "BEGIN; SET LOCAL synchronous_commit = on; \
+             UPDATE flushes SET at = at + 1 WHERE id = 1; COMMIT;",
+        )
+        .await
+        .map_err(pg)
+    }
+
+    async fn close(&self) -> Result<()> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let flushed = self.flush().await;
+        self.inner.closed.store(true, Ordering::Release);
+        self.inner.hub.close_all();
+        if let Some(task) = self
+            .inner
+            .listener
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            task.abort();
+        }
+        self.inner.pool.close();
+        flushed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_give_schema_and_connection() {
+        let o = PgOptions::from_url("postgres://u@h:5432/db?schema=s_1").unwrap();
+        assert_eq!(
+            (o.conn.as_str(), o.schema.as_str()),
+            ("postgres://u@h:5432/db", "s_1")
+        );
+        let o = PgOptions::from_url("postgresql://u@h/db?connect_timeout=3&schema=x").unwrap();
+        assert_eq!(o.conn, "postgresql://u@h/db?connect_timeout=3");
+        assert_eq!(o.schema, "x");
+        assert_eq!(
+            PgOptions::from_url("postgres://h/db").unwrap().schema,
+            DEFAULT_SCHEMA
+        );
+        for bad in [
+            "postgres://h/db?schema=a;DROP",
+            "postgres://h/db?schema=",
+            "postgres://h/db?schema=a\"b",
+            "sqlite://x",
+        ] {
+            let e = PgOptions::from_url(bad).unwrap_err();
+            assert_eq!(e.kind(), agui_store::ErrorKind::Invalid, "{bad}");
+        }
+    }
+
+    #[test]
+    fn bodies_round_trip_and_large_ones_compress() {
+        let small = r#"{"type":"CUSTOM","name":"n","value":1}"#;
+        let (codec, body) = encode_body(small);
+        assert_eq!(codec, 0);
+        assert_eq!(decode_body(codec, body).unwrap().json(), small);
+        let big = format!(
+            r#"{{"type":"CUSTOM","name":"n","value":"{}"}}"#,
+            "abc ".repeat(1000)
+        );
+        let (codec, body) = encode_body(&big);
+        assert_eq!(codec, 1);
+        assert!(body.len() < big.len() / 4);
+        assert_eq!(decode_body(codec, body.clone()).unwrap().json(), big);
+        let mut bad = body;
+        let mid = bad.len() / 2;
+        bad[mid] ^= 0x55;
+        bad.truncate(bad.len() - 3);
+        assert_eq!(
+            decode_body(1, bad).unwrap_err().kind(),
+            agui_store::ErrorKind::Corrupt
+        );
+        assert_eq!(
+            decode_body(7, b"{}".to_vec()).unwrap_err().kind(),
+            agui_store::ErrorKind::Corrupt
+        );
+        assert_eq!(
+            decode_body(0, vec![0xff, 0xfe]).unwrap_err().kind(),
+            agui_store::ErrorKind::Corrupt
+        );
+    }
+
+    #[test]
+    fn notice_keys_separate_tenant_from_thread() {
+        assert_ne!(notice_key("ab", "c"), notice_key("a", "bc"));
+        assert_eq!(notice_key("a", "b"), notice_key("a", "b"));
+        assert_eq!(notice_key("a", "b").len(), 24);
+    }
+}

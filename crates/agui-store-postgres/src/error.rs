@@ -1,0 +1,85 @@
+//! Mapping native PostgreSQL and pool errors onto the portable kinds. The
+//! public message never contains SQL; the native error stays the source.
+
+use agui_store::{ErrorKind, StoreError};
+use tokio_postgres::error::SqlState;
+
+/// Maps a driver error: connection trouble, lock and serialization failures
+/// and resource exhaustion are `Unavailable` (retrying may succeed), a
+/// unique violation is `Conflict`, bad data is `Invalid`, the rest `Internal`.
+pub(crate) fn pg(err: tokio_postgres::Error) -> StoreError {
+    let kind = match err.code() {
+        // A closed connection, I/O or protocol trouble below SQL.
+        None => ErrorKind::Unavailable,
+        Some(code) => classify(code),
+    };
+    let message = match kind {
+        ErrorKind::Unavailable => "the database is unavailable",
+        ErrorKind::Conflict => "a concurrent write got there first",
+        ErrorKind::Invalid => "the database refused the data",
+        ErrorKind::Corrupt => "the database reported damaged data",
+        _ => "the database failed the request",
+    };
+    StoreError::new(kind, message).with_source(err)
+}
+
+fn classify(code: &SqlState) -> ErrorKind {
+    let c = code.code();
+    if *code == SqlState::UNIQUE_VIOLATION {
+        return ErrorKind::Conflict;
+    }
+    if *code == SqlState::T_R_SERIALIZATION_FAILURE
+        || *code == SqlState::T_R_DEADLOCK_DETECTED
+        || *code == SqlState::LOCK_NOT_AVAILABLE
+        || *code == SqlState::QUERY_CANCELED
+        || *code == SqlState::READ_ONLY_SQL_TRANSACTION
+    {
+        return ErrorKind::Unavailable;
+    }
+    if *code == SqlState::DATA_CORRUPTED || *code == SqlState::INDEX_CORRUPTED {
+        return ErrorKind::Corrupt;
+    }
+    match c.get(..2) {
+        // connection, insufficient resources, program limits, operator
+        // intervention, system errors
+        Some("08" | "53" | "54" | "57" | "58") => ErrorKind::Unavailable,
+        // data exceptions
+        Some("22") => ErrorKind::Invalid,
+        Some("XX") => ErrorKind::Internal,
+        _ => ErrorKind::Internal,
+    }
+}
+
+/// Maps a pool error (no connection to be had).
+pub(crate) fn pool(err: deadpool_postgres::PoolError) -> StoreError {
+    match err {
+        deadpool_postgres::PoolError::Backend(e) => pg(e),
+        other => StoreError::unavailable("no database connection is available").with_source(other),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_map_onto_kinds() {
+        assert_eq!(classify(&SqlState::UNIQUE_VIOLATION), ErrorKind::Conflict);
+        assert_eq!(
+            classify(&SqlState::T_R_DEADLOCK_DETECTED),
+            ErrorKind::Unavailable
+        );
+        assert_eq!(
+            classify(&SqlState::CONNECTION_FAILURE),
+            ErrorKind::Unavailable
+        );
+        assert_eq!(classify(&SqlState::ADMIN_SHUTDOWN), ErrorKind::Unavailable);
+        assert_eq!(classify(&SqlState::DISK_FULL), ErrorKind::Unavailable);
+        assert_eq!(
+            classify(&SqlState::NUMERIC_VALUE_OUT_OF_RANGE),
+            ErrorKind::Invalid
+        );
+        assert_eq!(classify(&SqlState::DATA_CORRUPTED), ErrorKind::Corrupt);
+        assert_eq!(classify(&SqlState::SYNTAX_ERROR), ErrorKind::Internal);
+    }
+}

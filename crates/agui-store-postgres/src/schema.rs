@@ -1,0 +1,76 @@
+//! The schema and its migrations, applied on open under an advisory lock so
+//! that replicas starting together apply each migration once.
+
+/// The migrations, in order. Index `i` brings the schema to version `i + 1`.
+/// Never edit one that shipped: append a new one.
+pub(crate) const MIGRATIONS: &[&str] = &[
+    // 1: threads, events, runs, checkpoints.
+    r#"
+CREATE TABLE threads (
+    id              BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    tenant          BYTEA  NOT NULL,
+    thread          BYTEA  NOT NULL,
+    agent           BYTEA,
+    created_at      BIGINT NOT NULL,
+    updated_at      BIGINT NOT NULL,
+    last_seq        BIGINT NOT NULL,
+    run_count       BIGINT NOT NULL DEFAULT 0,
+    bytes           BIGINT NOT NULL DEFAULT 0,
+    last_run        BYTEA,
+    last_run_status SMALLINT,
+    UNIQUE (tenant, thread)
+);
+CREATE INDEX threads_by_activity ON threads (tenant, updated_at DESC, thread);
+CREATE INDEX threads_by_agent ON threads (tenant, agent, updated_at DESC, thread);
+
+CREATE TABLE events (
+    thread_id   BIGINT   NOT NULL REFERENCES threads (id) ON DELETE CASCADE,
+    seq         BIGINT   NOT NULL,
+    received_at BIGINT   NOT NULL,
+    codec       SMALLINT NOT NULL,
+    body        BYTEA    NOT NULL,
+    PRIMARY KEY (thread_id, seq)
+);
+ALTER TABLE events ALTER COLUMN body SET STORAGE EXTERNAL;
+
+CREATE TABLE runs (
+    thread_id     BIGINT   NOT NULL REFERENCES threads (id) ON DELETE CASCADE,
+    run_id        BYTEA    NOT NULL,
+    tenant        BYTEA    NOT NULL,
+    thread        BYTEA    NOT NULL,
+    parent_run_id BYTEA,
+    agent         BYTEA,
+    status        SMALLINT NOT NULL,
+    started_at    BIGINT   NOT NULL,
+    finished_at   BIGINT,
+    first_seq     BIGINT   NOT NULL,
+    last_seq      BIGINT   NOT NULL,
+    event_count   BIGINT   NOT NULL,
+    bytes         BIGINT   NOT NULL,
+    PRIMARY KEY (thread_id, run_id)
+);
+CREATE INDEX runs_by_thread ON runs (thread_id, first_seq);
+CREATE INDEX runs_by_time ON runs (tenant, started_at, thread, first_seq);
+CREATE INDEX runs_by_parent ON runs (tenant, parent_run_id);
+CREATE INDEX runs_running ON runs (status) WHERE status = 0;
+
+CREATE TABLE checkpoints (
+    thread_id BIGINT NOT NULL,
+    run_id    BYTEA  NOT NULL,
+    blob      BYTEA  NOT NULL,
+    PRIMARY KEY (thread_id, run_id),
+    FOREIGN KEY (thread_id, run_id) REFERENCES runs (thread_id, run_id) ON DELETE CASCADE
+);
+
+CREATE TABLE flushes (id INT PRIMARY KEY, at BIGINT NOT NULL);
+INSERT INTO flushes VALUES (1, 0);
+"#,
+];
+
+/// Whether a schema name is safe to splice into SQL as a quoted identifier:
+/// 1 to 63 bytes of ASCII letters, digits and underscores.
+pub(crate) fn valid_schema_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}

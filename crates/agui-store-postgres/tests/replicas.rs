@@ -1,0 +1,201 @@
+//! Two store instances on one database (two pools, two listening
+//! connections), as two gateway replicas would have.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agui_protocol::Event;
+use agui_store::{AppendRequest, ErrorKind, EventStore};
+use common::Schema;
+use futures::StreamExt;
+
+const STUCK: Duration = Duration::from_secs(20);
+
+fn custom(n: u64) -> Event {
+    Event::from_json(&format!(r#"{{"type":"CUSTOM","name":"n","value":{n}}}"#)).unwrap()
+}
+
+async fn next_seq(s: &mut agui_store::EventStream) -> u64 {
+    tokio::time::timeout(STUCK, s.next())
+        .await
+        .expect("a subscription stalled")
+        .expect("a subscription ended early")
+        .expect("a subscription failed")
+        .seq
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_subscriber_on_one_replica_sees_appends_through_the_other_live() {
+    let Some(url) = common::url() else { return };
+    let schema = Schema::new(url);
+    // Both replicas start together: migrations apply once.
+    let (a, b) = tokio::join!(schema.open(), schema.open());
+    let (a, b) = (Arc::new(a.unwrap()), Arc::new(b.unwrap()));
+    a.append("t", "x", AppendRequest::new((1..=5).map(custom).collect()))
+        .await
+        .unwrap();
+    let mut sub = b.subscribe("t", "x", 3).await.unwrap();
+    let mut later = b.subscribe("t", "not-yet", 1).await.unwrap();
+    assert_eq!(next_seq(&mut sub).await, 3);
+    assert_eq!(next_seq(&mut sub).await, 4);
+    assert_eq!(next_seq(&mut sub).await, 5);
+    // Live: each append through A reaches B's subscriber.
+    for k in 0..30u64 {
+        let got = a
+            .append("t", "x", AppendRequest::new(vec![custom(100 + k)]))
+            .await
+            .unwrap();
+        let e = tokio::time::timeout(STUCK, sub.next())
+            .await
+            .expect("live event through the other replica")
+            .unwrap()
+            .unwrap();
+        assert_eq!(e.seq, got.first_seq);
+        assert_eq!(e.event.json(), custom(100 + k).json());
+    }
+    // A thread that did not exist when B subscribed.
+    a.append(
+        "t",
+        "not-yet",
+        AppendRequest::new(vec![custom(1), custom(2)]),
+    )
+    .await
+    .unwrap();
+    assert_eq!(next_seq(&mut later).await, 1);
+    assert_eq!(next_seq(&mut later).await, 2);
+    // Nothing extra arrives.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), sub.next())
+            .await
+            .is_err(),
+        "a duplicate arrived"
+    );
+    // Deleting through A ends B's subscription.
+    a.delete_thread("t", "x").await.unwrap();
+    let end = tokio::time::timeout(STUCK, sub.next()).await.expect("ends");
+    assert!(end.is_none());
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn appenders_on_two_replicas_serialize_and_conflict() {
+    let Some(url) = common::url() else { return };
+    let schema = Schema::new(url);
+    let a = Arc::new(schema.open().await.unwrap());
+    let b = Arc::new(schema.open().await.unwrap());
+    let mut sub = a.subscribe("t", "race", 1).await.unwrap();
+    let mut tasks = Vec::new();
+    for (w, store) in [a.clone(), b.clone(), a.clone(), b.clone()]
+        .into_iter()
+        .enumerate()
+    {
+        tasks.push(tokio::spawn(async move {
+            for k in 0..25u64 {
+                let base = (w as u64) * 1000 + k * 10;
+                store
+                    .append(
+                        "t",
+                        "race",
+                        AppendRequest::new((0..4).map(|i| custom(base + i)).collect()),
+                    )
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let all = b.read_range("t", "race", 1, u64::MAX).await.unwrap();
+    assert_eq!(all.len(), 400);
+    // Every batch is contiguous: 4 consecutive values in 4 consecutive seqs.
+    for chunk in all.chunks(4) {
+        let first = custom(0);
+        assert_eq!(chunk[0].event.event_type(), first.event_type());
+        let values: Vec<u64> = chunk
+            .iter()
+            .map(|e| e.event.to_value()["value"].as_u64().unwrap())
+            .collect();
+        assert_eq!(
+            values,
+            (values[0]..values[0] + 4).collect::<Vec<_>>(),
+            "a batch was interleaved"
+        );
+    }
+    for want in 1..=400 {
+        assert_eq!(next_seq(&mut sub).await, want);
+    }
+    // Optimistic concurrency across replicas: both expect 400, one wins.
+    let (x, y) = tokio::join!(
+        a.append(
+            "t",
+            "race",
+            AppendRequest::new(vec![custom(1)]).expect_seq(400)
+        ),
+        b.append(
+            "t",
+            "race",
+            AppendRequest::new(vec![custom(2)]).expect_seq(400)
+        ),
+    );
+    let (won, lost) = match (x, y) {
+        (Ok(w), Err(l)) | (Err(l), Ok(w)) => (w, l),
+        other => panic!("exactly one append must win: {other:?}"),
+    };
+    assert_eq!(won.first_seq, 401);
+    assert_eq!(lost.kind(), ErrorKind::Conflict);
+    assert_eq!(lost.seq_conflict().unwrap().actual, 401);
+}
+
+#[tokio::test]
+async fn errors_do_not_show_sql_and_closed_stores_refuse() {
+    let Some(url) = common::url() else { return };
+    let schema = Schema::new(url);
+    let s = schema.open().await.unwrap();
+    let e = s
+        .list_threads(
+            "t",
+            &agui_store::ThreadFilter {
+                cursor: Some("zz".into()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Invalid);
+    // Damage an event body below the API: reads say Corrupt, without SQL.
+    s.append("t", "d", AppendRequest::new(vec![custom(1)]))
+        .await
+        .unwrap();
+    let c = schema.client().await.unwrap();
+    c.batch_execute("UPDATE events SET body = '\\xfffe'")
+        .await
+        .unwrap();
+    let e = s.read("t", "d", 1, 10).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Corrupt);
+    c.batch_execute("UPDATE events SET codec = 1")
+        .await
+        .unwrap();
+    let e = s.read("t", "d", 1, 10).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Corrupt);
+    let shown = e.to_string().to_lowercase();
+    assert!(
+        !shown.contains("select") && !shown.contains("events"),
+        "{shown}"
+    );
+    s.close().await.unwrap();
+    assert_eq!(
+        s.thread("t", "d").await.unwrap_err().kind(),
+        ErrorKind::Unavailable
+    );
+    // An unreachable server is Unavailable, and says nothing of the URL.
+    let e = match agui_store_postgres::open("postgres://nobody@127.0.0.1:1/none?schema=x").await {
+        Err(e) => e,
+        Ok(_) => panic!("port 1 has no PostgreSQL"),
+    };
+    assert_eq!(e.kind(), ErrorKind::Unavailable);
+    assert!(!e.to_string().contains("nobody"));
+}
