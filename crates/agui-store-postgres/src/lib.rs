@@ -50,9 +50,9 @@ use agui_store::cursor::{RunCursor, ThreadCursor};
 use agui_store::index::{ThreadHead, plan_batch};
 use agui_store::subscribe::{EventStream, Hub, PageReader, catch_up_then_live};
 use agui_store::{
-    AppendRequest, Appended, ConversationCache, Durability, EventPage, EventStore, Result,
-    RunFilter, RunPage, RunRecord, RunStatus, StoreError, StoreStats, StoredEvent, ThreadFilter,
-    ThreadInfo, ThreadPage, Timestamp, check_id, page_size,
+    AppendRequest, Appended, ConversationCache, Durability, EventPage, EventStore, Restored,
+    Result, RunFilter, RunPage, RunRecord, RunStatus, StoreError, StoreStats, StoredEvent,
+    ThreadFilter, ThreadInfo, ThreadPage, Timestamp, check_id, checkpoint, page_size, restore_run,
 };
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
@@ -69,6 +69,9 @@ pub const DEFAULT_SCHEMA: &str = "agui";
 
 /// Event bodies from this many bytes on are stored zstd-compressed.
 const COMPRESS_FROM: usize = 1024;
+
+/// Threads tracked as possibly cached (see `Inner::cached`).
+const CACHED_KEYS: usize = 4096;
 
 /// No stored event decompresses to more than this (a damaged frame header
 /// must not make the store allocate without bound).
@@ -146,6 +149,9 @@ struct Inner {
     watched: Mutex<HashMap<String, HashSet<(String, String)>>>,
     closed: AtomicBool,
     cache: ConversationCache,
+    /// Notice key → the threads this process may have cached conversations
+    /// of, so a deletion through another replica can forget them.
+    cached: Mutex<HashMap<String, (String, String)>>,
     listener: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -317,6 +323,7 @@ impl PgStore {
             watched: Mutex::new(HashMap::new()),
             closed: AtomicBool::new(false),
             cache: ConversationCache::new(),
+            cached: Mutex::new(HashMap::new()),
             listener: Mutex::new(None),
         });
         let ready = listen(cfg, Arc::downgrade(&inner));
@@ -534,6 +541,10 @@ impl PgStore {
         let targets: Vec<(String, String)> = {
             let mut watched = self.inner.watched.lock().unwrap_or_else(|p| p.into_inner());
             let Some(set) = watched.get_mut(key) else {
+                drop(watched);
+                if kind == "D" {
+                    self.forget_cached(key);
+                }
                 return;
             };
             set.retain(|(tn, th)| self.inner.hub.has_listeners(tn, th));
@@ -543,6 +554,9 @@ impl PgStore {
             }
             out
         };
+        if kind == "D" {
+            self.forget_cached(key);
+        }
         match kind {
             "D" => {
                 for (tn, th) in targets {
@@ -562,6 +576,34 @@ impl PgStore {
             }
             _ => {}
         }
+    }
+
+    /// Forgets the cached conversation of the thread behind a notice key.
+    fn forget_cached(&self, key: &str) {
+        let gone = self
+            .inner
+            .cached
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(key);
+        if let Some((tn, th)) = gone {
+            self.inner.cache.forget(&tn, &th);
+        }
+    }
+
+    /// Remembers that the cache may hold a conversation of this thread.
+    fn note_cached(&self, tenant: &str, thread: &str) {
+        let mut cached = self.inner.cached.lock().unwrap_or_else(|p| p.into_inner());
+        if cached.len() >= CACHED_KEYS {
+            // Too many to track: forget them all rather than risk a stale one.
+            for (_, (tn, th)) in cached.drain() {
+                self.inner.cache.forget(&tn, &th);
+            }
+        }
+        cached.insert(
+            notice_key(tenant, thread),
+            (tenant.to_owned(), thread.to_owned()),
+        );
     }
 
     /// Reads `first..=last` and publishes it to the hub. A failed read is
@@ -1113,6 +1155,42 @@ impl EventStore for PgStore {
             raw_bytes: to_u64(get(&row, 4)?)?,
             stored_bytes: to_u64(get(&row, 5)?)?,
         })
+    }
+
+    async fn restore(&self, tenant: &str, thread: &str, run_id: &str) -> Result<Restored> {
+        // Fast path, one round trip: the run and its checkpoint together.
+        let c = self.conn().await?;
+        let row = c
+            .query_opt(
+                "SELECT r.status, r.last_seq, c.blob FROM runs r \
+                 JOIN threads t ON t.id = r.thread_id \
+                 LEFT JOIN checkpoints c ON c.thread_id = r.thread_id AND c.run_id = r.run_id \
+                 WHERE t.tenant = $1 AND t.thread = $2 AND r.run_id = $3",
+                &[&tenant.as_bytes(), &thread.as_bytes(), &run_id.as_bytes()],
+            )
+            .await
+            .map_err(pg)?;
+        drop(c);
+        if let Some(row) = row {
+            let status = status_from(get(&row, 0)?)?;
+            let last_seq = to_u64(get(&row, 1)?)?;
+            let blob: Option<Vec<u8>> = get(&row, 2)?;
+            if status != RunStatus::Running
+                && let Some(json) = blob.and_then(|b| checkpoint::usable(&b, last_seq))
+            {
+                return Ok(Restored {
+                    run_id: run_id.to_owned(),
+                    last_seq,
+                    json,
+                    from_checkpoint: true,
+                    rebuilt: 0,
+                });
+            }
+        }
+        // Missing, damaged, stale or still running: the shared path
+        // (rebuilds from the log, stores what it rebuilds, may cache).
+        self.note_cached(tenant, thread);
+        restore_run(self, tenant, thread, run_id).await
     }
 
     fn conversation_cache(&self) -> Option<&ConversationCache> {

@@ -199,3 +199,37 @@ async fn errors_do_not_show_sql_and_closed_stores_refuse() {
     assert_eq!(e.kind(), ErrorKind::Unavailable);
     assert!(!e.to_string().contains("nobody"));
 }
+
+#[tokio::test]
+async fn durability_chooses_the_commit_mode() {
+    let Some(url) = common::url() else { return };
+    let schema = Schema::new(url);
+    let s = schema.open().await.unwrap();
+    let started = Event::from_json(r#"{"type":"RUN_STARTED","threadId":"d","runId":"r"}"#).unwrap();
+    let finished =
+        Event::from_json(r#"{"type":"RUN_FINISHED","threadId":"d","runId":"r"}"#).unwrap();
+    // RunEnd: a batch inside a run commits asynchronously...
+    let a = s
+        .append("t", "d", AppendRequest::new(vec![started, custom(1)]))
+        .await
+        .unwrap();
+    assert!(!a.durable);
+    // ...the batch that ends it synchronously.
+    let a = s
+        .append("t", "d", AppendRequest::new(vec![finished]))
+        .await
+        .unwrap();
+    assert!(a.durable);
+    // Append: every batch synchronously.
+    let a = s
+        .append(
+            "t",
+            "d",
+            AppendRequest::new(vec![custom(2)]).durability(agui_store::Durability::Append),
+        )
+        .await
+        .unwrap();
+    assert!(a.durable);
+    s.flush().await.unwrap();
+    assert_eq!(s.thread("t", "d").await.unwrap().last_seq, 4);
+}
