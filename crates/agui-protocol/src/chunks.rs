@@ -56,6 +56,8 @@
 //! After an error the stream is over, as upstream's observable is: the
 //! expander's state is then unspecified (it never panics).
 
+use std::collections::HashMap;
+
 use serde::Deserialize;
 use serde::de::Deserializer;
 use serde_json::Value;
@@ -689,13 +691,19 @@ impl<'a> Fields<'a> {
                 mut map: A,
             ) -> Result<Self::Value, A::Error> {
                 let mut entries: Vec<(String, &'de str)> = Vec::new();
+                // Position of each key in `entries`: a wide object is read in
+                // linear time.
+                let mut positions: HashMap<String, usize> = HashMap::new();
                 while let Some(key) = map.next_key::<String>()? {
                     let value: &'de RawValue = map.next_value()?;
                     // A repeated key keeps its first position and last value,
                     // as JSON.parse does.
-                    match entries.iter_mut().find(|(k, _)| *k == key) {
+                    match positions.get(&key).and_then(|&at| entries.get_mut(at)) {
                         Some(slot) => slot.1 = value.get(),
-                        None => entries.push((key, value.get())),
+                        None => {
+                            positions.insert(key.clone(), entries.len());
+                            entries.push((key, value.get()));
+                        }
                     }
                 }
                 Ok(entries)
