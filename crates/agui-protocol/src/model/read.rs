@@ -39,10 +39,12 @@ pub fn parse_event(event: &Event) -> Result<TypedEvent, SchemaError> {
         return Ok(TypedEvent::Opaque(event.clone()));
     }
     let value: Value = serde_json::from_str(event.json()).map_err(|_| {
-        // An `Event` always holds a JSON object; this is unreachable in practice.
+        // An `Event` always holds a JSON object, but serde_json (with
+        // `arbitrary_precision`) cannot make a `Value` of one holding
+        // `{"$serde_json::private::Number": <not a numeric string>}`.
         SchemaError::new(super::SchemaErrorKind::WrongType {
-            expected: "an object",
-            found: "invalid JSON",
+            expected: "JSON that serde_json can represent",
+            found: "an object keyed \"$serde_json::private::Number\"",
         })
         .in_event(ty)
     })?;
@@ -113,7 +115,9 @@ impl TypedEvent {
     /// The event as a JSON value.
     pub fn to_value(&self) -> Value {
         match self {
-            TypedEvent::Opaque(e) => e.to_value(),
+            // Not `Event::to_value`: valid JSON that serde_json cannot hold
+            // in a `Value` (see `parse_event`) must not panic.
+            TypedEvent::Opaque(e) => serde_json::from_str(e.json()).unwrap_or(Value::Null),
             typed => serde_json::to_value(typed).unwrap_or(Value::Null),
         }
     }
