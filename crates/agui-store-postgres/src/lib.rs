@@ -251,6 +251,26 @@ fn decode_body(codec: i16, body: Vec<u8>) -> Result<Event> {
         .map_err(|e| StoreError::corrupt("a stored event is not a valid event").with_source(e))
 }
 
+const SET_ASYNC_SQL: &str = "SET LOCAL synchronous_commit = off";
+
+const INSERT_EVENTS_SQL: &str = "INSERT INTO events (thread_id, seq, received_at, codec, body) \
+     SELECT $1, s, $2, c, b FROM UNNEST($3::bigint[], $4::smallint[], $5::bytea[]) AS u(s, c, b)";
+
+const INSERT_RUN_SQL: &str = "INSERT INTO runs (thread_id, run_id, tenant, thread, \
+     parent_run_id, agent, status, started_at, finished_at, first_seq, last_seq, event_count, \
+     bytes) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)";
+
+const UPDATE_RUN_SQL: &str = "UPDATE runs SET last_seq = $3, event_count = event_count + $4, \
+     bytes = bytes + $5, status = $6, finished_at = COALESCE($7, finished_at) \
+     WHERE thread_id = $1 AND run_id = $2";
+
+const UPDATE_HEAD_SQL: &str = "UPDATE threads SET last_seq = $2, updated_at = $3, \
+     created_at = CASE WHEN last_seq = 0 THEN $3 ELSE created_at END, \
+     agent = COALESCE($4, agent), run_count = run_count + $5, bytes = bytes + $6, \
+     last_run = $7, last_run_status = $8 WHERE id = $1";
+
+const NOTIFY_SQL: &str = "SELECT pg_notify($1, $2)";
+
 const RUN_COLUMNS: &str = "r.thread, r.run_id, r.parent_run_id, r.agent, r.status, r.started_at, \
      r.finished_at, r.first_seq, r.last_seq, r.event_count, r.bytes";
 
@@ -363,12 +383,18 @@ impl PgStore {
         let c = self.conn().await?;
         let limit = page_size(limit) as i64;
         let from = to_i64(from_seq.max(1)).unwrap_or(i64::MAX);
-        let rows = c
-            .query(
+        let st = c
+            .prepare_cached(
                 "SELECT t.last_seq, e.seq, e.received_at, e.codec, e.body FROM threads t \
                  LEFT JOIN LATERAL (SELECT seq, received_at, codec, body FROM events \
                    WHERE thread_id = t.id AND seq >= $3 ORDER BY seq LIMIT $4) e ON true \
                  WHERE t.tenant = $1 AND t.thread = $2",
+            )
+            .await
+            .map_err(pg)?;
+        let rows = c
+            .query(
+                &st,
                 &[&tenant.as_bytes(), &thread.as_bytes(), &from, &limit],
             )
             .await
@@ -666,14 +692,17 @@ impl PgStore {
         let now = req.received_at.unwrap_or_else(Timestamp::now);
         // Creates the head row if missing, and locks it either way: appends
         // to one thread serialize here.
-        let row = tx
-            .query_one(
+        let lock = tx
+            .prepare_cached(
                 "INSERT INTO threads (tenant, thread, created_at, updated_at, last_seq) \
                  VALUES ($1, $2, $3, $3, 0) \
                  ON CONFLICT (tenant, thread) DO UPDATE SET last_seq = threads.last_seq \
                  RETURNING id, last_seq, updated_at, last_run, last_run_status",
-                &[&tenant.as_bytes(), &thread.as_bytes(), &now.0],
             )
+            .await
+            .map_err(pg)?;
+        let row = tx
+            .query_one(&lock, &[&tenant.as_bytes(), &thread.as_bytes(), &now.0])
             .await
             .map_err(pg)?;
         let id: i64 = get(&row, 0)?;
@@ -700,13 +729,13 @@ impl PgStore {
         })?;
         if !asked.is_empty() {
             let ids: Vec<&[u8]> = asked.iter().map(|s| s.as_bytes()).collect();
-            let taken = tx
-                .query_opt(
+            let check = tx
+                .prepare_cached(
                     "SELECT 1 FROM runs WHERE thread_id = $1 AND run_id = ANY($2) LIMIT 1",
-                    &[&id, &ids],
                 )
                 .await
                 .map_err(pg)?;
+            let taken = tx.query_opt(&check, &[&id, &ids]).await.map_err(pg)?;
             if taken.is_some() {
                 return Err(StoreError::invalid(
                     "a runId is already used in this thread",
@@ -717,12 +746,14 @@ impl PgStore {
             Durability::Append => true,
             Durability::RunEnd => plan.ends_a_run(),
         };
-        if !sync {
-            tx.batch_execute("SET LOCAL synchronous_commit = off")
-                .await
-                .map_err(pg)?;
-        }
-        // The events, in one statement.
+        // The statements below are independent of each other's results:
+        // they are sent pipelined and cost one round trip together.
+        let set_async = tx.prepare_cached(SET_ASYNC_SQL).await.map_err(pg)?;
+        let insert_events = tx.prepare_cached(INSERT_EVENTS_SQL).await.map_err(pg)?;
+        let insert_run = tx.prepare_cached(INSERT_RUN_SQL).await.map_err(pg)?;
+        let update_run = tx.prepare_cached(UPDATE_RUN_SQL).await.map_err(pg)?;
+        let update_head = tx.prepare_cached(UPDATE_HEAD_SQL).await.map_err(pg)?;
+        let notify = tx.prepare_cached(NOTIFY_SQL).await.map_err(pg)?;
         let n = req.events.len();
         let mut seqs = Vec::with_capacity(n);
         let mut codecs = Vec::with_capacity(n);
@@ -733,92 +764,107 @@ impl PgStore {
             codecs.push(codec);
             bodies.push(body);
         }
-        tx.execute(
-            "INSERT INTO events (thread_id, seq, received_at, codec, body) \
-             SELECT $1, s, $2, c, b FROM UNNEST($3::bigint[], $4::smallint[], $5::bytea[]) \
-             AS u(s, c, b)",
-            &[&id, &plan.received_at.0, &seqs, &codecs, &bodies],
-        )
-        .await
-        .map_err(pg)?;
-        // The run index.
-        let mut new_runs = 0i64;
-        for u in &plan.runs {
-            let finished = u.finished_at.map(|t| t.0);
-            if u.new {
-                new_runs += 1;
-                tx.execute(
-                    "INSERT INTO runs (thread_id, run_id, tenant, thread, parent_run_id, agent, \
-                     status, started_at, finished_at, first_seq, last_seq, event_count, bytes) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
-                    &[
-                        &id,
-                        &u.run_id.as_bytes(),
-                        &tenant.as_bytes(),
-                        &thread.as_bytes(),
-                        &u.parent_run_id.as_deref().map(str::as_bytes),
-                        &u.agent.as_deref().map(str::as_bytes),
-                        &status_code(u.status),
-                        &u.started_at.0,
-                        &finished,
-                        &to_i64(u.first_seq)?,
-                        &to_i64(u.last_seq)?,
-                        &to_i64(u.add_events)?,
-                        &to_i64(u.add_bytes)?,
-                    ],
-                )
-                .await
-                .map_err(pg)?;
-            } else {
-                tx.execute(
-                    "UPDATE runs SET last_seq = $3, event_count = event_count + $4, \
-                     bytes = bytes + $5, status = $6, finished_at = COALESCE($7, finished_at) \
-                     WHERE thread_id = $1 AND run_id = $2",
-                    &[
-                        &id,
-                        &u.run_id.as_bytes(),
-                        &to_i64(u.last_seq)?,
-                        &to_i64(u.add_events)?,
-                        &to_i64(u.add_bytes)?,
-                        &status_code(u.status),
-                        &finished,
-                    ],
-                )
-                .await
-                .map_err(pg)?;
-            }
+        struct RunRow<'a> {
+            new: bool,
+            run_id: &'a [u8],
+            parent: Option<&'a [u8]>,
+            agent: Option<&'a [u8]>,
+            status: i16,
+            started_at: i64,
+            finished_at: Option<i64>,
+            first_seq: i64,
+            last_seq: i64,
+            events: i64,
+            bytes: i64,
         }
+        let mut run_rows = Vec::with_capacity(plan.runs.len());
+        for u in &plan.runs {
+            run_rows.push(RunRow {
+                new: u.new,
+                run_id: u.run_id.as_bytes(),
+                parent: u.parent_run_id.as_deref().map(str::as_bytes),
+                agent: u.agent.as_deref().map(str::as_bytes),
+                status: status_code(u.status),
+                started_at: u.started_at.0,
+                finished_at: u.finished_at.map(|t| t.0),
+                first_seq: to_i64(u.first_seq)?,
+                last_seq: to_i64(u.last_seq)?,
+                events: to_i64(u.add_events)?,
+                bytes: to_i64(u.add_bytes)?,
+            });
+        }
+        let new_runs = run_rows.iter().filter(|r| r.new).count() as i64;
         let (last_run, last_status) = match &plan.head.last_run {
             Some((r, s)) => (Some(r.as_bytes()), Some(status_code(*s))),
             None => (None, None),
         };
-        tx.execute(
-            "UPDATE threads SET last_seq = $2, updated_at = $3, \
-             created_at = CASE WHEN last_seq = 0 THEN $3 ELSE created_at END, \
-             agent = COALESCE($4, agent), run_count = run_count + $5, bytes = bytes + $6, \
-             last_run = $7, last_run_status = $8 WHERE id = $1",
-            &[
-                &id,
-                &to_i64(plan.last_seq())?,
-                &plan.received_at.0,
-                &req.agent.as_deref().map(str::as_bytes),
-                &new_runs,
-                &to_i64(plan.bytes)?,
-                &last_run,
-                &last_status,
-            ],
-        )
-        .await
-        .map_err(pg)?;
+        let head_last = to_i64(plan.last_seq())?;
+        let head_bytes = to_i64(plan.bytes)?;
+        let agent = req.agent.as_deref().map(str::as_bytes);
         let notice = format!(
             "A {} {} {}",
             notice_key(tenant, thread),
             plan.first_seq,
             plan.last_seq()
         );
-        tx.execute("SELECT pg_notify($1, $2)", &[&self.inner.channel, &notice])
-            .await
-            .map_err(pg)?;
+        let (tenant_b, thread_b) = (tenant.as_bytes(), thread.as_bytes());
+        let run_params: Vec<Vec<&(dyn ToSql + Sync)>> = run_rows
+            .iter()
+            .map(|r| -> Vec<&(dyn ToSql + Sync)> {
+                if r.new {
+                    vec![
+                        &id,
+                        &r.run_id,
+                        &tenant_b,
+                        &thread_b,
+                        &r.parent,
+                        &r.agent,
+                        &r.status,
+                        &r.started_at,
+                        &r.finished_at,
+                        &r.first_seq,
+                        &r.last_seq,
+                        &r.events,
+                        &r.bytes,
+                    ]
+                } else {
+                    vec![
+                        &id,
+                        &r.run_id,
+                        &r.last_seq,
+                        &r.events,
+                        &r.bytes,
+                        &r.status,
+                        &r.finished_at,
+                    ]
+                }
+            })
+            .collect();
+        let event_params: [&(dyn ToSql + Sync); 5] =
+            [&id, &plan.received_at.0, &seqs, &codecs, &bodies];
+        let head_params: [&(dyn ToSql + Sync); 8] = [
+            &id,
+            &head_last,
+            &plan.received_at.0,
+            &agent,
+            &new_runs,
+            &head_bytes,
+            &last_run,
+            &last_status,
+        ];
+        let notify_params: [&(dyn ToSql + Sync); 2] = [&self.inner.channel, &notice];
+        let mut work: Vec<futures::future::BoxFuture<'_, std::result::Result<u64, _>>> = Vec::new();
+        if !sync {
+            work.push(tx.execute(&set_async, &[]).boxed());
+        }
+        work.push(tx.execute(&insert_events, &event_params).boxed());
+        for (r, params) in run_rows.iter().zip(&run_params) {
+            let st = if r.new { &insert_run } else { &update_run };
+            work.push(tx.execute(st, params).boxed());
+        }
+        work.push(tx.execute(&update_head, &head_params).boxed());
+        work.push(tx.execute(&notify, &notify_params).boxed());
+        futures::future::try_join_all(work).await.map_err(pg)?;
         tx.commit().await.map_err(pg)?;
         let appended = Appended {
             first_seq: plan.first_seq,
@@ -1160,12 +1206,18 @@ impl EventStore for PgStore {
     async fn restore(&self, tenant: &str, thread: &str, run_id: &str) -> Result<Restored> {
         // Fast path, one round trip: the run and its checkpoint together.
         let c = self.conn().await?;
-        let row = c
-            .query_opt(
+        let st = c
+            .prepare_cached(
                 "SELECT r.status, r.last_seq, c.blob FROM runs r \
                  JOIN threads t ON t.id = r.thread_id \
                  LEFT JOIN checkpoints c ON c.thread_id = r.thread_id AND c.run_id = r.run_id \
                  WHERE t.tenant = $1 AND t.thread = $2 AND r.run_id = $3",
+            )
+            .await
+            .map_err(pg)?;
+        let row = c
+            .query_opt(
+                &st,
                 &[&tenant.as_bytes(), &thread.as_bytes(), &run_id.as_bytes()],
             )
             .await
