@@ -3,11 +3,12 @@
 //! runs a reduced size (for a quick look); `AGUI_BENCH_LONG=N` sets the
 //! long thread's event count.
 //!
-//! 1. append throughput, 1 writer, then 8 concurrent writers (one thread
-//!    each), batches of 100 events, `RunEnd` durability; then the same two
-//!    with `Append` durability (an fsync per append, shared by concurrent
+//! 1. append throughput, 1 writer, then 8 concurrent writers, batches of 100
+//!    events, each run of a writer's stream in its own thread (a gateway's
+//!    many conversations), `RunEnd` durability; then the same two with
+//!    `Append` durability (an fsync per append, shared by concurrent
 //!    writers);
-//! 2. read-back throughput (streamed read of the 1-writer thread);
+//! 2. read-back throughput (streamed read of the long thread);
 //! 3. a long thread (1M events by default), then restore latency p50/p99 of
 //!    its latest run through its checkpoint, warm and after a reopen;
 //! 4. stored bytes against raw JSON bytes, before and after sealing the
@@ -51,17 +52,37 @@ async fn append_all(
     n
 }
 
+/// Splits a stream into its runs (each starting at a `RUN_STARTED`).
+fn runs_of(events: Vec<Event>) -> Vec<Vec<Event>> {
+    let mut out: Vec<Vec<Event>> = Vec::new();
+    for e in events {
+        if *e.event_type() == EventType::RunStarted || out.is_empty() {
+            out.push(Vec::new());
+        }
+        if let Some(last) = out.last_mut() {
+            last.push(e);
+        }
+    }
+    out
+}
+
+/// `k` concurrent writers; each appends its realistic stream one run per
+/// thread (a gateway's many conversations), in batches of `BATCH`.
 async fn writers(store: &FileStore, name: &str, per: usize, k: usize, d: Durability) -> f64 {
-    let work: Vec<Vec<Event>> = (0..k)
-        .map(|i| agui_testkit::r#gen::realistic(per, 100 + i as u64))
+    let work: Vec<Vec<Vec<Event>>> = (0..k)
+        .map(|i| runs_of(agui_testkit::r#gen::realistic(per, 100 + i as u64)))
         .collect();
     let t = Instant::now();
     let mut tasks = Vec::new();
-    for (i, events) in work.into_iter().enumerate() {
+    for (i, runs) in work.into_iter().enumerate() {
         let store = store.clone();
-        let thread = format!("{name}-{i}");
+        let name = format!("{name}-{i}");
         tasks.push(tokio::spawn(async move {
-            append_all(&store, &thread, events, d).await
+            let mut n = 0;
+            for (r, events) in runs.into_iter().enumerate() {
+                n += append_all(&store, &format!("{name}-{r}"), events, d).await;
+            }
+            n
         }));
     }
     let mut n = 0;
@@ -125,32 +146,15 @@ fn main() {
             .expect("open");
 
         // 1. Appends.
-        let events = agui_testkit::r#gen::realistic(append_n, 1);
-        let t = Instant::now();
-        let n = append_all(&store, "w1", events, Durability::RunEnd).await;
-        store.flush().await.expect("flush");
-        println!(
-            "append, 1 writer, run_end: {:.0} events/s ({n} events)",
-            rate(n, t.elapsed())
-        );
+        let r = writers(&store, "w1", append_n, 1, Durability::RunEnd).await;
+        println!("append, 1 writer, run_end: {r:.0} events/s ({append_n} events, one run per thread)");
         let r = writers(&store, "w8", append_n / 8, 8, Durability::RunEnd).await;
-        println!("append, 8 writers, run_end: {r:.0} events/s ({append_n} events)");
+        println!("append, 8 writers, run_end: {r:.0} events/s ({append_n} events, one run per thread)");
         let n_sync = append_n / 10;
         let r = writers(&store, "s1", n_sync, 1, Durability::Append).await;
         println!("append, 1 writer, append (fsync each batch of {BATCH}): {r:.0} events/s ({n_sync} events)");
         let r = writers(&store, "s8", n_sync / 8, 8, Durability::Append).await;
         println!("append, 8 writers, append (grouped fsync): {r:.0} events/s ({n_sync} events)");
-
-        // 2. Read back.
-        let t = Instant::now();
-        let mut n = 0u64;
-        let mut stream = store.read_stream(TENANT, "w1", 1);
-        while let Some(e) = stream.next().await {
-            e.expect("read");
-            n += 1;
-        }
-        drop(stream);
-        println!("read back: {:.0} events/s ({n} events)", rate(n, t.elapsed()));
 
         // 3. The long thread, cut after its last run end so its latest run
         // is finished and checkpointed.
@@ -176,6 +180,17 @@ fn main() {
             info.run_count,
             rate(n, t.elapsed())
         );
+        // 2. Read back.
+        let t = Instant::now();
+        let mut n = 0u64;
+        let mut stream = store.read_stream(TENANT, "long", 1);
+        while let Some(e) = stream.next().await {
+            e.expect("read");
+            n += 1;
+        }
+        drop(stream);
+        println!("read back (long thread): {:.0} events/s ({n} events)", rate(n, t.elapsed()));
+
         let (p50, p99) = restores(&store, "long", &last_run, samples).await;
         let json = store.restore(TENANT, "long", &last_run).await.expect("restore").json.len();
         println!("restore latest run (warm): p50 {p50:?}, p99 {p99:?} ({json} bytes of conversation)");

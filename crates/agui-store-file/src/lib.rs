@@ -93,7 +93,11 @@
 //! Deleted threads and replaced checkpoints stay in their segments until
 //! the store is rewritten: space is not reclaimed (there is no compaction
 //! yet). Opening replays the whole log, so it takes time proportional to the
-//! store's size (every event's envelope is read once).
+//! store's size (every event's envelope is read once). Checkpoints restate
+//! a run's whole branch, so on a long single-branch thread their total size
+//! grows with the square of the run count and dominates the directory.
+//! An `fdatasync` failure is reported to the appender, but the batch was
+//! already written and may survive.
 
 mod error;
 mod record;
