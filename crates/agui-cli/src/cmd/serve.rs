@@ -19,7 +19,7 @@ pub struct Args {
     /// Address to listen on
     #[arg(long)]
     listen: Option<String>,
-    /// Store URL: sqlite://PATH, postgres://..., file://DIR or memory://
+    /// Store URL: sqlite://PATH, file:///DIR or memory:// (postgres:// once its backend lands)
     /// (default sqlite://<data dir>/agui.db)
     #[arg(long)]
     store: Option<String>,
@@ -195,9 +195,14 @@ async fn open_store(url: &str) -> anyhow::Result<Arc<dyn EventStore>> {
     if url.starts_with("sqlite:") {
         return Ok(Arc::new(agui_store_sqlite::open(url).await?));
     }
-    if url.starts_with("postgres:") || url.starts_with("postgresql:") || url.starts_with("file:") {
-        // Wired as each backend crate lands.
-        bail!("this store backend is not available in this build yet; use sqlite:// or memory://");
+    if url.starts_with("file:") {
+        return Ok(Arc::new(agui_store_file::open(url).await?));
+    }
+    if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+        // Wired when the PostgreSQL backend lands.
+        bail!(
+            "the PostgreSQL store is not available in this build yet; use sqlite://, file:// or memory://"
+        );
     }
     bail!("unsupported store URL (expected sqlite://, postgres://, file:// or memory://)")
 }
