@@ -1,6 +1,7 @@
 //! A JSON reader for validation: keeps object members in order and rejects
 //! duplicate keys (which a plain parse would silently collapse).
 
+use std::collections::HashSet;
 use std::fmt;
 
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
@@ -78,12 +79,15 @@ impl<'de> Visitor<'de> for JsonVisitor {
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Json, A::Error> {
         let mut members: Vec<(String, Json)> = Vec::new();
+        // Keys seen so far: a set, so that a wide object is checked in
+        // linear time rather than by comparing every pair.
+        let mut seen: HashSet<String> = HashSet::new();
         while let Some(key) = map.next_key::<String>()? {
             if key == NUMBER_TOKEN && members.is_empty() {
                 map.next_value::<de::IgnoredAny>()?;
                 return Ok(Json::Number);
             }
-            if members.iter().any(|(k, _)| *k == key) {
+            if !seen.insert(key.clone()) {
                 return Err(de::Error::custom(format_args!("duplicate key {key:?}")));
             }
             let value = map.next_value::<Json>()?;
