@@ -42,6 +42,7 @@ use agui_protocol::{Event, EventType};
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::lineage::provenance::value_of;
 use crate::lineage::{Lineage, LineageError, RunStatus, Timestamp};
 use crate::reduce::Conversation;
 use strict::Json;
@@ -312,7 +313,7 @@ pub fn export(
     let terminal = &events[terminal_index];
     let (terminal_event, error_code, mut error_message) = match terminal.event_type() {
         EventType::RunError => {
-            let v = terminal.to_value();
+            let v = value_of(terminal);
             let text = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
             (TerminalEvent::RunError, text("code"), text("message"))
         }
@@ -344,7 +345,7 @@ pub fn export(
         (None, None) => Source::Derived,
     };
     let raw_messages: Vec<Value> = match (source, snapshot) {
-        (Source::Snapshot, Some(i)) => match events[i].to_value().get_mut("messages") {
+        (Source::Snapshot, Some(i)) => match value_of(&events[i]).get_mut("messages") {
             Some(Value::Array(list)) => std::mem::take(list),
             _ => return Err(ArtifactError::BadSnapshot { event_index: i }),
         },

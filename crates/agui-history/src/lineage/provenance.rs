@@ -79,7 +79,7 @@ impl Provenance {
         match event.event_type() {
             EventType::RunStarted | EventType::MessagesSnapshot => {
                 let sent = *event.event_type() == EventType::RunStarted;
-                let value = event.to_value();
+                let value = value_of(event);
                 for id in restated_ids(&value) {
                     self.ids.entry(id.to_owned()).or_insert_with(|| Origin {
                         sent_first: sent,
@@ -107,6 +107,13 @@ impl Provenance {
             Some(origin) => !origin.owners.iter().any(|&o| on_path(o)),
         }
     }
+}
+
+/// The event as a JSON value; `null` for the rare valid JSON serde_json
+/// cannot hold in a `Value` (an object keyed `$serde_json::private::Number`),
+/// which then restates nothing. Not `Event::to_value`, which panics on it.
+pub(crate) fn value_of(event: &Event) -> Value {
+    serde_json::from_str(event.json()).unwrap_or(Value::Null)
 }
 
 /// The `messages` array an event restates: `input.messages` of a
@@ -147,7 +154,7 @@ pub fn without_foreign<'e>(
     ) {
         return Ok((Cow::Borrowed(event), Vec::new()));
     }
-    let mut value = event.to_value();
+    let mut value = value_of(event);
     if !restated_ids(&value).any(&foreign) {
         return Ok((Cow::Borrowed(event), Vec::new()));
     }
