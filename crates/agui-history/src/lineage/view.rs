@@ -3,6 +3,7 @@
 use std::borrow::Cow;
 
 use agui_protocol::Event;
+use agui_protocol::model::FromValue;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
@@ -68,9 +69,14 @@ pub fn timestamp(event: &Event) -> Timestamp {
     match view.timestamp {
         None => Timestamp::Absent,
         Some(raw) if raw.get() == "null" => Timestamp::Absent,
-        Some(raw) => match raw.get().parse::<i64>() {
-            Ok(ms) if (-MAX_TIMESTAMP..=MAX_TIMESTAMP).contains(&ms) => Timestamp::Millis(ms),
-            _ => Timestamp::Invalid,
+        // The protocol's rule: any spelling of an integer within ±(2^53−1)
+        // (`1.7e12` and `1700000000000.0` included, as in JavaScript).
+        Some(raw) => match serde_json::from_str(raw.get())
+            .ok()
+            .and_then(|v| agui_protocol::model::Timestamp::from_value(v).ok())
+        {
+            Some(t) => Timestamp::Millis(t.as_i64()),
+            None => Timestamp::Invalid,
         },
     }
 }
@@ -168,6 +174,23 @@ mod tests {
         );
         assert_eq!(
             timestamp(&ev(r#"{"type":"X","timestamp":9007199254740992}"#)),
+            Timestamp::Invalid
+        );
+        // Other spellings of an integer are integers, as the protocol reads them.
+        for spelled in ["1.7e12", "1700000000000.0", "17000000000000e-1"] {
+            let text = format!(r#"{{"type":"X","timestamp":{spelled}}}"#);
+            assert_eq!(
+                timestamp(&ev(&text)),
+                Timestamp::Millis(1_700_000_000_000),
+                "{spelled}"
+            );
+        }
+        assert_eq!(
+            timestamp(&ev(r#"{"type":"X","timestamp":-9007199254740991}"#)),
+            Timestamp::Millis(-MAX_TIMESTAMP)
+        );
+        assert_eq!(
+            timestamp(&ev(r#"{"type":"X","timestamp":1e400}"#)),
             Timestamp::Invalid
         );
     }
