@@ -64,8 +64,10 @@ pub const TEXT_ROLES: [&str; 4] = ["user", "assistant", "system", "developer"];
 /// How the run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum TerminalEvent {
+    /// The run ended with `RUN_FINISHED`.
     #[serde(rename = "RUN_FINISHED")]
     RunFinished,
+    /// The run ended with `RUN_ERROR`.
     #[serde(rename = "RUN_ERROR")]
     RunError,
 }
@@ -83,9 +85,13 @@ impl TerminalEvent {
 /// One plain-text message of the artifact.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ArtifactMessage {
+    /// The message's `id`.
     pub id: String,
+    /// One of [`TEXT_ROLES`].
     pub role: String,
+    /// The plain text (text parts joined).
     pub content: String,
+    /// The message's `name`, when it has one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
 }
@@ -93,14 +99,23 @@ pub struct ArtifactMessage {
 /// A compacted message snapshot artifact (the constant keys are implied).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Artifact {
+    /// The run's `threadId`.
     pub thread_id_ref: String,
+    /// The run's `runId`.
     pub run_id_ref: String,
+    /// The `parentRunId` the run declared (never an implicit parent).
     pub parent_run_id_ref: Option<String>,
+    /// RFC 3339 UTC start time.
     pub started_at: String,
+    /// RFC 3339 UTC finish time, when known.
     pub finished_at: Option<String>,
+    /// How the run ended.
     pub terminal_event: TerminalEvent,
+    /// `RUN_ERROR.code`, only with [`TerminalEvent::RunError`].
     pub error_code: Option<String>,
+    /// `RUN_ERROR.message`, at most [`MAX_ERROR_MESSAGE_CHARS`] characters.
     pub error_message: Option<String>,
+    /// The plain-text messages, in order.
     pub messages: Vec<ArtifactMessage>,
 }
 
@@ -224,13 +239,16 @@ impl fmt::Display for SkipReason {
 /// A message left out of the artifact.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Skipped {
+    /// The message's `id`, when it has a string one.
     pub message_id: Option<String>,
+    /// Why it was left out.
     pub reason: SkipReason,
 }
 
 /// The result of [`export`].
 #[derive(Debug, Clone)]
 pub struct Export {
+    /// The artifact.
     pub artifact: Artifact,
     /// Where the messages came from.
     pub source: Source,
