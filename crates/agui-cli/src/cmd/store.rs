@@ -1,8 +1,7 @@
 //! `agui store`: import, export, migrate, inspect and benchmark event stores.
 //!
 //! This module is where store URLs become backends ([`open_store`]):
-//! `memory://`, `sqlite:///PATH`, `file:///DIR`, and (once its crate exposes
-//! `open`) `postgres://...`.
+//! `memory://`, `sqlite:///PATH`, `file:///DIR` and `postgres://...`.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -183,9 +182,11 @@ pub async fn open_store(url: &str) -> anyhow::Result<Arc<dyn EventStore>> {
                 .await
                 .context("cannot open the file store")?,
         )),
-        "postgres" | "postgresql" => {
-            bail!("the {scheme}:// store backend is not built yet in this version of agui")
-        }
+        "postgres" | "postgresql" => Ok(Arc::new(
+            agui_store_postgres::open(url)
+                .await
+                .context("cannot open the PostgreSQL store")?,
+        )),
         _ => bail!(
             "unsupported store URL (expected sqlite:///PATH, file:///DIR, postgres://... or memory://)"
         ),
