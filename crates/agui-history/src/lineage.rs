@@ -260,9 +260,17 @@ impl<'e> Lineage<'e> {
                 });
             }
         };
+        // A mask, not `path.contains`: every restated id asks, and a long
+        // thread (implicit parents make a chain) has a path as long as it.
+        let mut on_path_mask = vec![false; self.index.runs().len()];
+        for &p in &path {
+            if let Some(on) = on_path_mask.get_mut(p) {
+                *on = true;
+            }
+        }
         let on_path = |o: Owner| match o {
             Owner::Preamble => true,
-            Owner::Run(p) => path.contains(&p),
+            Owner::Run(p) => on_path_mask.get(p).copied().unwrap_or(false),
         };
         let ranges =
             std::iter::once(self.index.preamble()).chain(runs.iter().enumerate().map(|(k, r)| {
