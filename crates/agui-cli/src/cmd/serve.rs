@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agui_server::{Auth, GatewayConfig, Limits, ServeFile, SessionMode, config::parse_agent_flag};
-use agui_store::EventStore;
 use anyhow::{Context, bail};
 
 /// Arguments of `agui serve`.
@@ -19,7 +18,7 @@ pub struct Args {
     /// Address to listen on
     #[arg(long)]
     listen: Option<String>,
-    /// Store URL: sqlite://PATH, file:///DIR or memory:// (postgres:// once its backend lands)
+    /// Store URL: sqlite://PATH, file:///DIR, postgres://USER@HOST/DB or memory://
     /// (default sqlite://<data dir>/agui.db)
     #[arg(long)]
     store: Option<String>,
@@ -187,28 +186,8 @@ fn init_logging() {
     };
 }
 
-/// Opens a store by URL (the one place that names backends).
-async fn open_store(url: &str) -> anyhow::Result<Arc<dyn EventStore>> {
-    if url.starts_with("memory:") {
-        return Ok(Arc::new(agui_store::MemoryStore::open(url)?));
-    }
-    if url.starts_with("sqlite:") {
-        return Ok(Arc::new(agui_store_sqlite::open(url).await?));
-    }
-    if url.starts_with("file:") {
-        return Ok(Arc::new(agui_store_file::open(url).await?));
-    }
-    if url.starts_with("postgres:") || url.starts_with("postgresql:") {
-        // Wired when the PostgreSQL backend lands.
-        bail!(
-            "the PostgreSQL store is not available in this build yet; use sqlite://, file:// or memory://"
-        );
-    }
-    bail!("unsupported store URL (expected sqlite://, postgres://, file:// or memory://)")
-}
-
 async fn serve(listen: String, store_url: String, config: GatewayConfig) -> anyhow::Result<()> {
-    let store = open_store(&store_url)
+    let store = super::store::open_store(&store_url)
         .await
         .context("cannot open the store")?;
     let recover = config.recover_on_start;
