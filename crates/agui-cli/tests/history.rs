@@ -267,3 +267,38 @@ fn a_branch_the_reducer_refuses_exits_1_naming_the_log_event() {
     );
     assert!(out.stdout.is_empty());
 }
+
+/// A thread of many runs is a chain (each run continues the previous one):
+/// the listing indents at most 32 levels and writes deeper depths, so its
+/// size stays linear in the number of runs.
+#[test]
+fn tree_of_a_long_thread_stays_linear() {
+    let runs = 2_000;
+    let mut log = String::new();
+    for i in 0..runs {
+        log.push_str(&format!(
+            "{{\"type\":\"RUN_STARTED\",\"threadId\":\"t\",\"runId\":\"r{i}\"}}\n{{\"type\":\"RUN_FINISHED\",\"threadId\":\"t\",\"runId\":\"r{i}\"}}\n"
+        ));
+    }
+    let out = agui(&["history", "--tree"], Some(log.as_bytes()));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let listing = text(&out.stdout);
+    let lines: Vec<&str> = listing.lines().collect();
+    assert_eq!(lines.len(), runs);
+    assert!(
+        lines[0].starts_with("r0  thread=t  parent=-"),
+        "{}",
+        lines[0]
+    );
+    assert!(
+        lines[32].starts_with(&format!("{}r32  ", "  ".repeat(32))),
+        "{}",
+        lines[32]
+    );
+    assert!(
+        lines[33].starts_with(&format!("{}[depth 33] r33  ", "  ".repeat(32))),
+        "{}",
+        lines[33]
+    );
+    assert!(listing.len() < runs * 160, "{} bytes", listing.len());
+}

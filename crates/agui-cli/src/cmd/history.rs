@@ -137,15 +137,26 @@ fn shown(id: &str) -> String {
     }
 }
 
+/// The deepest level the tree listing indents.
+const MAX_INDENT: usize = 32;
+
 fn tree_line(depth: usize, run: &RunNode) -> String {
     let parent = match (&run.parent_run_id, run.explicit_parent) {
         (None, _) => "-".to_owned(),
         (Some(p), true) => shown(p),
         (Some(p), false) => format!("{}(implicit)", shown(p)),
     };
+    // Implicit parents make a long thread a chain as deep as it has runs:
+    // past MAX_INDENT levels the depth is written, not indented, so the
+    // listing stays linear in the number of runs.
+    let indent = if depth > MAX_INDENT {
+        format!("{}[depth {depth}] ", "  ".repeat(MAX_INDENT))
+    } else {
+        "  ".repeat(depth)
+    };
     format!(
         "{}{}  thread={}  parent={}  status={}  events={}\n",
-        "  ".repeat(depth),
+        indent,
         shown(&run.run_id),
         shown(&run.thread_id),
         parent,
