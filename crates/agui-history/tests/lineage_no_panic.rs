@@ -159,26 +159,29 @@ proptest! {
 }
 
 /// Valid JSON that serde_json (with `arbitrary_precision`) cannot hold in a
-/// `Value`: an object keyed `$serde_json::private::Number` whose member is not
-/// a numeric string. Indexing, time travel and export must not panic on it.
+/// `Value` (an object keyed `$serde_json::private::Number`) never reaches the
+/// history core: the envelope refuses it with a clear error.
 #[test]
-fn serde_json_private_number_keys_do_not_panic() {
+fn serde_json_private_number_keys_are_refused_before_lineage() {
     let odd = r#"{"$serde_json::private::Number":5}"#;
-    let log = events(&[
-        format!(
-            r#"{{"type":"RUN_STARTED","threadId":"t","runId":"r","input":{{"threadId":"t","runId":"r","messages":[{odd}]}}}}"#
-        ),
+    for text in [
         format!(r#"{{"type":"MESSAGES_SNAPSHOT","messages":[{odd}]}}"#),
         format!(r#"{{"type":"RUN_ERROR","message":"m","x":{odd},"timestamp":1}}"#),
-    ]);
-    check_run_r(&log);
+    ] {
+        assert!(matches!(
+            Event::from_json(&text),
+            Err(agui_protocol::EnvelopeError::ReservedKey)
+        ));
+    }
 }
 
-/// Events nested deeper than serde_json's limit of 128 (the envelope checks
-/// JSON without a depth limit and accepts them) do not crash lineage either.
+/// Events nested as deep as the envelope takes (`agui_protocol::MAX_DEPTH`)
+/// do not crash lineage, time travel or export.
 #[test]
-fn deeper_than_serde_json_takes_does_not_panic() {
-    let deep = format!("{}1{}", "[".repeat(100_000), "]".repeat(100_000));
+fn the_deepest_events_do_not_panic() {
+    // RUN_STARTED > input > messages > message > x: 5 levels before `deep`.
+    let levels = agui_protocol::MAX_DEPTH - 5;
+    let deep = format!("{}1{}", "[".repeat(levels), "]".repeat(levels));
     let log = events(&[
         format!(
             r#"{{"type":"RUN_STARTED","threadId":"t","runId":"r","input":{{"threadId":"t","runId":"r","messages":[{{"id":"m","x":{deep}}}]}}}}"#

@@ -49,7 +49,23 @@ pub enum EnvelopeError {
     /// `type` appears more than once, so its meaning is ambiguous.
     #[error("an event has more than one \"type\" field")]
     DuplicateType,
+    /// Arrays and objects nest deeper than [`MAX_DEPTH`] levels.
+    #[error("an event nests {depth} levels deep; at most {MAX_DEPTH} are supported")]
+    TooDeep {
+        /// How deep the text nests (the event object itself is level 1).
+        depth: usize,
+    },
+    /// The event uses a key that the JSON library reserves for its own
+    /// exact-number encoding (`$serde_json::private::Number`), so it could not
+    /// be read back without changing its value.
+    #[error("an event uses the reserved key \"$serde_json::private::Number\"")]
+    ReservedKey,
 }
+
+/// The deepest nesting of arrays and objects an event may have (the event
+/// object itself counts as level 1). This is the depth a full parse of the
+/// JSON library accepts, so every `Event` can be read as a value.
+pub const MAX_DEPTH: usize = 127;
 
 impl Event {
     /// Reads one event from its JSON text.
@@ -61,7 +77,8 @@ impl Event {
     pub fn from_json(text: &str) -> Result<Event, EnvelopeError> {
         let text = text.trim_matches(|c| matches!(c, ' ' | '\t' | '\n' | '\r'));
         let ty = read_type(text)?;
-        let json: Arc<str> = if text.as_bytes().iter().any(|&b| b == b'\n' || b == b'\r') {
+        let shape = Shape::of(text)?;
+        let json: Arc<str> = if shape.line_breaks {
             one_line(text).into()
         } else {
             text.into()
@@ -76,6 +93,7 @@ impl Event {
             return Event::from_json(trimmed);
         }
         let ty = read_type(&text)?;
+        Shape::of(&text)?;
         Ok(Event {
             json: text.into(),
             ty,
@@ -123,7 +141,10 @@ impl Event {
     /// The whole event as a JSON value (lossless: key order and number
     /// spelling are kept).
     pub fn to_value(&self) -> serde_json::Value {
-        serde_json::from_str(&self.json).expect("an Event always holds valid JSON")
+        // Construction guarantees the text is JSON a full parse accepts
+        // (depth and reserved keys are checked by `Shape::of`); a failure here
+        // would be a bug, and degrades to `null` rather than a panic.
+        serde_json::from_str(&self.json).unwrap_or(serde_json::Value::Null)
     }
 
     /// True when both events hold the same JSON value (key order ignored,
@@ -298,6 +319,109 @@ impl<'de> Deserialize<'de> for TypeValue {
     }
 }
 
+/// What one byte pass over valid JSON text tells: whether it spans lines, and
+/// whether a full parse would read it back exactly.
+struct Shape {
+    line_breaks: bool,
+}
+
+impl Shape {
+    fn of(text: &str) -> Result<Shape, EnvelopeError> {
+        let bytes = text.as_bytes();
+        let mut depth = 0usize;
+        let mut max_depth = 0usize;
+        let mut line_breaks = false;
+        let mut ascii_escape = false;
+        let mut in_string = false;
+        let mut i = 0;
+        while i < bytes.len() {
+            let b = bytes[i];
+            if in_string {
+                match b {
+                    b'\\' => {
+                        // Two escapes need a full parse: `\u00XX` for a printable
+                        // ASCII character (it could spell the reserved key in
+                        // disguise) and a surrogate `\uD800`-`\uDFFF` (a lone one
+                        // is refused by a full parse).
+                        if bytes.get(i + 1) == Some(&b'u') {
+                            let hex = (bytes.get(i + 2), bytes.get(i + 3), bytes.get(i + 4));
+                            ascii_escape |=
+                                matches!(hex, (Some(b'0'), Some(b'0'), Some(b'2'..=b'7')));
+                            ascii_escape |= matches!(
+                                hex,
+                                (
+                                    Some(b'd' | b'D'),
+                                    Some(b'8'..=b'9' | b'a'..=b'f' | b'A'..=b'F'),
+                                    _,
+                                )
+                            );
+                        }
+                        i += 1;
+                    }
+                    b'"' => in_string = false,
+                    _ => {}
+                }
+            } else {
+                match b {
+                    b'"' => in_string = true,
+                    b'{' | b'[' => {
+                        depth += 1;
+                        max_depth = max_depth.max(depth);
+                    }
+                    b'}' | b']' => depth = depth.saturating_sub(1),
+                    b'\n' | b'\r' => line_breaks = true,
+                    _ => {}
+                }
+            }
+            i += 1;
+        }
+        if max_depth > MAX_DEPTH {
+            return Err(EnvelopeError::TooDeep { depth: max_depth });
+        }
+        if ascii_escape || text.contains("serde_json") {
+            check_reserved_key(text)?;
+        }
+        Ok(Shape { line_breaks })
+    }
+}
+
+/// The slow path, for the rare text with surrogate escapes or that could hold
+/// the reserved key: a full parse must succeed (a lone surrogate fails it),
+/// and no object key may decode to the reserved key (a full parse would turn
+/// that object into a number).
+fn check_reserved_key(text: &str) -> Result<(), EnvelopeError> {
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] != b'"' {
+            i += 1;
+            continue;
+        }
+        // A string literal from `i` to its closing quote `end`.
+        let mut end = i + 1;
+        while end < bytes.len() && bytes[end] != b'"' {
+            end += if bytes[end] == b'\\' { 2 } else { 1 };
+        }
+        let literal = &text[i..=end.min(bytes.len() - 1)];
+        let mut next = end + 1;
+        while next < bytes.len() && matches!(bytes[next], b' ' | b'\t' | b'\n' | b'\r') {
+            next += 1;
+        }
+        if bytes.get(next) == Some(&b':') {
+            let key: String = serde_json::from_str(literal).map_err(EnvelopeError::Syntax)?;
+            if key == RESERVED_KEY {
+                return Err(EnvelopeError::ReservedKey);
+            }
+        }
+        i = end + 1;
+    }
+    serde_json::from_str::<serde_json::Value>(text).map_err(EnvelopeError::Syntax)?;
+    Ok(())
+}
+
+/// The key serde_json's exact-number mode reserves for itself.
+const RESERVED_KEY: &str = "$serde_json::private::Number";
+
 /// Removes insignificant whitespace from valid JSON text.
 fn one_line(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
@@ -389,6 +513,66 @@ mod tests {
             Event::from_json(r#"{"type":"RAW"} x"#),
             Err(EnvelopeError::Syntax(_))
         ));
+    }
+
+    #[test]
+    fn depth_is_limited_to_what_a_full_parse_accepts() {
+        let nested = |levels: usize| {
+            let inner = "[".repeat(levels - 1) + &"]".repeat(levels - 1);
+            format!(r#"{{"type":"RAW","event":{inner}}}"#)
+        };
+        let ok = Event::from_json(&nested(MAX_DEPTH)).unwrap();
+        assert_eq!(ok.to_value().to_string(), nested(MAX_DEPTH));
+        assert!(matches!(
+            Event::from_json(&nested(MAX_DEPTH + 1)),
+            Err(EnvelopeError::TooDeep { depth: 128 })
+        ));
+        assert!(matches!(
+            Event::from_json(&nested(100_000)),
+            Err(EnvelopeError::TooDeep { .. })
+        ));
+        // Brackets inside strings do not count.
+        let text = format!(r#"{{"type":"RAW","event":"{}"}}"#, "[".repeat(1000));
+        assert!(Event::from_json(&text).is_ok());
+    }
+
+    #[test]
+    fn the_reserved_number_key_is_refused_in_every_spelling() {
+        for text in [
+            r#"{"type":"RAW","event":{"$serde_json::private::Number":"5"}}"#,
+            r#"{"type":"RAW","event":{"\u0024serde_json::private::Number":"5"}}"#,
+            r#"{"type":"RAW","event":{"\u0024serde\u005fjson\u003a\u003aprivate::Number":"5"}}"#,
+        ] {
+            assert!(
+                matches!(Event::from_json(text), Err(EnvelopeError::ReservedKey)),
+                "{text}"
+            );
+        }
+        // Mentioning it as data is fine, and so are ordinary escapes.
+        for text in [
+            r#"{"type":"RAW","event":"$serde_json::private::Number"}"#,
+            r#"{"type":"RAW","event":{"\u0041":1,"k":"\u00e9\u0024"}}"#,
+        ] {
+            let e = Event::from_json(text).unwrap();
+            assert_eq!(e.json(), text);
+            let _ = e.to_value();
+        }
+    }
+
+    #[test]
+    fn surrogate_escapes_must_pair() {
+        let pair = r#"{"type":"RAW","event":"\ud83d\ude00 \uD83D\uDE00"}"#;
+        assert_eq!(Event::from_json(pair).unwrap().to_value()["event"], "😀 😀");
+        for lone in [
+            r#"{"type":"RAW","event":"\ud800"}"#,
+            r#"{"type":"RAW","event":"\udc00x"}"#,
+            r#"{"type":"RAW","\uD800":1}"#,
+        ] {
+            assert!(
+                matches!(Event::from_json(lone), Err(EnvelopeError::Syntax(_))),
+                "{lone}"
+            );
+        }
     }
 
     #[test]

@@ -17,5 +17,5 @@ pub mod chunks;
 pub mod model;
 pub mod verify;
 
-pub use event::{EnvelopeError, Event};
+pub use event::{EnvelopeError, Event, MAX_DEPTH};
 pub use event_type::EventType;
