@@ -93,20 +93,18 @@ fn chunk_reuses_a_started_id(events: &[Event]) -> bool {
     let id_of = |e: &Event, key: &str| e.to_value().get(key).map(|v| v.to_string());
     let mut started = std::collections::HashSet::new();
     for e in events {
-        match e.event_type() {
-            T::ToolCallStart => started.extend(id_of(e, "toolCallId")),
-            T::TextMessageStart | T::ReasoningMessageStart => started.extend(id_of(e, "messageId")),
-            T::ToolCallChunk => {
-                if id_of(e, "toolCallId").is_some_and(|id| started.contains(&id)) {
-                    return true;
-                }
-            }
-            T::TextMessageChunk | T::ReasoningMessageChunk => {
-                if id_of(e, "messageId").is_some_and(|id| started.contains(&id)) {
-                    return true;
-                }
-            }
-            _ => {}
+        let (key, opens) = match e.event_type() {
+            T::ToolCallStart => ("toolCallId", true),
+            T::TextMessageStart | T::ReasoningMessageStart => ("messageId", true),
+            T::ToolCallChunk => ("toolCallId", false),
+            T::TextMessageChunk | T::ReasoningMessageChunk => ("messageId", false),
+            _ => continue,
+        };
+        let id = id_of(e, key);
+        if opens {
+            started.extend(id);
+        } else if id.is_some_and(|id| started.contains(&id)) {
+            return true;
         }
     }
     false
