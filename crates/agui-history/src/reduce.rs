@@ -225,6 +225,10 @@ pub struct Reducer {
     outcome: Option<RunOutcome>,
     chunks: ChunkStage,
     applied: usize,
+    /// Every message below this index is unchanged since construction or
+    /// the last [`Reducer::reset_change_mark`] (see
+    /// [`Reducer::messages_changed_from`]).
+    changed_from: usize,
 }
 
 /// The chunk-expansion stage in front of the reducer (the official
@@ -352,12 +356,36 @@ impl Reducer {
             outcome: None,
             chunks: ChunkStage::default(),
             applied: 0,
+            changed_from: 0,
         };
         let objs: Vec<u32> = (0..reducer.conv.messages.len())
             .map(|_| reducer.fresh_obj())
             .collect();
         reducer.rebuild(objs);
+        reducer.changed_from = reducer.conv.messages.len();
         reducer
+    }
+
+    /// The lowest message index inserted, replaced, removed or changed in
+    /// place since construction or the last [`Self::reset_change_mark`]:
+    /// the messages below it are exactly as they were then (a list that only
+    /// grew reports its old length). A caller that kept the earlier list can
+    /// rebuild the current one from its first `messages_changed_from()`
+    /// messages and `conversation().messages[messages_changed_from()..]`.
+    /// The state is not tracked.
+    pub fn messages_changed_from(&self) -> usize {
+        self.changed_from.min(self.conv.messages.len())
+    }
+
+    /// Starts a new change window: every current message counts as unchanged.
+    pub fn reset_change_mark(&mut self) {
+        self.changed_from = self.conv.messages.len();
+    }
+
+    /// Records that the message at position `p` (and so everything after it,
+    /// for the watermark) changes.
+    fn touch(&mut self, p: usize) {
+        self.changed_from = self.changed_from.min(p);
     }
 
     /// Applies one event (chunk expansion included).
@@ -509,6 +537,7 @@ impl Reducer {
     fn replace_at(&mut self, p: usize, value: Value) {
         let h = self.handles[p];
         self.unindex_tool_calls(h);
+        self.touch(p);
         self.conv.messages[p] = value;
         let o = self.fresh_obj();
         self.obj[h as usize] = o;
@@ -529,6 +558,7 @@ impl Reducer {
         for q in others {
             let hq = self.handles[q];
             self.unindex_tool_calls(hq);
+            self.touch(q);
             self.conv.messages[q] = self.conv.messages[p].clone();
             self.index_tool_calls_only(hq);
         }
@@ -544,6 +574,7 @@ impl Reducer {
     /// Inserts a new object at position `p`, shifting the later ones.
     fn insert_message(&mut self, p: usize, value: Value) {
         let h = self.pos.len() as u32;
+        self.touch(p);
         self.conv.messages.insert(p, value);
         self.handles.insert(p, h);
         self.pos.push(p as u32);
@@ -639,6 +670,7 @@ impl Reducer {
     }
 
     fn tool_call_mut(&mut self, p: usize, j: usize) -> Option<&mut Value> {
+        self.touch(p);
         self.conv.messages[p]
             .as_object_mut()?
             .get_mut("toolCalls")?
@@ -679,6 +711,7 @@ impl Reducer {
     /// Merges the event's metadata (if any) into message `p`.
     fn merge_into_message(&mut self, p: usize, f: &Fields<'_>) -> Result<(), Fail> {
         if let Some(md) = f.value("metadata")? {
+            self.touch(p);
             merge_metadata_into(&mut self.conv.messages[p], &md)?;
             self.propagate(p);
         }
@@ -733,6 +766,7 @@ impl Reducer {
             return Ok(());
         }
         let delta_str = f.str("delta")?;
+        self.touch(p);
         let target = &mut self.conv.messages[p];
         match target {
             Value::Object(map) => {
@@ -864,6 +898,7 @@ impl Reducer {
         if let Some(md) = &metadata {
             merge_metadata_into(&mut tc, md)?;
         }
+        self.touch(p);
         let target = &mut self.conv.messages[p];
         let Value::Object(map) = target else {
             return throws("the owner message is not an object");
@@ -1098,18 +1133,34 @@ impl Reducer {
         let mut messages = Vec::with_capacity(old.len() + snapshot.len());
         let mut objs = Vec::with_capacity(old.len() + snapshot.len());
         let mut kept_ids: IdMap<()> = IdMap::default();
-        for (m, o) in old.into_iter().zip(old_objs) {
+        // The length of the common prefix of the old and the new list.
+        let mut same = 0;
+        let mut diverged = false;
+        for (at, (m, o)) in old.into_iter().zip(old_objs).enumerate() {
             let k = js::key_of(js::prop(&m, "id"));
             if let Some(&i) = by_id.get(&k) {
                 kept_ids.entry(&k);
+                if !diverged && messages.len() == at && snapshot[i] == m {
+                    same = at + 1;
+                } else {
+                    diverged = true;
+                }
                 messages.push(snapshot[i].clone());
                 objs.push(snapshot_objs[i]);
             } else if preserved(&m) {
                 kept_ids.entry(&k);
+                if !diverged && messages.len() == at {
+                    same = at + 1;
+                } else {
+                    diverged = true;
+                }
                 messages.push(m);
                 objs.push(o);
+            } else {
+                diverged = true;
             }
         }
+        self.touch(same);
         for (i, m) in snapshot.into_iter().enumerate() {
             let k = js::key_of(js::prop(&m, "id"));
             if kept_ids.get(&k).is_none() {
@@ -1215,6 +1266,7 @@ impl Reducer {
         }
         // In place (the message is an object: its role was read). The
         // content is taken out (absent or null patches `{}`).
+        self.touch(p);
         let Value::Object(map) = &mut self.conv.messages[p] else {
             return Ok(());
         };
@@ -1364,6 +1416,7 @@ impl Reducer {
             return Ok(());
         }
         if let Some(p) = self.find_message(&key)? {
+            self.touch(p);
             let m = &mut self.conv.messages[p];
             if !is_role(m, "activity") && js::truthy(Some(m)) {
                 set_prop(m, "encryptedValue", value)?;
@@ -1428,5 +1481,86 @@ fn authoritative_activity_types(metadata: Option<&Value>) -> Authority {
             Authority::Types(types.unwrap_or_default())
         }
         Some(_) => Authority::Types(Vec::new()),
+    }
+}
+
+#[cfg(test)]
+mod change_mark_tests {
+    use super::*;
+    use agui_testkit::r#gen::{Profile, stream};
+
+    fn ev(text: &str) -> Event {
+        Event::from_json(text).expect("a valid event")
+    }
+
+    /// The watermark's promise on every generated profile: at every event,
+    /// the messages below it equal those at the last reset, and the mark
+    /// never exceeds the old length.
+    #[test]
+    fn messages_below_the_mark_are_unchanged() {
+        for &profile in Profile::ALL {
+            for seed in 0..20 {
+                let events = stream(profile, seed);
+                let mut r = Reducer::new(Conversation::default());
+                let mut saved = r.conversation().messages.clone();
+                for (i, e) in events.iter().enumerate() {
+                    if r.apply(e).is_err() {
+                        break;
+                    }
+                    let mark = r.messages_changed_from();
+                    let now = &r.conversation().messages;
+                    assert!(mark <= saved.len() && mark <= now.len());
+                    assert_eq!(
+                        &now[..mark],
+                        &saved[..mark],
+                        "{} seed {seed} event {i}",
+                        profile.name()
+                    );
+                    if (i + seed as usize).is_multiple_of(3) {
+                        r.reset_change_mark();
+                        saved = r.conversation().messages.clone();
+                        assert_eq!(r.messages_changed_from(), saved.len());
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn appends_leave_the_prefix_and_changes_lower_the_mark() {
+        let mut r = Reducer::new(Conversation::default());
+        for e in [
+            r#"{"type":"TEXT_MESSAGE_START","messageId":"a","role":"user"}"#,
+            r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"a","delta":"hi"}"#,
+            r#"{"type":"TEXT_MESSAGE_START","messageId":"b"}"#,
+        ] {
+            r.apply(&ev(e)).unwrap();
+        }
+        assert_eq!(r.messages_changed_from(), 0);
+        r.reset_change_mark();
+        assert_eq!(r.messages_changed_from(), 2);
+        r.apply(&ev(r#"{"type":"TEXT_MESSAGE_START","messageId":"c"}"#))
+            .unwrap();
+        assert_eq!(r.messages_changed_from(), 2);
+        r.apply(&ev(
+            r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"b","delta":"x"}"#,
+        ))
+        .unwrap();
+        assert_eq!(r.messages_changed_from(), 1);
+        // A snapshot equal on its first message keeps it.
+        r.reset_change_mark();
+        r.apply(&ev(r#"{"type":"MESSAGES_SNAPSHOT","messages":[{"id":"a","role":"user","content":"hi"},{"id":"z","role":"user","content":"new"}]}"#))
+            .unwrap();
+        assert_eq!(r.conversation().messages.len(), 2);
+        assert_eq!(r.messages_changed_from(), 1);
+        // One that changes the first message moves the mark to 0.
+        r.reset_change_mark();
+        r.apply(&ev(r#"{"type":"MESSAGES_SNAPSHOT","messages":[{"id":"a","role":"user","content":"other"}]}"#))
+            .unwrap();
+        assert_eq!(r.messages_changed_from(), 0);
+        // A fresh reducer over given messages starts with all of them unchanged.
+        let start = r.conversation().clone();
+        let r2 = Reducer::new(start);
+        assert_eq!(r2.messages_changed_from(), 1);
     }
 }
