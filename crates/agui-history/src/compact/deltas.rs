@@ -158,6 +158,12 @@ impl DeltaCompactor {
                 self.chunk_lanes = false;
                 return Ok(());
             }
+            // Chunk expansion closes the event's chunk lane at every state
+            // event, so while a lane may be open a state event is a lane
+            // boundary and stays exactly where it is.
+            EventType::StateSnapshot | EventType::StateDelta if self.chunk_lanes => {
+                self.barrier(event);
+            }
             EventType::StateSnapshot | EventType::StateDelta => {
                 self.state.push(event);
                 return Ok(());
@@ -169,7 +175,14 @@ impl DeltaCompactor {
             EventType::TextMessageChunk
             | EventType::ToolCallChunk
             | EventType::ReasoningMessageChunk => {
-                self.chunk_lanes = true;
+                if !self.chunk_lanes {
+                    // The state window must not move past the first chunk: a
+                    // state event closes the chunk lanes where it stands.
+                    self.close_all();
+                    self.release()?;
+                    self.state.flush(&mut self.ready)?;
+                    self.chunk_lanes = true;
+                }
                 self.barrier(event);
             }
             _ if self.chunk_lanes => self.barrier(event),

@@ -1,7 +1,5 @@
-//! Inputs on which a compaction guarantee is known not to hold yet. Each is
-//! kept as an ignored test so it is run on demand (`--ignored`) and cannot be
-//! forgotten; the property tests exclude exactly this shape (see
-//! `compact_props.rs`, `chunk_reuses_a_started_id`).
+//! Inputs on which a compaction guarantee once failed, kept as regression
+//! tests (the property tests in `compact_props.rs` found them).
 
 use agui_history::compact::{Mode, compact};
 use agui_history::reduce::{Conversation, reduce};
@@ -29,19 +27,19 @@ fn found(chunk_delta: &str) -> Vec<Event> {
     texts.iter().map(|t| Event::from_json(t).unwrap()).collect()
 }
 
-/// A tool call re-opened by TOOL_CALL_CHUNKs around a state window and an
-/// ACTIVITY_SNAPSHOT whose (numeric, schema-invalid) id equals the tool
-/// call's `parentMessageId`: `deltas` mode loses the assistant message.
+/// A tool call re-opened by TOOL_CALL_CHUNKs around a state event and an
+/// ACTIVITY_SNAPSHOT. Chunk expansion closes the chunk lane at the
+/// STATE_SNAPSHOT, so the second chunk opens the call again; `deltas` mode
+/// used to move the state event to the end of the run, past the second chunk,
+/// which then continued the first one instead: the assistant message was lost.
+/// State events now stay in place while a chunk lane may be open.
 #[test]
-#[ignore = "known gap in deltas mode, found by compact_props at 10,000 cases"]
 fn chunks_around_a_state_window_and_an_activity_snapshot() {
     assert!(same_meaning(&found("7")));
 }
 
-/// The same with string deltas fails too: the schema-invalid numbers are not
-/// the cause; a chunk re-opening a START-opened tool call is.
+/// The same with string deltas: the schema-invalid numbers were not the cause.
 #[test]
-#[ignore = "known gap in deltas mode (string variant)"]
 fn the_same_with_string_deltas() {
     assert!(same_meaning(&found(r#""7""#)));
 }
