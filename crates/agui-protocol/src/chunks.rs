@@ -56,10 +56,11 @@
 //! After an error the stream is over, as upstream's observable is: the
 //! expander's state is then unspecified (it never panics).
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use serde::Deserialize;
-use serde::de::Deserializer;
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
@@ -157,6 +158,27 @@ impl Kind {
             _ => "messageId",
         }
     }
+    fn start_type(self) -> EventType {
+        match self {
+            Kind::Text => EventType::TextMessageStart,
+            Kind::Tool => EventType::ToolCallStart,
+            Kind::Reasoning => EventType::ReasoningMessageStart,
+        }
+    }
+    fn content_type(self) -> EventType {
+        match self {
+            Kind::Text => EventType::TextMessageContent,
+            Kind::Tool => EventType::ToolCallArgs,
+            Kind::Reasoning => EventType::ReasoningMessageContent,
+        }
+    }
+    fn end_type(self) -> EventType {
+        match self {
+            Kind::Text => EventType::TextMessageEnd,
+            Kind::Tool => EventType::ToolCallEnd,
+            Kind::Reasoning => EventType::ReasoningMessageEnd,
+        }
+    }
     fn entity(self) -> &'static str {
         match self {
             Kind::Text => "text message",
@@ -215,6 +237,8 @@ impl Tag {
 struct Pending {
     kind: Kind,
     id: String,
+    /// `id` as JSON text.
+    id_json: String,
     /// The opener's fields as JSON text. Text: the role (explicit, or the
     /// `"assistant"` default); reasoning: `"reasoning"`.
     role: String,
@@ -222,7 +246,8 @@ struct Pending {
     name: Option<String>,
     /// Tool: `parentMessageId`.
     parent: Option<String>,
-    tag: Tag,
+    /// The opener's `subagentRunId` as JSON text, when present.
+    tag_json: Option<String>,
 }
 
 /// Expands chunk events one at a time (see the module docs for the rules).
@@ -247,10 +272,28 @@ impl ChunkExpander {
     /// synthesized ones (maybe none); for any other event, the ENDs of the
     /// items it closes followed by the event itself.
     pub fn push(&mut self, event: &Event) -> Result<Vec<Event>, ChunkError> {
+        let mut out = Vec::new();
+        if self.push_into(event, &mut out)? {
+            out.push(event.clone());
+        }
+        Ok(out)
+    }
+
+    /// [`ChunkExpander::push`] without a new vector per event: appends to
+    /// `out` the events synthesized for `event` (for a chunk, its expansion;
+    /// for any other event, the ENDs of the items it closes) and returns
+    /// `true` when `event` itself comes next (every event that is not a
+    /// chunk); it is then not appended. After an error, what was appended is
+    /// unspecified.
+    pub fn push_into(&mut self, event: &Event, out: &mut Vec<Event>) -> Result<bool, ChunkError> {
         let closes = match event.event_type() {
-            EventType::TextMessageChunk => return self.chunk(event, Kind::Text),
-            EventType::ToolCallChunk => return self.chunk(event, Kind::Tool),
-            EventType::ReasoningMessageChunk => return self.chunk(event, Kind::Reasoning),
+            EventType::TextMessageChunk => {
+                return self.chunk(event, Kind::Text, out).map(|()| false);
+            }
+            EventType::ToolCallChunk => return self.chunk(event, Kind::Tool, out).map(|()| false),
+            EventType::ReasoningMessageChunk => {
+                return self.chunk(event, Kind::Reasoning, out).map(|()| false);
+            }
             EventType::RunStarted
             | EventType::RunFinished
             | EventType::RunError
@@ -280,25 +323,21 @@ impl ChunkExpander {
             | EventType::ReasoningMessageEnd
             | EventType::ReasoningEnd => Closes::OwnLane,
         };
-        if self.lanes.is_empty() || matches!(closes, Closes::Nothing) {
-            return Ok(vec![event.clone()]);
+        if self.lanes.is_empty() {
+            return Ok(true);
         }
-        let mut out = match closes {
-            Closes::All => self.close_all(),
-            Closes::Nothing => Vec::new(),
-            Closes::OwnLane | Closes::OwnLaneIfTagged => {
-                let tag = read_tag_of(event);
-                match tag {
-                    // A non-string tag names no lane that can exist.
-                    TagOf::Other => Vec::new(),
-                    TagOf::Tag(Tag::Id(lane)) => self.close_lane(Some(&lane)),
-                    TagOf::Tag(_) if matches!(closes, Closes::OwnLaneIfTagged) => Vec::new(),
-                    TagOf::Tag(_) => self.close_lane(None),
-                }
-            }
-        };
-        out.push(event.clone());
-        Ok(out)
+        match closes {
+            Closes::All => self.close_all_into(out),
+            Closes::Nothing => {}
+            Closes::OwnLane | Closes::OwnLaneIfTagged => match read_tag_of(event) {
+                // A non-string tag names no lane that can exist.
+                TagOf::Other => {}
+                TagOf::Tag(Tag::Id(lane)) => self.close_lane(Some(&lane), out),
+                TagOf::Tag(_) if matches!(closes, Closes::OwnLaneIfTagged) => {}
+                TagOf::Tag(_) => self.close_lane(None, out),
+            },
+        }
+        Ok(true)
     }
 
     /// The ENDs of the items still open, in lane order, and forget them.
@@ -307,21 +346,19 @@ impl ChunkExpander {
     /// **discards** them; [`expand_chunks`] does the same. Use this only when
     /// you deliberately want a stream cut mid-chunk to read as closed.
     pub fn finish(&mut self) -> Vec<Event> {
-        self.close_all()
+        let mut out = Vec::new();
+        self.close_all_into(&mut out);
+        out
     }
 
-    fn close_all(&mut self) -> Vec<Event> {
-        let lanes = std::mem::take(&mut self.lanes);
-        lanes.into_iter().map(|(_, p)| end_event(&p)).collect()
+    fn close_all_into(&mut self, out: &mut Vec<Event>) {
+        out.extend(self.lanes.drain(..).map(|(_, p)| end_event(&p)));
     }
 
-    fn close_lane(&mut self, lane: Option<&str>) -> Vec<Event> {
-        match self.lanes.iter().position(|(l, _)| l.as_deref() == lane) {
-            Some(i) => {
-                let (_, p) = self.lanes.remove(i);
-                vec![end_event(&p)]
-            }
-            None => Vec::new(),
+    fn close_lane(&mut self, lane: Option<&str>, out: &mut Vec<Event>) {
+        if let Some(i) = self.lanes.iter().position(|(l, _)| l.as_deref() == lane) {
+            let (_, p) = self.lanes.remove(i);
+            out.push(end_event(&p));
         }
     }
 
@@ -379,12 +416,17 @@ impl ChunkExpander {
         }
     }
 
-    fn chunk(&mut self, event: &Event, kind: Kind) -> Result<Vec<Event>, ChunkError> {
+    fn chunk(
+        &mut self,
+        event: &Event,
+        kind: Kind,
+        events: &mut Vec<Event>,
+    ) -> Result<(), ChunkError> {
         let chunk_type = kind.chunk_type();
         let fields = Fields::parse(event.json());
         let id = match fields.get(kind.id_field()) {
             None => None,
-            Some(raw) => Some(as_string(raw).ok_or(ChunkError::NotAString {
+            Some(raw) => Some(as_str(raw).ok_or(ChunkError::NotAString {
                 chunk: chunk_type,
                 field: kind.id_field(),
             })?),
@@ -397,113 +439,126 @@ impl ChunkExpander {
                 field: "subagentRunId",
             })?),
         };
+        let tag_json = tag.json();
         let remainder = fields.remainder(kind);
         let metadata = fields.get("metadata");
         let raw_event = fields.get("rawEvent");
         let delta = fields.get("delta");
 
         let lane = self.resolve_lane(kind, id.as_deref(), tag.lane())?;
-        let mut out: Vec<Obj> = Vec::new();
-        let mut ends: Vec<Event> = Vec::new();
-
-        let continuing = self
-            .lane(lane.as_deref())
-            .is_some_and(|p| p.kind == kind && id.as_deref().is_none_or(|id| id == p.id));
-        let opener: Pending = if continuing {
-            let open = self
-                .lane(lane.as_deref())
-                .cloned()
-                .ok_or(ChunkError::MissingId {
-                    chunk: chunk_type,
-                    field: kind.id_field(),
-                })?;
-            match kind {
-                Kind::Text => {
-                    agree(&open, "role", fields.get("role"), Some(&open.role))?;
-                    agree(&open, "name", fields.get("name"), open.name.as_deref())?;
+        let at = self
+            .lanes
+            .iter()
+            .position(|(l, _)| l.as_deref() == lane.as_deref());
+        let continuing = at.filter(|&i| {
+            let p = &self.lanes[i].1;
+            p.kind == kind && id.as_deref().is_none_or(|id| id == p.id)
+        });
+        let opened = match continuing {
+            Some(i) => {
+                let open = &self.lanes[i].1;
+                match kind {
+                    Kind::Text => {
+                        agree(open, "role", fields.get("role"), Some(&open.role))?;
+                        agree(open, "name", fields.get("name"), open.name.as_deref())?;
+                    }
+                    Kind::Tool => {
+                        agree(
+                            open,
+                            "toolCallName",
+                            fields.get("toolCallName"),
+                            open.name.as_deref(),
+                        )?;
+                        agree(
+                            open,
+                            "parentMessageId",
+                            fields.get("parentMessageId"),
+                            open.parent.as_deref(),
+                        )?;
+                    }
+                    Kind::Reasoning => {}
                 }
-                Kind::Tool => {
-                    agree(
-                        &open,
-                        "toolCallName",
-                        fields.get("toolCallName"),
-                        open.name.as_deref(),
-                    )?;
-                    agree(
-                        &open,
-                        "parentMessageId",
-                        fields.get("parentMessageId"),
-                        open.parent.as_deref(),
-                    )?;
-                }
-                Kind::Reasoning => {}
+                false
             }
-            open
-        } else {
-            ends = self.close_lane(lane.as_deref());
-            let Some(id) = id.clone() else {
-                return Err(ChunkError::MissingId {
-                    chunk: chunk_type,
-                    field: kind.id_field(),
-                });
-            };
-            let name = match kind {
-                Kind::Text => fields.get("name").map(str::to_owned),
-                Kind::Tool => match fields.get("toolCallName") {
-                    Some(n) => Some(n.to_owned()),
-                    None => return Err(ChunkError::MissingToolCallName),
-                },
-                Kind::Reasoning => None,
-            };
-            let pending = Pending {
-                kind,
-                id,
-                role: match kind {
-                    Kind::Text => fields.get("role").unwrap_or("\"assistant\"").to_owned(),
-                    Kind::Tool => String::new(),
-                    Kind::Reasoning => "\"reasoning\"".to_owned(),
-                },
-                name,
-                parent: match kind {
-                    Kind::Tool => fields.get("parentMessageId").map(str::to_owned),
-                    _ => None,
-                },
-                tag: tag.clone(),
-            };
-            self.lanes.push((lane, pending.clone()));
-            let mut start: Obj = Vec::with_capacity(6);
+            None => {
+                if let Some(i) = at {
+                    let (_, p) = self.lanes.remove(i);
+                    events.push(end_event(&p));
+                }
+                let Some(id) = id else {
+                    return Err(ChunkError::MissingId {
+                        chunk: chunk_type,
+                        field: kind.id_field(),
+                    });
+                };
+                let name = match kind {
+                    Kind::Text => fields.get("name").map(str::to_owned),
+                    Kind::Tool => match fields.get("toolCallName") {
+                        Some(n) => Some(n.to_owned()),
+                        None => return Err(ChunkError::MissingToolCallName),
+                    },
+                    Kind::Reasoning => None,
+                };
+                let pending = Pending {
+                    kind,
+                    id_json: quote(&id),
+                    id: id.into_owned(),
+                    role: match kind {
+                        Kind::Text => fields.get("role").unwrap_or("\"assistant\"").to_owned(),
+                        Kind::Tool => String::new(),
+                        Kind::Reasoning => "\"reasoning\"".to_owned(),
+                    },
+                    name,
+                    parent: match kind {
+                        Kind::Tool => fields.get("parentMessageId").map(str::to_owned),
+                        _ => None,
+                    },
+                    tag_json: tag_json.clone(),
+                };
+                self.lanes.push((lane, pending));
+                true
+            }
+        };
+        let opener = match continuing {
+            Some(i) => &self.lanes[i].1,
+            None => &self.lanes[self.lanes.len() - 1].1,
+        };
+
+        // At most two events: the opener's START and one content event.
+        let mut out: Vec<(EventType, Obj<'_>)> = Vec::with_capacity(2);
+        if opened {
+            let mut start: Obj<'_> = Vec::with_capacity(6);
             match kind {
                 Kind::Text => {
-                    start.push(("type", "\"TEXT_MESSAGE_START\"".into()));
-                    start.push(("messageId", quote(&pending.id)));
-                    start.push(("role", pending.role.clone()));
-                    if let Some(name) = &pending.name {
-                        start.push(("name", name.clone()));
+                    start.push(("type", "\"TEXT_MESSAGE_START\""));
+                    start.push(("messageId", &opener.id_json));
+                    start.push(("role", &opener.role));
+                    if let Some(name) = &opener.name {
+                        start.push(("name", name));
                     }
                 }
                 Kind::Tool => {
-                    start.push(("type", "\"TOOL_CALL_START\"".into()));
-                    start.push(("toolCallId", quote(&pending.id)));
-                    start.push(("toolCallName", pending.name.clone().unwrap_or_default()));
-                    if let Some(parent) = &pending.parent {
-                        start.push(("parentMessageId", parent.clone()));
+                    start.push(("type", "\"TOOL_CALL_START\""));
+                    start.push(("toolCallId", &opener.id_json));
+                    start.push(("toolCallName", opener.name.as_deref().unwrap_or_default()));
+                    if let Some(parent) = &opener.parent {
+                        start.push(("parentMessageId", parent));
                     }
                 }
                 Kind::Reasoning => {
-                    start.push(("type", "\"REASONING_MESSAGE_START\"".into()));
-                    start.push(("messageId", quote(&pending.id)));
-                    start.push(("role", pending.role.clone()));
+                    start.push(("type", "\"REASONING_MESSAGE_START\""));
+                    start.push(("messageId", &opener.id_json));
+                    start.push(("role", &opener.role));
                 }
             }
-            if let Some(t) = tag.json() {
+            if let Some(t) = &tag_json {
                 start.push(("subagentRunId", t));
             }
             if let Some(m) = metadata {
-                start.push(("metadata", m.to_owned()));
+                start.push(("metadata", m));
             }
-            out.push(start);
-            pending
-        };
+            out.push((kind.start_type(), start));
+        }
 
         let (content_type, id_key) = match kind {
             Kind::Text => ("\"TEXT_MESSAGE_CONTENT\"", "messageId"),
@@ -512,27 +567,25 @@ impl ChunkExpander {
         };
         // The content event's owner: the chunk's own tag, else the opener's.
         let owner = if tag.is_absent() {
-            opener.tag.json()
+            opener.tag_json.as_deref()
         } else {
-            tag.json()
+            tag_json.as_deref()
         };
-        let mut carried = false;
         if delta.is_some() || raw_event.is_some() {
-            let mut content: Obj = Vec::with_capacity(6);
-            content.push(("type", content_type.into()));
-            content.push((id_key, quote(&opener.id)));
-            content.push(("delta", delta.unwrap_or("\"\"").to_owned()));
-            if let Some(o) = &owner {
-                content.push(("subagentRunId", o.clone()));
+            let mut content: Obj<'_> = Vec::with_capacity(6);
+            content.push(("type", content_type));
+            content.push((id_key, &opener.id_json));
+            content.push(("delta", delta.unwrap_or("\"\"")));
+            if let Some(o) = owner {
+                content.push(("subagentRunId", o));
             }
             if let Some(m) = metadata {
-                content.push(("metadata", m.to_owned()));
+                content.push(("metadata", m));
             }
             if let Some(r) = raw_event {
-                content.push(("rawEvent", r.to_owned()));
+                content.push(("rawEvent", r));
             }
-            out.push(content);
-            carried = true;
+            out.push((kind.content_type(), content));
         }
         if out.is_empty()
             && (metadata.is_some()
@@ -540,41 +593,35 @@ impl ChunkExpander {
                 || tag == Tag::Null
                 || !remainder.is_empty())
         {
-            let mut content: Obj = Vec::with_capacity(6);
-            content.push(("type", content_type.into()));
-            content.push((id_key, quote(&opener.id)));
-            content.push(("delta", "\"\"".into()));
+            let mut content: Obj<'_> = Vec::with_capacity(6);
+            content.push(("type", content_type));
+            content.push((id_key, &opener.id_json));
+            content.push(("delta", "\"\""));
             if let Some(m) = metadata {
-                content.push(("metadata", m.to_owned()));
+                content.push(("metadata", m));
             }
             if let Some(r) = raw_event {
-                content.push(("rawEvent", r.to_owned()));
+                content.push(("rawEvent", r));
             }
-            if let Some(o) = &owner {
-                content.push(("subagentRunId", o.clone()));
+            if let Some(o) = owner {
+                content.push(("subagentRunId", o));
             }
-            out.push(content);
-            carried = true;
+            out.push((kind.content_type(), content));
         }
 
-        let mut events = ends;
+        // The remainder rides the last event: the content event
+        // (`{...remainder, ...described}`), or when there is none the opener,
+        // whose own fields win a clash (keeping the remainder's position).
         let n = out.len();
-        for (k, obj) in out.into_iter().enumerate() {
-            let text = if remainder.is_empty() {
-                render(&[], &obj)
-            } else if carried && k + 1 == n {
-                // The content event: `{...remainder, ...described}`.
-                render(&remainder, &obj)
-            } else if !carried && k + 1 == n {
-                // No content event: the remainder goes on the opener, whose
-                // own fields win a clash (keeping the remainder's position).
+        for (k, (ty, obj)) in out.into_iter().enumerate() {
+            let text = if k + 1 == n {
                 render(&remainder, &obj)
             } else {
                 render(&[], &obj)
             };
-            events.push(build_text(text));
+            events.push(Event::from_trusted_text(text, ty));
         }
-        Ok(events)
+        Ok(())
     }
 }
 
@@ -626,26 +673,52 @@ fn display_raw(raw: &str) -> String {
 
 /// The string a JSON text holds, if it is a string.
 fn as_string(raw: &str) -> Option<String> {
-    if raw.starts_with('"') {
-        serde_json::from_str::<String>(raw).ok()
-    } else {
-        None
+    as_str(raw).map(Cow::into_owned)
+}
+
+/// The string a JSON text holds, if it is a string (borrowed when it has no
+/// escapes).
+fn as_str(raw: &str) -> Option<Cow<'_, str>> {
+    if !raw.starts_with('"') {
+        return None;
+    }
+    match raw.get(1..raw.len().saturating_sub(1)) {
+        Some(body) if raw.len() >= 2 && !body.contains('\\') => Some(Cow::Borrowed(body)),
+        _ => serde_json::from_str::<String>(raw).ok().map(Cow::Owned),
     }
 }
 
 /// A string as JSON text.
 fn quote(s: &str) -> String {
-    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".to_owned())
+    let mut out = String::with_capacity(s.len() + 2);
+    push_quoted(&mut out, s);
+    out
+}
+
+/// Appends `s` as JSON text, escaped as `JSON.stringify` and serde_json do.
+fn push_quoted(out: &mut String, s: &str) {
+    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.push('"');
+        out.push_str(s);
+        out.push('"');
+    } else {
+        out.push_str(&serde_json::to_string(s).unwrap_or_else(|_| "\"\"".to_owned()));
+    }
 }
 
 /// An object under construction: keys and their values as JSON text.
-type Obj = Vec<(&'static str, String)>;
+type Obj<'a> = Vec<(&'static str, &'a str)>;
 
 /// Writes `{...first, ...second}` as JavaScript's spread does: the keys of
 /// `first` in order (with `second`'s value where both have the key), then
 /// the other keys of `second`.
-fn render(first: &[(String, String)], second: &Obj) -> String {
-    let mut text = String::with_capacity(128);
+fn render(first: &[(&str, &str)], second: &Obj<'_>) -> String {
+    let len = first
+        .iter()
+        .chain(second.iter())
+        .map(|(k, v)| k.len() + v.len() + 4)
+        .sum::<usize>();
+    let mut text = String::with_capacity(len + 2);
     text.push('{');
     let mut comma = false;
     let mut put = |text: &mut String, key: &str, value: &str| {
@@ -653,19 +726,19 @@ fn render(first: &[(String, String)], second: &Obj) -> String {
             text.push(',');
         }
         comma = true;
-        text.push_str(&quote(key));
+        push_quoted(text, key);
         text.push(':');
         text.push_str(value);
     };
-    for (k, v) in first {
+    for &(k, v) in first {
         let value = second
             .iter()
-            .find(|(k2, _)| *k2 == k.as_str())
-            .map_or(v.as_str(), |(_, v2)| v2.as_str());
+            .find(|(k2, _)| *k2 == k)
+            .map_or(v, |(_, v2)| *v2);
         put(&mut text, k, value);
     }
-    for (k, v) in second {
-        if !first.iter().any(|(k1, _)| k1 == k) {
+    for &(k, v) in second {
+        if !first.iter().any(|(k1, _)| *k1 == k) {
             put(&mut text, k, v);
         }
     }
@@ -673,36 +746,76 @@ fn render(first: &[(String, String)], second: &Obj) -> String {
     text
 }
 
+/// An object key, borrowed from the text when it has no escapes.
+struct Key<'a>(Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a key")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, s: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(s)))
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(s.to_owned())))
+            }
+            fn visit_string<E: de::Error>(self, s: String) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(s)))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// Objects with more keys than this index them to find repeated keys, so a
+/// wide object is read in linear time.
+const INDEX_KEYS_FROM: usize = 16;
+
 /// The top-level fields of a chunk, as JSON text, in order.
 struct Fields<'a> {
-    entries: Vec<(String, &'a str)>,
+    entries: Vec<(Cow<'a, str>, &'a str)>,
 }
 
 impl<'a> Fields<'a> {
     fn parse(json: &'a str) -> Fields<'a> {
         struct V;
-        impl<'de> serde::de::Visitor<'de> for V {
-            type Value = Vec<(String, &'de str)>;
+        impl<'de> Visitor<'de> for V {
+            type Value = Vec<(Cow<'de, str>, &'de str)>;
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str("a JSON object")
             }
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                mut map: A,
-            ) -> Result<Self::Value, A::Error> {
-                let mut entries: Vec<(String, &'de str)> = Vec::new();
-                // Position of each key in `entries`: a wide object is read in
-                // linear time.
-                let mut positions: HashMap<String, usize> = HashMap::new();
-                while let Some(key) = map.next_key::<String>()? {
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut entries: Vec<(Cow<'de, str>, &'de str)> = Vec::with_capacity(8);
+                // Position of each key in `entries`, once the object is wide.
+                let mut positions: Option<HashMap<Cow<'de, str>, usize>> = None;
+                while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
                     let value: &'de RawValue = map.next_value()?;
                     // A repeated key keeps its first position and last value,
                     // as JSON.parse does.
-                    match positions.get(&key).and_then(|&at| entries.get_mut(at)) {
-                        Some(slot) => slot.1 = value.get(),
+                    let at = match &positions {
+                        Some(p) => p.get(&key).copied(),
+                        None => entries.iter().position(|(k, _)| *k == key),
+                    };
+                    match at {
+                        Some(at) => entries[at].1 = value.get(),
                         None => {
-                            positions.insert(key.clone(), entries.len());
+                            if let Some(p) = &mut positions {
+                                p.insert(key.clone(), entries.len());
+                            }
                             entries.push((key, value.get()));
+                            if positions.is_none() && entries.len() > INDEX_KEYS_FROM {
+                                positions = Some(
+                                    entries
+                                        .iter()
+                                        .enumerate()
+                                        .map(|(i, (k, _))| (k.clone(), i))
+                                        .collect(),
+                                );
+                            }
                         }
                     }
                 }
@@ -720,11 +833,11 @@ impl<'a> Fields<'a> {
     }
 
     /// The properties the chunk schema does not describe, in order.
-    fn remainder(&self, kind: Kind) -> Vec<(String, String)> {
+    fn remainder(&self, kind: Kind) -> Vec<(&str, &'a str)> {
         self.entries
             .iter()
             .filter(|(k, _)| !kind.described(k))
-            .map(|(k, v)| (k.clone(), (*v).to_owned()))
+            .map(|(k, v)| (k.as_ref(), *v))
             .collect()
     }
 }
@@ -735,25 +848,11 @@ fn end_event(p: &Pending) -> Event {
         Kind::Tool => ("\"TOOL_CALL_END\"", "toolCallId"),
         Kind::Reasoning => ("\"REASONING_MESSAGE_END\"", "messageId"),
     };
-    let mut obj: Obj = vec![("type", ty.to_owned()), (key, quote(&p.id))];
-    if let Some(t) = p.tag.json() {
+    let mut obj: Obj<'_> = vec![("type", ty), (key, &p.id_json)];
+    if let Some(t) = &p.tag_json {
         obj.push(("subagentRunId", t));
     }
-    build_text(render(&[], &obj))
-}
-
-fn build_text(text: String) -> Event {
-    // The text is an object with a string "type" assembled from valid JSON
-    // pieces, so this cannot fail; fall back to a minimal event rather than
-    // panic.
-    Event::from_json_string(text).unwrap_or_else(|_| fallback_event())
-}
-
-fn fallback_event() -> Event {
-    match Event::from_json(r#"{"type":"RAW","event":null}"#) {
-        Ok(e) => e,
-        Err(_) => unreachable!("a fixed valid event"),
-    }
+    Event::from_trusted_text(render(&[], &obj), p.kind.end_type())
 }
 
 /// `subagentRunId` of a non-chunk event, as the closing rules read it.
@@ -762,27 +861,59 @@ enum TagOf {
     Other,
 }
 
+/// Reads only `subagentRunId` (a repeated one names no lane).
 fn read_tag_of(event: &Event) -> TagOf {
-    #[derive(Deserialize)]
-    struct View {
-        #[serde(rename = "subagentRunId", default, deserialize_with = "present")]
-        tag: Option<Value>,
+    struct V;
+    impl<'de> Visitor<'de> for V {
+        type Value = Tag;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("an event object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Tag, A::Error> {
+            let mut tag: Option<Tag> = None;
+            while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
+                if key == "subagentRunId" {
+                    if tag.is_some() {
+                        return Err(de::Error::custom("subagentRunId appears twice"));
+                    }
+                    tag = Some(map.next_value::<TagValue>()?.0);
+                } else {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+            Ok(tag.unwrap_or(Tag::Absent))
+        }
     }
-    match event.view::<View>() {
-        Ok(View { tag: None }) => TagOf::Tag(Tag::Absent),
-        Ok(View {
-            tag: Some(Value::Null),
-        }) => TagOf::Tag(Tag::Null),
-        Ok(View {
-            tag: Some(Value::String(s)),
-        }) => TagOf::Tag(Tag::Id(s)),
-        _ => TagOf::Other,
+    let mut de = serde_json::Deserializer::from_str(event.json());
+    match serde::Deserializer::deserialize_map(&mut de, V) {
+        Ok(tag) => TagOf::Tag(tag),
+        Err(_) => TagOf::Other,
     }
 }
 
-/// Deserializes a present field (even `null`) as `Some`.
-fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
-    Value::deserialize(d).map(Some)
+/// A present `subagentRunId`: `null`, a string, or (an error) anything else.
+struct TagValue(Tag);
+
+impl<'de> Deserialize<'de> for TagValue {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = TagValue;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("null or a string")
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<TagValue, E> {
+                Ok(TagValue(Tag::Null))
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<TagValue, E> {
+                Ok(TagValue(Tag::Id(s.to_owned())))
+            }
+            fn visit_string<E: de::Error>(self, s: String) -> Result<TagValue, E> {
+                Ok(TagValue(Tag::Id(s)))
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 /// Expands every chunk of a stream (see [`ChunkExpander`]). Items still open
@@ -792,7 +923,9 @@ pub fn expand_chunks(events: &[Event]) -> Result<Vec<Event>, (usize, ChunkError)
     let mut expander = ChunkExpander::new();
     let mut out = Vec::with_capacity(events.len());
     for (i, e) in events.iter().enumerate() {
-        out.extend(expander.push(e).map_err(|err| (i, err))?);
+        if expander.push_into(e, &mut out).map_err(|err| (i, err))? {
+            out.push(e.clone());
+        }
     }
     Ok(out)
 }

@@ -107,6 +107,25 @@ impl Event {
         Event::from_json_string(text)
     }
 
+    /// An event from text this crate assembled itself, without validating it
+    /// again (chunk expansion synthesizes many events per input event).
+    ///
+    /// The caller guarantees what [`Event::from_json`] would check: `text` is
+    /// one line of JSON, an object whose only `type` key is the string that
+    /// `ty` spells, built from a fixed key set plus keys and raw values taken
+    /// from validated events (so it nests no deeper than they do, has no lone
+    /// surrogate and no reserved key). Debug builds check all of it.
+    pub(crate) fn from_trusted_text(text: String, ty: EventType) -> Event {
+        debug_assert!(
+            Event::from_json(&text).is_ok_and(|e| e.json() == text && e.ty == ty),
+            "assembled event text is not a valid envelope of its type: {text}"
+        );
+        Event {
+            json: text.into(),
+            ty,
+        }
+    }
+
     /// The event's `type`.
     pub fn event_type(&self) -> &EventType {
         &self.ty
