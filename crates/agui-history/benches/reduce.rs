@@ -39,11 +39,24 @@ fn ours(events: &[Event]) -> (Duration, Conversation) {
     (median(times), result)
 }
 
-fn official(events: &[Event], runs: u64) -> (Duration, usize) {
-    let input = json!({
+/// One official measurement: the median time, the message count, and how
+/// far the reducer got (`processed` of the input events; `finished` false
+/// when the budget ran out first, and `time` is then the budget).
+struct Official {
+    time: Duration,
+    messages: usize,
+    processed: usize,
+    finished: bool,
+}
+
+fn official(events: &[Event], runs: u64, budget: Option<Duration>) -> Official {
+    let mut input = json!({
         "events": events.iter().map(Event::to_value).collect::<Vec<Value>>(),
         "runs": runs,
     });
+    if let Some(b) = budget {
+        input["budgetMs"] = json!(b.as_secs_f64() * 1000.0);
+    }
     let out = oracle::run("bench-reduce.mjs", &input);
     let times: Vec<Duration> = out["ms"]
         .as_array()
@@ -51,60 +64,92 @@ fn official(events: &[Event], runs: u64) -> (Duration, usize) {
         .iter()
         .map(|ms| Duration::from_secs_f64(ms.as_f64().unwrap_or(0.0) / 1000.0))
         .collect();
-    let messages = out["messages"].as_u64().unwrap_or(0) as usize;
-    (median(times), messages)
+    Official {
+        time: median(times),
+        messages: out["messages"].as_u64().unwrap_or(0) as usize,
+        processed: out["processed"].as_u64().unwrap_or(0) as usize,
+        finished: out["finished"].as_bool().unwrap_or(false),
+    }
 }
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
-fn main() {
-    let node_runs: u64 = std::env::var("AGUI_BENCH_NODE_RUNS")
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(1);
+        .unwrap_or(default)
+}
+
+fn main() {
+    let node_runs: u64 = env_or("AGUI_BENCH_NODE_RUNS", 1);
+    let budget_s: f64 = env_or("AGUI_BENCH_NODE_BUDGET_S", 900.0);
+    let budget = (budget_s > 0.0).then(|| Duration::from_secs_f64(budget_s));
+    let sizes: Vec<usize> = std::env::var("AGUI_BENCH_SIZES")
+        .unwrap_or_else(|_| "10000,100000".to_owned())
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect();
     let mut rows = Vec::new();
-    for n in [10_000usize, 100_000] {
+    for &n in &sizes {
         let events = streams::realistic(n, 42);
         let bytes: usize = events.iter().map(Event::len_bytes).sum();
         let (t_ours, conv) = ours(&events);
-        if node_runs == 0 {
-            println!(
-                "reduce {n:>7} events: ours {:>9.3} ms ({:.2} M events/s)",
-                ms(t_ours),
-                n as f64 / t_ours.as_secs_f64() / 1e6
-            );
-            continue;
-        }
-        let (t_node, node_messages) = official(&events, node_runs);
-        assert_eq!(
-            conv.messages.len(),
-            node_messages,
-            "both reducers must build the same conversation"
-        );
-        let ratio = t_node.as_secs_f64() / t_ours.as_secs_f64();
-        println!(
-            "reduce {n:>7} events ({:.1} MB, {} messages): ours {:>9.3} ms ({:.2} M events/s), official {:>10.1} ms, ratio {:>8.0}x",
+        let line = format!(
+            "reduce {n:>7} events ({:.1} MB, {} messages): ours {:>9.3} ms ({:.2} M events/s)",
             bytes as f64 / 1e6,
             conv.messages.len(),
             ms(t_ours),
-            n as f64 / t_ours.as_secs_f64() / 1e6,
-            ms(t_node),
-            ratio,
+            n as f64 / t_ours.as_secs_f64() / 1e6
         );
-        rows.push((n, t_ours, t_node));
+        if node_runs == 0 {
+            println!("{line}");
+            rows.push((n, t_ours, None));
+            continue;
+        }
+        let node = official(&events, node_runs, budget);
+        let ratio = node.time.as_secs_f64() / t_ours.as_secs_f64();
+        if node.finished {
+            assert_eq!(
+                conv.messages.len(),
+                node.messages,
+                "both reducers must build the same conversation"
+            );
+            println!(
+                "{line}, official {:>10.1} ms, ratio {ratio:>8.0}x",
+                ms(node.time)
+            );
+        } else {
+            println!(
+                "{line}, official did not finish: {} of {n} events in {:.1} s (budget), ratio > {ratio:.0}x",
+                node.processed,
+                node.time.as_secs_f64()
+            );
+        }
+        rows.push((n, t_ours, Some(node)));
     }
-    if rows.len() < 2 {
-        return;
+    for pair in rows.windows(2) {
+        let (n0, o0, j0) = &pair[0];
+        let (n1, o1, j1) = &pair[1];
+        let grow = |a: Duration, b: Duration| b.as_secs_f64() / a.as_secs_f64();
+        let official = match (j0, j1) {
+            (Some(a), Some(b)) if a.finished && b.finished => {
+                format!(", official {:.1}x", grow(a.time, b.time))
+            }
+            (Some(a), Some(b)) if a.finished => format!(
+                ", official > {:.1}x (it had reached {} of {n1} events when the budget ran out)",
+                grow(a.time, b.time),
+                b.processed
+            ),
+            _ => String::new(),
+        };
+        println!(
+            "growth {n0} -> {n1} events ({:.0}x): ours {:.1}x{official} (linear = {:.0}x)",
+            *n1 as f64 / *n0 as f64,
+            grow(*o0, *o1),
+            *n1 as f64 / *n0 as f64,
+        );
     }
-    let (n0, o0, j0) = rows[0];
-    let (n1, o1, j1) = rows[1];
-    println!(
-        "growth {n0} -> {n1} events ({}x): ours {:.1}x, official {:.1}x (linear = {}x)",
-        n1 / n0,
-        o1.as_secs_f64() / o0.as_secs_f64(),
-        j1.as_secs_f64() / j0.as_secs_f64(),
-        n1 / n0,
-    );
 }
