@@ -236,25 +236,23 @@ pub struct Reducer {
 #[derive(Default)]
 struct ChunkStage {
     expander: ChunkExpander,
+    /// The events synthesized for the current input event (reused).
+    buffer: Vec<Event>,
 }
 
 impl ChunkStage {
-    /// The events the reducer sees for one input event.
-    fn push<'e>(&mut self, event: &'e Event) -> Result<Expanded<'e>, Fail> {
+    /// Expands one input event into `self.buffer`; returns whether the event
+    /// itself follows the buffered ones.
+    fn push(&mut self, event: &Event) -> Result<bool, Fail> {
+        self.buffer.clear();
         // Fast path: nothing open and not a chunk, so the event passes as it is.
         if !self.expander.has_open() && !is_chunk(event.event_type()) {
-            return Ok(Expanded::Same(event));
+            return Ok(true);
         }
         self.expander
-            .push(event)
-            .map(Expanded::Many)
+            .push_into(event, &mut self.buffer)
             .map_err(|e| Fail::Chunk(e.to_string()))
     }
-}
-
-enum Expanded<'e> {
-    Same(&'e Event),
-    Many(Vec<Event>),
 }
 
 fn is_chunk(ty: &EventType) -> bool {
@@ -299,11 +297,27 @@ fn is_irregular(message: &Value) -> bool {
 }
 
 /// `target.metadata = mergeMetadata(target.metadata, clone(metadata))`.
-fn merge_metadata_into(target: &mut Value, metadata: &Value) -> Result<(), Fail> {
+///
+/// The merged object is `{...existing, ...incoming}`; when both are objects
+/// it is built in place (the same keys in the same order: existing keys keep
+/// their position and take the incoming value, new keys come last).
+fn merge_metadata_into(target: &mut Value, metadata: Value) -> Result<(), Fail> {
     match target {
         Value::Object(map) => {
-            let merged = js::merge_metadata(map.get("metadata"), metadata);
-            map.insert("metadata".into(), merged);
+            match (map.get_mut("metadata"), metadata) {
+                (Some(Value::Object(existing)), Value::Object(incoming)) => {
+                    for (k, v) in incoming {
+                        existing.insert(k, v);
+                    }
+                }
+                (None | Some(Value::Null), Value::Object(incoming)) => {
+                    map.insert("metadata".into(), Value::Object(incoming));
+                }
+                (existing, incoming) => {
+                    let merged = js::merge_metadata(existing.as_deref(), &incoming);
+                    map.insert("metadata".into(), merged);
+                }
+            }
             Ok(())
         }
         // A property set on an array does not show in JSON.
@@ -398,8 +412,23 @@ impl Reducer {
         // Ends the official stage computes when the stream completes are
         // discarded, so nothing is needed at the end.
         let result = match self.chunks.push(event) {
-            Ok(Expanded::Same(e)) => self.apply_expanded(e),
-            Ok(Expanded::Many(events)) => events.iter().try_for_each(|e| self.apply_expanded(e)),
+            Ok(itself) => {
+                // The synthesized events, then the event itself; the buffer
+                // is lent out while they are applied.
+                let buffer = std::mem::take(&mut self.chunks.buffer);
+                let applied = buffer
+                    .iter()
+                    .try_for_each(|e| self.apply_expanded(e))
+                    .and_then(|()| {
+                        if itself {
+                            self.apply_expanded(event)
+                        } else {
+                            Ok(())
+                        }
+                    });
+                self.chunks.buffer = buffer;
+                applied
+            }
             Err(f) => Err(f),
         };
         result.map_err(|f| {
@@ -712,7 +741,7 @@ impl Reducer {
     fn merge_into_message(&mut self, p: usize, f: &Fields<'_>) -> Result<(), Fail> {
         if let Some(md) = f.value("metadata")? {
             self.touch(p);
-            merge_metadata_into(&mut self.conv.messages[p], &md)?;
+            merge_metadata_into(&mut self.conv.messages[p], md)?;
             self.propagate(p);
         }
         Ok(())
@@ -843,7 +872,7 @@ impl Reducer {
                 },
                 _ => {}
             }
-            if let Some(md) = &metadata {
+            if let Some(md) = metadata {
                 merge_metadata_into(tc, md)?;
             }
             self.propagate(p);
@@ -895,7 +924,7 @@ impl Reducer {
         function.insert("arguments".into(), Value::String(String::new()));
         tc.insert("function".into(), Value::Object(function));
         let mut tc = Value::Object(tc);
-        if let Some(md) = &metadata {
+        if let Some(md) = metadata {
             merge_metadata_into(&mut tc, md)?;
         }
         self.touch(p);
@@ -953,7 +982,7 @@ impl Reducer {
         }
         let metadata = f.value("metadata")?;
         if let (Some(md), Some(tc)) = (metadata, self.tool_call_mut(p, j)) {
-            merge_metadata_into(tc, &md)?;
+            merge_metadata_into(tc, md)?;
         }
         self.propagate(p);
         Ok(())
@@ -969,7 +998,7 @@ impl Reducer {
             let Some(tc) = self.tool_call_mut(p, j) else {
                 return throws("the tool call is not an object");
             };
-            merge_metadata_into(tc, &md)?;
+            merge_metadata_into(tc, md)?;
             self.propagate(p);
         }
         Ok(())
@@ -1006,7 +1035,7 @@ impl Reducer {
         }
         let mut message = Value::Object(m);
         if let Some(md) = f.value("metadata")? {
-            merge_metadata_into(&mut message, &md)?;
+            merge_metadata_into(&mut message, md)?;
         }
         match self.find_tool_call(&tc_key, TcSearch::Assistant)? {
             None => {
