@@ -6,17 +6,26 @@
 //!   The schema is created and migrated on open, under an advisory lock, so
 //!   replicas may start together. Calls go through a connection pool
 //!   ([`PgOptions::pool_size`]).
-//! - **Layout.** `threads` (one row per (tenant, thread): the head of the log,
-//!   locked `FOR UPDATE` by every append so appends to one thread serialize
-//!   while other threads proceed), `events` (primary key (thread, seq); the
-//!   exact JSON bytes, zstd-compressed from 1 KiB on, otherwise as is),
-//!   `runs` (the run index, maintained with `agui_store::index`; indexes by
-//!   thread, start time, parent run), `checkpoints`. Ids are `bytea`, so any
-//!   string (NUL included) round-trips.
-//! - **Appends** are one transaction: lock the thread row, check
-//!   `expected_seq` (`Conflict` on mismatch), plan the batch, insert all its
-//!   events with one multi-row `INSERT ... SELECT FROM UNNEST(...)`, update
-//!   the run index and the head, `pg_notify`, commit.
+//! - **Layout.** `threads` (one row per (tenant, thread): the head of the
+//!   log, updated by every append, so appends to one thread serialize on its
+//!   row lock while other threads proceed), `chunks` (one row per appended
+//!   batch of up to 1,024 events, primary key (thread, first sequence): the
+//!   exact JSON bytes framed, zstd-compressed when that pays, with a CRC-32;
+//!   see `chunk.rs`), `runs` (the run index, maintained with
+//!   `agui_store::index`; indexes by thread, start time, parent run),
+//!   `checkpoints`. Ids are `bytea`, so any string (NUL included)
+//!   round-trips. Schema version 1 kept one row per event; migration 2 turns
+//!   those rows into one-event chunks in place.
+//! - **Appends** are one statement (`APPEND_SQL`): update the head row only
+//!   if it still is the head the batch was planned against, and, joined on
+//!   that update, insert the chunks and new runs, update continuing runs,
+//!   set the commit mode and `pg_notify`. The process remembers each
+//!   thread's head after writing it, so an append is usually one round trip.
+//!   When the head is unknown or has moved (another writer or replica, a
+//!   `mark_interrupted`), the statement writes nothing and the append
+//!   retries in a transaction that locks the head row first, checks
+//!   `expected_seq` (`Conflict` on mismatch) and plans under the lock. A run
+//!   id used twice violates `runs_pkey` and is `Invalid`.
 //! - **Durability** is per transaction through `synchronous_commit`:
 //!   [`Durability::Append`] commits with `synchronous_commit = on` (the
 //!   append is on stable storage when it returns); [`Durability::RunEnd`]
@@ -36,6 +45,7 @@
 //!   subscription to re-read from the store, so nothing is missed.
 //! - **Errors** map onto the portable kinds; `Display` never shows SQL.
 
+mod chunk;
 mod error;
 mod schema;
 
@@ -47,7 +57,7 @@ use std::time::Duration;
 
 use agui_protocol::Event;
 use agui_store::cursor::{RunCursor, ThreadCursor};
-use agui_store::index::{ThreadHead, plan_batch};
+use agui_store::index::{BatchPlan, ThreadHead, plan_batch};
 use agui_store::subscribe::{EventStream, Hub, PageReader, catch_up_then_live};
 use agui_store::{
     AppendRequest, Appended, ConversationCache, Durability, EventPage, EventStore, Restored,
@@ -67,15 +77,11 @@ use crate::error::{pg, pool};
 /// The schema used when the URL names none.
 pub const DEFAULT_SCHEMA: &str = "agui";
 
-/// Event bodies from this many bytes on are stored zstd-compressed.
-const COMPRESS_FROM: usize = 1024;
+/// Threads whose head this process remembers (see `Inner::heads`).
+const HEAD_KEYS: usize = 4096;
 
 /// Threads tracked as possibly cached (see `Inner::cached`).
 const CACHED_KEYS: usize = 4096;
-
-/// No stored event decompresses to more than this (a damaged frame header
-/// must not make the store allocate without bound).
-const MAX_EVENT_BYTES: usize = 1 << 30;
 
 /// How to open a [`PgStore`].
 #[derive(Debug, Clone)]
@@ -153,6 +159,9 @@ struct Inner {
     /// of, so a deletion through another replica can forget them.
     cached: Mutex<HashMap<String, (String, String)>>,
     listener: Mutex<Option<JoinHandle<()>>>,
+    /// (tenant, thread) → the head this process last wrote or read under
+    /// lock: appends plan against it and let the database check it.
+    heads: Mutex<HashMap<(String, String), KnownHead>>,
 }
 
 impl Drop for Inner {
@@ -217,59 +226,242 @@ fn notice_key(tenant: &str, thread: &str) -> String {
     hex::encode(&h.finalize()[..12])
 }
 
-fn encode_body(json: &str) -> (i16, Vec<u8>) {
-    if json.len() >= COMPRESS_FROM
-        && let Ok(z) = zstd::bulk::compress(json.as_bytes(), 1)
-        && z.len() < json.len()
-    {
-        return (1, z);
+/// The whole write of one batch, as one statement (so one round trip, and
+/// atomic even without an explicit transaction). The head row is updated
+/// only if it still is what the batch was planned against (`$1` id, `$2`
+/// last sequence, `$3` last run's status); every other part joins on that
+/// update, so a moved head writes nothing and returns no row. New runs are
+/// inserted (a reused run id violates `runs_pkey`), existing ones updated.
+/// `synchronous_commit` is set for this transaction only.
+const APPEND_SQL: &str = "WITH h AS (\
+     UPDATE threads SET last_seq = $4, updated_at = $5, \
+       created_at = CASE WHEN last_seq = 0 THEN $5 ELSE created_at END, \
+       agent = COALESCE($6, agent), run_count = run_count + $7, bytes = bytes + $8, \
+       last_run = $9, last_run_status = $10 \
+     WHERE id = $1 AND last_seq = $2 AND last_run_status IS NOT DISTINCT FROM $3 \
+     RETURNING id), \
+   c AS (INSERT INTO chunks (thread_id, first_seq, last_seq, received_at, codec, raw_len, \
+       crc, data) \
+     SELECT h.id, u.f, u.l, $5, u.c, u.n, u.k, u.d FROM h, UNNEST($11::bigint[], \
+       $12::bigint[], $13::smallint[], $14::bigint[], $15::bigint[], $16::bytea[]) \
+       AS u(f, l, c, n, k, d)), \
+   rn AS (INSERT INTO runs (thread_id, run_id, tenant, thread, parent_run_id, agent, status, \
+       started_at, finished_at, first_seq, last_seq, event_count, bytes) \
+     SELECT h.id, u.r, $17, $18, u.p, u.a, u.s, u.t, u.f, u.fs, u.ls, u.e, u.b FROM h, \
+       UNNEST($19::bytea[], $20::bytea[], $21::bytea[], $22::smallint[], $23::bigint[], \
+       $24::bigint[], $25::bigint[], $26::bigint[], $27::bigint[], $28::bigint[]) \
+       AS u(r, p, a, s, t, f, fs, ls, e, b)), \
+   ru AS (UPDATE runs x SET last_seq = u.ls, event_count = x.event_count + u.e, \
+       bytes = x.bytes + u.b, status = u.s, finished_at = COALESCE(u.f, x.finished_at) \
+     FROM h, UNNEST($29::bytea[], $30::bigint[], $31::bigint[], $32::bigint[], \
+       $33::smallint[], $34::bigint[]) AS u(r, ls, e, b, s, f) \
+     WHERE x.thread_id = h.id AND x.run_id = u.r) \
+   SELECT set_config('synchronous_commit', $35, true), pg_notify($36, $37) FROM h";
+
+/// Creates the head row if missing and locks it either way.
+const LOCK_HEAD_SQL: &str = "INSERT INTO threads (tenant, thread, created_at, updated_at, \
+     last_seq) VALUES ($1, $2, $3, $3, 0) \
+     ON CONFLICT (tenant, thread) DO UPDATE SET last_seq = threads.last_seq \
+     RETURNING id, last_seq, updated_at, last_run, last_run_status";
+
+/// Maps an error of the append statement: a reused run id is `Invalid`.
+fn append_err(e: tokio_postgres::Error) -> StoreError {
+    let reused = e.as_db_error().is_some_and(|d| {
+        *d.code() == tokio_postgres::error::SqlState::UNIQUE_VIOLATION
+            && d.constraint() == Some("runs_pkey")
+    });
+    if reused {
+        return StoreError::invalid("a runId is already used in this thread").with_source(e);
     }
-    (0, json.as_bytes().to_vec())
+    pg(e)
 }
 
-fn decode_body(codec: i16, body: Vec<u8>) -> Result<Event> {
-    let bytes = match codec {
-        0 => body,
-        1 => {
-            let size = zstd::zstd_safe::get_frame_content_size(&body)
-                .ok()
-                .flatten()
-                .ok_or_else(|| StoreError::corrupt("a stored event does not decompress"))?;
-            let size = usize::try_from(size)
-                .ok()
-                .filter(|&n| n <= MAX_EVENT_BYTES)
-                .ok_or_else(|| StoreError::corrupt("a stored event claims an impossible size"))?;
-            zstd::bulk::decompress(&body, size).map_err(|e| {
-                StoreError::corrupt("a stored event does not decompress").with_source(e)
-            })?
+/// A thread's head as this process last saw it: row id and head.
+type KnownHead = (i64, ThreadHead);
+
+/// The parameters of [`APPEND_SQL`] for one planned batch, owned.
+struct AppendParams {
+    id: i64,
+    expect_seq: i64,
+    expect_status: Option<i16>,
+    last_seq: i64,
+    at: i64,
+    agent: Option<Vec<u8>>,
+    new_runs: i64,
+    bytes: i64,
+    last_run: Option<Vec<u8>>,
+    last_status: Option<i16>,
+    c_first: Vec<i64>,
+    c_last: Vec<i64>,
+    c_codec: Vec<i16>,
+    c_len: Vec<i64>,
+    c_crc: Vec<i64>,
+    c_data: Vec<Vec<u8>>,
+    tenant: Vec<u8>,
+    thread: Vec<u8>,
+    n_run: Vec<Vec<u8>>,
+    n_parent: Vec<Option<Vec<u8>>>,
+    n_agent: Vec<Option<Vec<u8>>>,
+    n_status: Vec<i16>,
+    n_started: Vec<i64>,
+    n_finished: Vec<Option<i64>>,
+    n_first: Vec<i64>,
+    n_last: Vec<i64>,
+    n_events: Vec<i64>,
+    n_bytes: Vec<i64>,
+    u_run: Vec<Vec<u8>>,
+    u_last: Vec<i64>,
+    u_events: Vec<i64>,
+    u_bytes: Vec<i64>,
+    u_status: Vec<i16>,
+    u_finished: Vec<Option<i64>>,
+    sync: &'static str,
+    channel: String,
+    notice: String,
+}
+
+impl AppendParams {
+    /// The batch planned against `head` (the head row `id`).
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        id: i64,
+        head: &ThreadHead,
+        plan: &BatchPlan,
+        events: &[Event],
+        tenant: &str,
+        thread: &str,
+        agent: Option<&str>,
+        sync: bool,
+        channel: &str,
+    ) -> Result<AppendParams> {
+        let mut p = AppendParams {
+            id,
+            expect_seq: to_i64(head.last_seq)?,
+            expect_status: head.last_run.as_ref().map(|(_, s)| status_code(*s)),
+            last_seq: to_i64(plan.last_seq())?,
+            at: plan.received_at.0,
+            agent: agent.map(|a| a.as_bytes().to_vec()),
+            new_runs: plan.runs.iter().filter(|r| r.new).count() as i64,
+            bytes: to_i64(plan.bytes)?,
+            last_run: plan
+                .head
+                .last_run
+                .as_ref()
+                .map(|(r, _)| r.as_bytes().to_vec()),
+            last_status: plan.head.last_run.as_ref().map(|(_, s)| status_code(*s)),
+            c_first: Vec::new(),
+            c_last: Vec::new(),
+            c_codec: Vec::new(),
+            c_len: Vec::new(),
+            c_crc: Vec::new(),
+            c_data: Vec::new(),
+            tenant: tenant.as_bytes().to_vec(),
+            thread: thread.as_bytes().to_vec(),
+            n_run: Vec::new(),
+            n_parent: Vec::new(),
+            n_agent: Vec::new(),
+            n_status: Vec::new(),
+            n_started: Vec::new(),
+            n_finished: Vec::new(),
+            n_first: Vec::new(),
+            n_last: Vec::new(),
+            n_events: Vec::new(),
+            n_bytes: Vec::new(),
+            u_run: Vec::new(),
+            u_last: Vec::new(),
+            u_events: Vec::new(),
+            u_bytes: Vec::new(),
+            u_status: Vec::new(),
+            u_finished: Vec::new(),
+            sync: if sync { "on" } else { "off" },
+            channel: channel.to_owned(),
+            notice: format!(
+                "A {} {} {}",
+                notice_key(tenant, thread),
+                plan.first_seq,
+                plan.last_seq()
+            ),
+        };
+        let mut first = plan.first_seq;
+        for part in events.chunks(chunk::CHUNK_EVENTS) {
+            let c = chunk::encode(part)?;
+            let last = first + part.len() as u64 - 1;
+            p.c_first.push(to_i64(first)?);
+            p.c_last.push(to_i64(last)?);
+            p.c_codec.push(c.codec);
+            p.c_len.push(c.raw_len);
+            p.c_crc.push(c.crc);
+            p.c_data.push(c.data);
+            first = last + 1;
         }
-        _ => return Err(StoreError::corrupt("a stored event has an unknown codec")),
-    };
-    let json =
-        String::from_utf8(bytes).map_err(|_| StoreError::corrupt("a stored event is not UTF-8"))?;
-    Event::from_json_string(json)
-        .map_err(|e| StoreError::corrupt("a stored event is not a valid event").with_source(e))
+        for u in &plan.runs {
+            if u.new {
+                p.n_run.push(u.run_id.as_bytes().to_vec());
+                p.n_parent
+                    .push(u.parent_run_id.as_ref().map(|s| s.as_bytes().to_vec()));
+                p.n_agent
+                    .push(u.agent.as_ref().map(|s| s.as_bytes().to_vec()));
+                p.n_status.push(status_code(u.status));
+                p.n_started.push(u.started_at.0);
+                p.n_finished.push(u.finished_at.map(|t| t.0));
+                p.n_first.push(to_i64(u.first_seq)?);
+                p.n_last.push(to_i64(u.last_seq)?);
+                p.n_events.push(to_i64(u.add_events)?);
+                p.n_bytes.push(to_i64(u.add_bytes)?);
+            } else {
+                p.u_run.push(u.run_id.as_bytes().to_vec());
+                p.u_last.push(to_i64(u.last_seq)?);
+                p.u_events.push(to_i64(u.add_events)?);
+                p.u_bytes.push(to_i64(u.add_bytes)?);
+                p.u_status.push(status_code(u.status));
+                p.u_finished.push(u.finished_at.map(|t| t.0));
+            }
+        }
+        Ok(p)
+    }
+
+    fn params(&self) -> [&(dyn ToSql + Sync); 37] {
+        [
+            &self.id,
+            &self.expect_seq,
+            &self.expect_status,
+            &self.last_seq,
+            &self.at,
+            &self.agent,
+            &self.new_runs,
+            &self.bytes,
+            &self.last_run,
+            &self.last_status,
+            &self.c_first,
+            &self.c_last,
+            &self.c_codec,
+            &self.c_len,
+            &self.c_crc,
+            &self.c_data,
+            &self.tenant,
+            &self.thread,
+            &self.n_run,
+            &self.n_parent,
+            &self.n_agent,
+            &self.n_status,
+            &self.n_started,
+            &self.n_finished,
+            &self.n_first,
+            &self.n_last,
+            &self.n_events,
+            &self.n_bytes,
+            &self.u_run,
+            &self.u_last,
+            &self.u_events,
+            &self.u_bytes,
+            &self.u_status,
+            &self.u_finished,
+            &self.sync,
+            &self.channel,
+            &self.notice,
+        ]
+    }
 }
-
-const SET_ASYNC_SQL: &str = "SET LOCAL synchronous_commit = off";
-
-const INSERT_EVENTS_SQL: &str = "INSERT INTO events (thread_id, seq, received_at, codec, body) \
-     SELECT $1, s, $2, c, b FROM UNNEST($3::bigint[], $4::smallint[], $5::bytea[]) AS u(s, c, b)";
-
-const INSERT_RUN_SQL: &str = "INSERT INTO runs (thread_id, run_id, tenant, thread, \
-     parent_run_id, agent, status, started_at, finished_at, first_seq, last_seq, event_count, \
-     bytes) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)";
-
-const UPDATE_RUN_SQL: &str = "UPDATE runs SET last_seq = $3, event_count = event_count + $4, \
-     bytes = bytes + $5, status = $6, finished_at = COALESCE($7, finished_at) \
-     WHERE thread_id = $1 AND run_id = $2";
-
-const UPDATE_HEAD_SQL: &str = "UPDATE threads SET last_seq = $2, updated_at = $3, \
-     created_at = CASE WHEN last_seq = 0 THEN $3 ELSE created_at END, \
-     agent = COALESCE($4, agent), run_count = run_count + $5, bytes = bytes + $6, \
-     last_run = $7, last_run_status = $8 WHERE id = $1";
-
-const NOTIFY_SQL: &str = "SELECT pg_notify($1, $2)";
 
 const RUN_COLUMNS: &str = "r.thread, r.run_id, r.parent_run_id, r.agent, r.status, r.started_at, \
      r.finished_at, r.first_seq, r.last_seq, r.event_count, r.bytes";
@@ -345,6 +537,7 @@ impl PgStore {
             cache: ConversationCache::new(),
             cached: Mutex::new(HashMap::new()),
             listener: Mutex::new(None),
+            heads: Mutex::new(HashMap::new()),
         });
         let ready = listen(cfg, Arc::downgrade(&inner));
         let (task, first) = ready;
@@ -381,13 +574,18 @@ impl PgStore {
         limit: usize,
     ) -> Result<EventPage> {
         let c = self.conn().await?;
-        let limit = page_size(limit) as i64;
+        let limit = page_size(limit);
         let from = to_i64(from_seq.max(1)).unwrap_or(i64::MAX);
+        let until = from.saturating_add(limit as i64 - 1);
+        // The chunk holding `from` and every later one starting in the page.
         let st = c
             .prepare_cached(
-                "SELECT t.last_seq, e.seq, e.received_at, e.codec, e.body FROM threads t \
-                 LEFT JOIN LATERAL (SELECT seq, received_at, codec, body FROM events \
-                   WHERE thread_id = t.id AND seq >= $3 ORDER BY seq LIMIT $4) e ON true \
+                "SELECT t.last_seq, c.first_seq, c.last_seq, c.received_at, c.codec, c.raw_len, \
+                 c.crc, c.data FROM threads t \
+                 LEFT JOIN LATERAL (SELECT * FROM chunks WHERE thread_id = t.id \
+                   AND first_seq >= COALESCE((SELECT max(first_seq) FROM chunks \
+                     WHERE thread_id = t.id AND first_seq <= $3), 1) \
+                   AND first_seq <= $4 AND t.last_seq >= $3 ORDER BY first_seq) c ON true \
                  WHERE t.tenant = $1 AND t.thread = $2",
             )
             .await
@@ -395,27 +593,54 @@ impl PgStore {
         let rows = c
             .query(
                 &st,
-                &[&tenant.as_bytes(), &thread.as_bytes(), &from, &limit],
+                &[&tenant.as_bytes(), &thread.as_bytes(), &from, &until],
             )
             .await
             .map_err(pg)?;
+        drop(c);
         let Some(first) = rows.first() else {
             return Err(StoreError::not_found("thread"));
         };
         let last_seq = to_u64(get(first, 0)?)?;
-        let mut events = Vec::with_capacity(rows.len());
+        let from = from as u64;
+        let mut events = Vec::with_capacity(limit.min(4096));
+        let mut expect: Option<u64> = None;
         for row in rows {
-            let Some(seq) = get::<Option<i64>>(&row, 1)? else {
+            let Some(first) = get::<Option<i64>>(&row, 1)? else {
                 continue;
             };
-            let received_at: i64 = get(&row, 2)?;
-            let codec: i16 = get(&row, 3)?;
-            let body: Vec<u8> = get(&row, 4)?;
-            events.push(StoredEvent {
-                seq: to_u64(seq)?,
-                received_at: Timestamp(received_at),
-                event: decode_body(codec, body)?,
-            });
+            let first = to_u64(first)?;
+            let last = to_u64(get(&row, 2)?)?;
+            if expect.is_some_and(|x| x != first) || last < first || last > last_seq {
+                return Err(StoreError::corrupt("the stored log has a gap"));
+            }
+            expect = Some(last + 1);
+            let received_at = Timestamp(get(&row, 3)?);
+            let decoded = chunk::decode(
+                get(&row, 4)?,
+                get(&row, 5)?,
+                get(&row, 6)?,
+                get(&row, 7)?,
+                last - first + 1,
+            )?;
+            for (event, seq) in decoded.into_iter().zip(first..) {
+                if seq >= from && events.len() < limit {
+                    events.push(StoredEvent {
+                        seq,
+                        received_at,
+                        event,
+                    });
+                }
+            }
+        }
+        match events.first() {
+            Some(e) if e.seq != from => {
+                return Err(StoreError::corrupt("the stored log has a gap"));
+            }
+            None if from <= last_seq => {
+                return Err(StoreError::corrupt("the stored log has a gap"));
+            }
+            _ => {}
         }
         let next_seq = match events.last() {
             Some(e) if e.seq < last_seq => Some(e.seq + 1),
@@ -681,35 +906,90 @@ impl PgStore {
         thread_from_row(&row)
     }
 
+    /// The head this process last saw of a thread, if any.
+    fn known_head(&self, tenant: &str, thread: &str) -> Option<KnownHead> {
+        let heads = self.inner.heads.lock().unwrap_or_else(|p| p.into_inner());
+        heads.get(&(tenant.to_owned(), thread.to_owned())).cloned()
+    }
+
+    /// Remembers a thread's head after a write, unless a newer one is known.
+    fn remember_head(&self, tenant: &str, thread: &str, id: i64, head: &ThreadHead) {
+        let mut heads = self.inner.heads.lock().unwrap_or_else(|p| p.into_inner());
+        let key = (tenant.to_owned(), thread.to_owned());
+        if let Some((known_id, known)) = heads.get(&key)
+            && *known_id == id
+            && known.last_seq >= head.last_seq
+        {
+            return;
+        }
+        if heads.len() >= HEAD_KEYS {
+            heads.clear();
+        }
+        heads.insert(key, (id, head.clone()));
+    }
+
+    fn forget_head(&self, tenant: &str, thread: &str) {
+        let mut heads = self.inner.heads.lock().unwrap_or_else(|p| p.into_inner());
+        heads.remove(&(tenant.to_owned(), thread.to_owned()));
+    }
+
+    /// Appends one batch. The fast path plans against the head this process
+    /// last saw and writes with one statement ([`APPEND_SQL`]), which checks
+    /// that head under the row lock: one round trip. When the head is
+    /// unknown, or has moved (another writer, another replica), the slow
+    /// path locks the head row in a transaction, checks `expected_seq`,
+    /// plans and writes under the lock.
     async fn append_tx(
         &self,
         tenant: &str,
         thread: &str,
         req: AppendRequest,
-    ) -> Result<(agui_store::index::BatchPlan, Appended)> {
+    ) -> Result<(BatchPlan, Appended)> {
+        let now = req.received_at.unwrap_or_else(Timestamp::now);
+        let sync_for = |plan: &BatchPlan| match req.durability {
+            Durability::Append => true,
+            Durability::RunEnd => plan.ends_a_run(),
+        };
+        let plan_on = |head: &ThreadHead| {
+            // Reused run ids are refused by the database (`runs_pkey`).
+            plan_batch(head, &req.events, req.agent.as_deref(), now, |_| Ok(false))
+        };
+        let known = self
+            .known_head(tenant, thread)
+            .filter(|(_, h)| req.expected_seq.is_none_or(|e| e == h.last_seq));
+        if let Some((id, head)) = known {
+            let plan = plan_on(&head)?;
+            let sync = sync_for(&plan);
+            let params = AppendParams::new(
+                id,
+                &head,
+                &plan,
+                &req.events,
+                tenant,
+                thread,
+                req.agent.as_deref(),
+                sync,
+                &self.inner.channel,
+            )?;
+            let c = self.conn().await?;
+            let st = c.prepare_cached(APPEND_SQL).await.map_err(pg)?;
+            let rows = c.query(&st, &params.params()).await.map_err(append_err)?;
+            drop(c);
+            if !rows.is_empty() {
+                self.remember_head(tenant, thread, id, &plan.head);
+                return Ok(done(plan, sync));
+            }
+            // The head moved since: take the slow path.
+        }
         let mut c = self.conn().await?;
         let tx = c.transaction().await.map_err(pg)?;
-        let now = req.received_at.unwrap_or_else(Timestamp::now);
-        // Creates the head row if missing, and locks it either way: appends
-        // to one thread serialize here.
-        let lock = tx
-            .prepare_cached(
-                "INSERT INTO threads (tenant, thread, created_at, updated_at, last_seq) \
-                 VALUES ($1, $2, $3, $3, 0) \
-                 ON CONFLICT (tenant, thread) DO UPDATE SET last_seq = threads.last_seq \
-                 RETURNING id, last_seq, updated_at, last_run, last_run_status",
-            )
-            .await
-            .map_err(pg)?;
+        let lock = tx.prepare_cached(LOCK_HEAD_SQL).await.map_err(pg)?;
         let row = tx
             .query_one(&lock, &[&tenant.as_bytes(), &thread.as_bytes(), &now.0])
             .await
             .map_err(pg)?;
         let id: i64 = get(&row, 0)?;
         let last_seq = to_u64(get(&row, 1)?)?;
-        if let Some(expected) = req.expected_seq.filter(|&e| e != last_seq) {
-            return Err(StoreError::conflict(expected, last_seq));
-        }
         let last_run = match (
             get::<Option<Vec<u8>>>(&row, 3)?,
             get::<Option<i16>>(&row, 4)?,
@@ -722,158 +1002,47 @@ impl PgStore {
             updated_at: (last_seq > 0).then_some(Timestamp(get(&row, 2)?)),
             last_run,
         };
-        let mut asked: Vec<String> = Vec::new();
-        let plan = plan_batch(&head, &req.events, req.agent.as_deref(), now, |run| {
-            asked.push(run.to_owned());
-            Ok(false)
-        })?;
-        if !asked.is_empty() {
-            let ids: Vec<&[u8]> = asked.iter().map(|s| s.as_bytes()).collect();
-            let check = tx
-                .prepare_cached(
-                    "SELECT 1 FROM runs WHERE thread_id = $1 AND run_id = ANY($2) LIMIT 1",
-                )
-                .await
-                .map_err(pg)?;
-            let taken = tx.query_opt(&check, &[&id, &ids]).await.map_err(pg)?;
-            if taken.is_some() {
-                return Err(StoreError::invalid(
-                    "a runId is already used in this thread",
-                ));
+        if let Some(expected) = req.expected_seq.filter(|&e| e != last_seq) {
+            if last_seq > 0 {
+                self.remember_head(tenant, thread, id, &head);
             }
+            return Err(StoreError::conflict(expected, last_seq));
         }
-        let sync = match req.durability {
-            Durability::Append => true,
-            Durability::RunEnd => plan.ends_a_run(),
-        };
-        // The statements below are independent of each other's results:
-        // they are sent pipelined and cost one round trip together.
-        let set_async = tx.prepare_cached(SET_ASYNC_SQL).await.map_err(pg)?;
-        let insert_events = tx.prepare_cached(INSERT_EVENTS_SQL).await.map_err(pg)?;
-        let insert_run = tx.prepare_cached(INSERT_RUN_SQL).await.map_err(pg)?;
-        let update_run = tx.prepare_cached(UPDATE_RUN_SQL).await.map_err(pg)?;
-        let update_head = tx.prepare_cached(UPDATE_HEAD_SQL).await.map_err(pg)?;
-        let notify = tx.prepare_cached(NOTIFY_SQL).await.map_err(pg)?;
-        let n = req.events.len();
-        let mut seqs = Vec::with_capacity(n);
-        let mut codecs = Vec::with_capacity(n);
-        let mut bodies = Vec::with_capacity(n);
-        for (i, e) in req.events.iter().enumerate() {
-            seqs.push(to_i64(plan.first_seq + i as u64)?);
-            let (codec, body) = encode_body(e.json());
-            codecs.push(codec);
-            bodies.push(body);
+        let plan = plan_on(&head)?;
+        let sync = sync_for(&plan);
+        let params = AppendParams::new(
+            id,
+            &head,
+            &plan,
+            &req.events,
+            tenant,
+            thread,
+            req.agent.as_deref(),
+            sync,
+            &self.inner.channel,
+        )?;
+        let st = tx.prepare_cached(APPEND_SQL).await.map_err(pg)?;
+        let rows = tx.query(&st, &params.params()).await.map_err(append_err)?;
+        if rows.is_empty() {
+            return Err(StoreError::internal(
+                "the thread's head changed under its lock",
+            ));
         }
-        struct RunRow<'a> {
-            new: bool,
-            run_id: &'a [u8],
-            parent: Option<&'a [u8]>,
-            agent: Option<&'a [u8]>,
-            status: i16,
-            started_at: i64,
-            finished_at: Option<i64>,
-            first_seq: i64,
-            last_seq: i64,
-            events: i64,
-            bytes: i64,
-        }
-        let mut run_rows = Vec::with_capacity(plan.runs.len());
-        for u in &plan.runs {
-            run_rows.push(RunRow {
-                new: u.new,
-                run_id: u.run_id.as_bytes(),
-                parent: u.parent_run_id.as_deref().map(str::as_bytes),
-                agent: u.agent.as_deref().map(str::as_bytes),
-                status: status_code(u.status),
-                started_at: u.started_at.0,
-                finished_at: u.finished_at.map(|t| t.0),
-                first_seq: to_i64(u.first_seq)?,
-                last_seq: to_i64(u.last_seq)?,
-                events: to_i64(u.add_events)?,
-                bytes: to_i64(u.add_bytes)?,
-            });
-        }
-        let new_runs = run_rows.iter().filter(|r| r.new).count() as i64;
-        let (last_run, last_status) = match &plan.head.last_run {
-            Some((r, s)) => (Some(r.as_bytes()), Some(status_code(*s))),
-            None => (None, None),
-        };
-        let head_last = to_i64(plan.last_seq())?;
-        let head_bytes = to_i64(plan.bytes)?;
-        let agent = req.agent.as_deref().map(str::as_bytes);
-        let notice = format!(
-            "A {} {} {}",
-            notice_key(tenant, thread),
-            plan.first_seq,
-            plan.last_seq()
-        );
-        let (tenant_b, thread_b) = (tenant.as_bytes(), thread.as_bytes());
-        let run_params: Vec<Vec<&(dyn ToSql + Sync)>> = run_rows
-            .iter()
-            .map(|r| -> Vec<&(dyn ToSql + Sync)> {
-                if r.new {
-                    vec![
-                        &id,
-                        &r.run_id,
-                        &tenant_b,
-                        &thread_b,
-                        &r.parent,
-                        &r.agent,
-                        &r.status,
-                        &r.started_at,
-                        &r.finished_at,
-                        &r.first_seq,
-                        &r.last_seq,
-                        &r.events,
-                        &r.bytes,
-                    ]
-                } else {
-                    vec![
-                        &id,
-                        &r.run_id,
-                        &r.last_seq,
-                        &r.events,
-                        &r.bytes,
-                        &r.status,
-                        &r.finished_at,
-                    ]
-                }
-            })
-            .collect();
-        let event_params: [&(dyn ToSql + Sync); 5] =
-            [&id, &plan.received_at.0, &seqs, &codecs, &bodies];
-        let head_params: [&(dyn ToSql + Sync); 8] = [
-            &id,
-            &head_last,
-            &plan.received_at.0,
-            &agent,
-            &new_runs,
-            &head_bytes,
-            &last_run,
-            &last_status,
-        ];
-        let notify_params: [&(dyn ToSql + Sync); 2] = [&self.inner.channel, &notice];
-        let mut work: Vec<futures::future::BoxFuture<'_, std::result::Result<u64, _>>> = Vec::new();
-        if !sync {
-            work.push(tx.execute(&set_async, &[]).boxed());
-        }
-        work.push(tx.execute(&insert_events, &event_params).boxed());
-        for (r, params) in run_rows.iter().zip(&run_params) {
-            let st = if r.new { &insert_run } else { &update_run };
-            work.push(tx.execute(st, params).boxed());
-        }
-        work.push(tx.execute(&update_head, &head_params).boxed());
-        work.push(tx.execute(&notify, &notify_params).boxed());
-        futures::future::try_join_all(work).await.map_err(pg)?;
         tx.commit().await.map_err(pg)?;
-        let appended = Appended {
-            first_seq: plan.first_seq,
-            last_seq: plan.last_seq(),
-            received_at: plan.received_at,
-            durable: sync,
-        };
-        Ok((plan, appended))
+        self.remember_head(tenant, thread, id, &plan.head);
+        Ok(done(plan, sync))
     }
+}
+
+/// What an append returns for a committed plan.
+fn done(plan: BatchPlan, durable: bool) -> (BatchPlan, Appended) {
+    let appended = Appended {
+        first_seq: plan.first_seq,
+        last_seq: plan.last_seq(),
+        received_at: plan.received_at,
+        durable,
+    };
+    (plan, appended)
 }
 
 #[async_trait]
@@ -1061,6 +1230,7 @@ impl EventStore for PgStore {
         tx.commit().await.map_err(pg)?;
         self.inner.hub.close_thread(tenant, thread);
         self.inner.cache.forget(tenant, thread);
+        self.forget_head(tenant, thread);
         Ok(())
     }
 
@@ -1174,6 +1344,12 @@ impl EventStore for PgStore {
         .await
         .map_err(pg)?;
         tx.commit().await.map_err(pg)?;
+        // Last-run statuses changed: plan against fresh heads.
+        self.inner
+            .heads
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
         Ok(n)
     }
 
@@ -1311,36 +1487,100 @@ mod tests {
         }
     }
 
-    #[test]
-    fn bodies_round_trip_and_large_ones_compress() {
-        let small = r#"{"type":"CUSTOM","name":"n","value":1}"#;
-        let (codec, body) = encode_body(small);
-        assert_eq!(codec, 0);
-        assert_eq!(decode_body(codec, body).unwrap().json(), small);
-        let big = format!(
-            r#"{{"type":"CUSTOM","name":"n","value":"{}"}}"#,
-            "abc ".repeat(1000)
-        );
-        let (codec, body) = encode_body(&big);
-        assert_eq!(codec, 1);
-        assert!(body.len() < big.len() / 4);
-        assert_eq!(decode_body(codec, body.clone()).unwrap().json(), big);
-        let mut bad = body;
-        let mid = bad.len() / 2;
-        bad[mid] ^= 0x55;
-        bad.truncate(bad.len() - 3);
+    /// A database left at schema version 1 (one row per event, plain and
+    /// zstd bodies) opens, is migrated, reads back exactly, and appends on.
+    #[tokio::test]
+    async fn a_version_1_database_is_migrated_on_open() {
+        let Ok(url) = std::env::var("AGUI_TEST_POSTGRES_URL") else {
+            eprintln!("notice: AGUI_TEST_POSTGRES_URL is not set; skipping");
+            return;
+        };
+        let mut o = PgOptions::from_url(&url).unwrap();
+        o.schema = format!("agui_m_{}_{}", std::process::id(), Timestamp::now().0);
+        o.pool_size = 2;
+        let (client, conn) = tokio_postgres::connect(&o.conn, NoTls).await.unwrap();
+        tokio::spawn(conn);
+        let schema = o.schema.clone();
+        client
+            .batch_execute(&format!(
+                "CREATE SCHEMA \"{schema}\"; SET search_path = \"{schema}\"; \
+                 CREATE TABLE schema_version (version INT NOT NULL); \
+                 INSERT INTO schema_version VALUES (1);"
+            ))
+            .await
+            .unwrap();
+        client.batch_execute(schema::MIGRATIONS[0]).await.unwrap();
+        let texts = [
+            r#"{"type":"CUSTOM","name":"a","value":1}"#.to_owned(),
+            format!(
+                r#"{{"type":"CUSTOM","name":"b","value":"{}","x":1}}"#,
+                "long text ".repeat(300)
+            ),
+            r#"{"type":"RUN_STARTED","threadId":"x","runId":"r1"}"#.to_owned(),
+        ];
+        let id: i64 = client
+            .query_one(
+                "INSERT INTO threads (tenant, thread, created_at, updated_at, last_seq, \
+                 run_count, bytes, last_run, last_run_status) \
+                 VALUES ('t'::bytea, 'x'::bytea, 5, 5, 3, 1, $1, 'r1'::bytea, 0) RETURNING id",
+                &[&(texts.iter().map(|t| t.len()).sum::<usize>() as i64)],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        client
+            .execute(
+                "INSERT INTO runs VALUES ($1, 'r1'::bytea, 't'::bytea, 'x'::bytea, NULL, NULL, \
+                 0, 5, NULL, 3, 3, 1, $2)",
+                &[&id, &(texts[2].len() as i64)],
+            )
+            .await
+            .unwrap();
+        for (i, t) in texts.iter().enumerate() {
+            let (codec, body): (i16, Vec<u8>) = if i == 1 {
+                (1, zstd::bulk::compress(t.as_bytes(), 1).unwrap())
+            } else {
+                (0, t.as_bytes().to_vec())
+            };
+            client
+                .execute(
+                    "INSERT INTO events VALUES ($1, $2, 5, $3, $4)",
+                    &[&id, &(i as i64 + 1), &codec, &body],
+                )
+                .await
+                .unwrap();
+        }
+        let store = PgStore::open_with(o).await.unwrap();
+        let page = store.read("t", "x", 1, 100).await.unwrap();
+        let got: Vec<&str> = page.events.iter().map(|e| e.event.json()).collect();
+        assert_eq!(got, texts.iter().map(String::as_str).collect::<Vec<_>>());
         assert_eq!(
-            decode_body(1, bad).unwrap_err().kind(),
-            agui_store::ErrorKind::Corrupt
+            page.events.iter().map(|e| e.seq).collect::<Vec<_>>(),
+            [1, 2, 3]
         );
-        assert_eq!(
-            decode_body(7, b"{}".to_vec()).unwrap_err().kind(),
-            agui_store::ErrorKind::Corrupt
-        );
-        assert_eq!(
-            decode_body(0, vec![0xff, 0xfe]).unwrap_err().kind(),
-            agui_store::ErrorKind::Corrupt
-        );
+        let end =
+            Event::from_json(r#"{"type":"RUN_FINISHED","threadId":"x","runId":"r1"}"#).unwrap();
+        let a = store
+            .append("t", "x", AppendRequest::new(vec![end]).expect_seq(3))
+            .await
+            .unwrap();
+        assert_eq!((a.first_seq, a.last_seq), (4, 4));
+        assert_eq!(store.read("t", "x", 2, 100).await.unwrap().events.len(), 3);
+        let run = store.run("t", "x", "r1").await.unwrap();
+        assert_eq!((run.status, run.event_count), (RunStatus::Finished, 2));
+        let restored = store.restore("t", "x", "r1").await.unwrap();
+        assert_eq!(restored.last_seq, 4);
+        let v: i32 = client
+            .query_one("SELECT max(version) FROM schema_version", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(v as usize, schema::MIGRATIONS.len());
+        store.close().await.unwrap();
+        client
+            .batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE"))
+            .await
+            .unwrap();
     }
 
     #[test]

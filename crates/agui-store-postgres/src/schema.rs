@@ -65,6 +65,27 @@ CREATE TABLE checkpoints (
 CREATE TABLE flushes (id INT PRIMARY KEY, at BIGINT NOT NULL);
 INSERT INTO flushes VALUES (1, 0);
 "#,
+    // 2: events move from one row each to one row per appended batch
+    // (`chunk.rs`): one index entry and one compressed body per batch.
+    // Version 1 rows become one-event chunks under the legacy codecs (10
+    // plain, 11 zstd), read back as before.
+    r#"
+CREATE TABLE chunks (
+    thread_id   BIGINT   NOT NULL REFERENCES threads (id) ON DELETE CASCADE,
+    first_seq   BIGINT   NOT NULL,
+    last_seq    BIGINT   NOT NULL,
+    received_at BIGINT   NOT NULL,
+    codec       SMALLINT NOT NULL,
+    raw_len     BIGINT,
+    crc         BIGINT,
+    data        BYTEA    NOT NULL,
+    PRIMARY KEY (thread_id, first_seq)
+) WITH (toast_tuple_target = 8160);
+ALTER TABLE chunks ALTER COLUMN data SET STORAGE EXTERNAL;
+INSERT INTO chunks (thread_id, first_seq, last_seq, received_at, codec, raw_len, crc, data)
+    SELECT thread_id, seq, seq, received_at, codec + 10, NULL, NULL, body FROM events;
+DROP TABLE events;
+"#,
 ];
 
 /// Whether a schema name is safe to splice into SQL as a quoted identifier:

@@ -166,24 +166,24 @@ async fn errors_do_not_show_sql_and_closed_stores_refuse() {
         .await
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Invalid);
-    // Damage an event body below the API: reads say Corrupt, without SQL.
+    // Damage a chunk below the API: reads say Corrupt, without SQL.
     s.append("t", "d", AppendRequest::new(vec![custom(1)]))
         .await
         .unwrap();
     let c = schema.client().await.unwrap();
-    c.batch_execute("UPDATE events SET body = '\\xfffe'")
+    c.batch_execute("UPDATE chunks SET data = '\\xfffe'")
         .await
         .unwrap();
     let e = s.read("t", "d", 1, 10).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Corrupt);
-    c.batch_execute("UPDATE events SET codec = 1")
+    c.batch_execute("UPDATE chunks SET codec = 1")
         .await
         .unwrap();
     let e = s.read("t", "d", 1, 10).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Corrupt);
     let shown = e.to_string().to_lowercase();
     assert!(
-        !shown.contains("select") && !shown.contains("events"),
+        !shown.contains("select") && !shown.contains("chunks"),
         "{shown}"
     );
     s.close().await.unwrap();
@@ -232,4 +232,52 @@ async fn durability_chooses_the_commit_mode() {
     assert!(a.durable);
     s.flush().await.unwrap();
     assert_eq!(s.thread("t", "d").await.unwrap().last_seq, 4);
+}
+
+#[tokio::test]
+async fn a_head_changed_by_another_replica_is_not_written_over() {
+    let Some(url) = common::url() else { return };
+    let schema = Schema::new(url);
+    let (a, b) = (schema.open().await.unwrap(), schema.open().await.unwrap());
+    let started = Event::from_json(r#"{"type":"RUN_STARTED","threadId":"x","runId":"r"}"#).unwrap();
+    a.append("t", "x", AppendRequest::new(vec![started, custom(1)]))
+        .await
+        .unwrap();
+    // B (restarting) interrupts the run A last saw running...
+    assert_eq!(b.mark_interrupted().await.unwrap(), 1);
+    // ...and A's next append, planned against what A saw, must notice.
+    a.append("t", "x", AppendRequest::new(vec![custom(2)]))
+        .await
+        .unwrap();
+    let run = a.run("t", "x", "r").await.unwrap();
+    assert_eq!(run.status, agui_store::RunStatus::Interrupted);
+    assert_eq!((run.last_seq, run.event_count), (3, 3));
+    // B appends, then A (whose head is behind) appends with and without
+    // an expectation.
+    b.append("t", "x", AppendRequest::new(vec![custom(3)]))
+        .await
+        .unwrap();
+    let lost = a
+        .append("t", "x", AppendRequest::new(vec![custom(4)]).expect_seq(3))
+        .await
+        .unwrap_err();
+    assert_eq!(lost.kind(), ErrorKind::Conflict);
+    let got = a
+        .append("t", "x", AppendRequest::new(vec![custom(4)]))
+        .await
+        .unwrap();
+    assert_eq!(got.first_seq, 5);
+    // A thread deleted and re-created through B is a new thread to A.
+    b.delete_thread("t", "x").await.unwrap();
+    b.append("t", "x", AppendRequest::new(vec![custom(5)]))
+        .await
+        .unwrap();
+    let got = a
+        .append("t", "x", AppendRequest::new(vec![custom(6)]))
+        .await
+        .unwrap();
+    assert_eq!(got.first_seq, 2);
+    let page = b.read("t", "x", 1, 10).await.unwrap();
+    let texts: Vec<&str> = page.events.iter().map(|e| e.event.json()).collect();
+    assert_eq!(texts, [custom(5).json(), custom(6).json()]);
 }
