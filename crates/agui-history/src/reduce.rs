@@ -184,6 +184,49 @@ impl<V: Default> IdMap<V> {
     }
 }
 
+/// The holders of one id: almost always exactly one, kept without a heap
+/// allocation (one per message and per tool call adds up on long threads).
+#[derive(Default)]
+enum Few<T> {
+    #[default]
+    Empty,
+    One(T),
+    Many(Vec<T>),
+}
+
+impl<T: Copy> Few<T> {
+    fn push(&mut self, x: T) {
+        *self = match std::mem::take(self) {
+            Few::Empty => Few::One(x),
+            Few::One(a) => Few::Many(vec![a, x]),
+            Few::Many(mut v) => {
+                v.push(x);
+                Few::Many(v)
+            }
+        };
+    }
+
+    fn as_slice(&self) -> &[T] {
+        match self {
+            Few::Empty => &[],
+            Few::One(a) => std::slice::from_ref(a),
+            Few::Many(v) => v,
+        }
+    }
+
+    fn retain(&mut self, mut keep: impl FnMut(&T) -> bool) {
+        match self {
+            Few::Empty => {}
+            Few::One(a) => {
+                if !keep(a) {
+                    *self = Few::Empty;
+                }
+            }
+            Few::Many(v) => v.retain(keep),
+        }
+    }
+}
+
 /// Where a tool-call search looks, mirroring the three searches of the
 /// official reducer.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -212,8 +255,8 @@ pub struct Reducer {
     obj: Vec<u32>,
     next_obj: u32,
     aliased: bool,
-    ids: IdMap<Vec<u32>>,
-    tool_calls: IdMap<Vec<(u32, u32)>>,
+    ids: IdMap<Few<u32>>,
+    tool_calls: IdMap<Few<(u32, u32)>>,
     /// Messages JavaScript would search differently (see the module docs).
     irregular: usize,
     /// The run's tool-call ids in first-seen order (`None` key: an object
@@ -630,10 +673,12 @@ impl Reducer {
             }
             return Ok(None);
         }
-        Ok(self
-            .ids
-            .get(key)
-            .and_then(|hs| hs.iter().map(|&h| self.pos[h as usize] as usize).min()))
+        Ok(self.ids.get(key).and_then(|hs| {
+            hs.as_slice()
+                .iter()
+                .map(|&h| self.pos[h as usize] as usize)
+                .min()
+        }))
     }
 
     /// The first message (in list order) holding a tool call with this id,
@@ -650,7 +695,7 @@ impl Reducer {
             return Ok(None);
         };
         let mut best: Option<(usize, usize)> = None;
-        for &(h, j) in hits {
+        for &(h, j) in hits.as_slice() {
             let p = self.pos[h as usize] as usize;
             if search != TcSearch::Any && !is_role(&self.conv.messages[p], "assistant") {
                 continue;
