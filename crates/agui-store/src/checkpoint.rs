@@ -2,126 +2,475 @@
 //! self-checking so that a damaged checkpoint is detected and rebuilt rather
 //! than trusted.
 //!
-//! Layout: `b"AGCK"`, a version byte (1), a codec byte (0 plain, 1 zstd),
-//! the CRC-32 of the JSON text (little endian), the JSON length (u64, little
-//! endian), the sequence number of the last event the conversation covers
-//! (u64, little endian; a checkpoint that covers fewer events than its run
-//! now has is stale), then the (possibly compressed) JSON text. Backends store
-//! the blob as opaque bytes.
+//! A blob is either **full** (every message of the conversation) or a
+//! **delta**: "the conversation of base run B (which covered the thread up to
+//! sequence S), keeping its first P messages, then these messages, and this
+//! state". Deltas make a checkpoint cost the size of what changed since its
+//! base, not the size of the conversation; [`crate::restore`] chooses bases so
+//! that restoring a run reads O(log n) blobs along its branch.
+//!
+//! Messages are stored as their JSON text, joined with `,` and with the end
+//! offset of each, so a conversation is composed by copying slices: a restore
+//! never parses JSON. The composed text is exactly
+//! `serde_json::to_string(&Conversation)`.
+//!
+//! Layout: `b"AGCK"`, a version byte (2), a codec byte (0 plain, 1 zstd), the
+//! CRC-32 of the last sequence number and the uncompressed body (little
+//! endian), the body length (u64, little endian), the sequence number of the
+//! last event the conversation covers (u64, little endian; a checkpoint that
+//! covers fewer events than its run now has is stale), then the (possibly
+//! compressed) body:
+//!
+//! | field | |
+//! | --- | --- |
+//! | kind | u8: 0 full, 1 delta |
+//! | base (delta only) | base last sequence u64, kept messages u64, base run id length u32 + UTF-8 bytes |
+//! | messages | count u32, then the end offset (u32) of each in the text |
+//! | text | length u32, the messages' JSON joined with `,` |
+//! | state | the rest: the state's JSON |
+//!
+//! Version 1 blobs (the whole conversation's text) are still read as full
+//! checkpoints of their own run; they are never a delta's base. Backends store
+//! blobs as opaque bytes.
 
 use crate::error::{Result, StoreError};
 
 const MAGIC: &[u8; 4] = b"AGCK";
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
+const VERSION_1: u8 = 1;
 const HEADER: usize = 4 + 1 + 1 + 4 + 8 + 8;
-/// Conversations at least this long are compressed.
+/// Bodies at least this long are compressed.
 const COMPRESS_FROM: usize = 512;
-/// The largest conversation a checkpoint may hold (1 GiB).
-const MAX_JSON: u64 = 1 << 30;
+/// zstd level of checkpoint bodies.
+const LEVEL: i32 = 3;
+/// The largest body a checkpoint may hold (1 GiB).
+const MAX_BODY: u64 = 1 << 30;
 
-/// Encodes a conversation's JSON text, which covers a thread's events up to
-/// `last_seq`, as a checkpoint blob.
-pub fn encode(json: &str, last_seq: u64) -> Vec<u8> {
-    let crc = checksum(json.as_bytes(), last_seq);
-    let (codec, body) = if json.len() >= COMPRESS_FROM {
-        match zstd::bulk::compress(json.as_bytes(), 1) {
-            Ok(z) if z.len() < json.len() => (1u8, z),
-            _ => (0u8, json.as_bytes().to_vec()),
+/// Where a delta checkpoint starts from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BaseRef {
+    /// The base run (an earlier run on the same branch).
+    pub run_id: String,
+    /// The last sequence number the base's checkpoint covers.
+    pub last_seq: u64,
+    /// How many of the base conversation's first messages are kept.
+    pub keep: u64,
+}
+
+/// Encodes a full checkpoint: `messages` are the JSON texts of every message
+/// in order, `state` the state's JSON; it covers the thread up to `last_seq`.
+pub fn encode_full<S: AsRef<str>>(messages: &[S], state: &str, last_seq: u64) -> Vec<u8> {
+    encode(None, messages, state, last_seq)
+}
+
+/// Encodes a delta checkpoint: `base`'s first `keep` messages, then
+/// `messages` (JSON texts), then `state`.
+pub fn encode_delta<S: AsRef<str>>(
+    base: &BaseRef,
+    messages: &[S],
+    state: &str,
+    last_seq: u64,
+) -> Vec<u8> {
+    encode(Some(base), messages, state, last_seq)
+}
+
+fn encode<S: AsRef<str>>(
+    base: Option<&BaseRef>,
+    messages: &[S],
+    state: &str,
+    last_seq: u64,
+) -> Vec<u8> {
+    let text_len: usize = messages.iter().map(|m| m.as_ref().len() + 1).sum();
+    let mut body = Vec::with_capacity(64 + 4 * messages.len() + text_len + state.len());
+    match base {
+        None => body.push(0u8),
+        Some(b) => {
+            body.push(1u8);
+            body.extend_from_slice(&b.last_seq.to_le_bytes());
+            body.extend_from_slice(&b.keep.to_le_bytes());
+            body.extend_from_slice(&(b.run_id.len() as u32).to_le_bytes());
+            body.extend_from_slice(b.run_id.as_bytes());
+        }
+    }
+    body.extend_from_slice(&(messages.len() as u32).to_le_bytes());
+    let mut end = 0usize;
+    for (i, m) in messages.iter().enumerate() {
+        end += m.as_ref().len() + usize::from(i > 0);
+        body.extend_from_slice(&(end as u32).to_le_bytes());
+    }
+    body.extend_from_slice(&(end as u32).to_le_bytes());
+    for (i, m) in messages.iter().enumerate() {
+        if i > 0 {
+            body.push(b',');
+        }
+        body.extend_from_slice(m.as_ref().as_bytes());
+    }
+    body.extend_from_slice(state.as_bytes());
+    seal(VERSION, &body, last_seq)
+}
+
+fn seal(version: u8, body: &[u8], last_seq: u64) -> Vec<u8> {
+    let crc = checksum(body, last_seq);
+    let compressed = if body.len() >= COMPRESS_FROM {
+        match zstd::bulk::compress(body, LEVEL) {
+            Ok(z) if z.len() < body.len() => Some(z),
+            _ => None,
         }
     } else {
-        (0u8, json.as_bytes().to_vec())
+        None
     };
-    let mut out = Vec::with_capacity(HEADER + body.len());
+    let (codec, stored) = match &compressed {
+        Some(z) => (1u8, z.as_slice()),
+        None => (0u8, body),
+    };
+    let mut out = Vec::with_capacity(HEADER + stored.len());
     out.extend_from_slice(MAGIC);
-    out.push(VERSION);
+    out.push(version);
     out.push(codec);
     out.extend_from_slice(&crc.to_le_bytes());
-    out.extend_from_slice(&(json.len() as u64).to_le_bytes());
+    out.extend_from_slice(&(body.len() as u64).to_le_bytes());
     out.extend_from_slice(&last_seq.to_le_bytes());
-    out.extend_from_slice(&body);
+    out.extend_from_slice(stored);
     out
 }
 
-/// The JSON text of a checkpoint blob, when intact and covering exactly
-/// `last_seq` (the run's current last sequence number); `None` when damaged
-/// or stale.
+/// The JSON text of a *full* checkpoint blob, when intact and covering
+/// exactly `last_seq` (the run's current last sequence number); `None` when
+/// damaged, stale or a delta (which [`crate::restore_run`] composes).
 pub fn usable(blob: &[u8], last_seq: u64) -> Option<String> {
     let decoded = decode(blob).ok()?;
-    (decoded.last_seq == last_seq).then_some(decoded.json)
+    if decoded.last_seq != last_seq || decoded.base.is_some() {
+        return None;
+    }
+    compose(&[decoded]).ok()
 }
 
-/// A decoded checkpoint.
+/// A decoded, checked checkpoint.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decoded {
-    /// The conversation's JSON text.
-    pub json: String,
     /// The last sequence number it covers.
     pub last_seq: u64,
+    /// `None` for a full checkpoint.
+    pub base: Option<BaseRef>,
+    /// The end offset of each message in `text`.
+    ends: Vec<u32>,
+    /// The body (messages text then state text), and where the state starts.
+    body: Vec<u8>,
+    text_at: usize,
+    state_at: usize,
+    /// A version 1 blob: `body` is the whole conversation's text.
+    whole: bool,
+}
+
+impl Decoded {
+    /// How many messages the blob itself holds.
+    pub fn message_count(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// Messages of the conversation it describes (kept ones included).
+    pub fn total_messages(&self) -> u64 {
+        self.base.as_ref().map_or(0, |b| b.keep) + self.ends.len() as u64
+    }
+
+    /// The JSON text of its first `n` own messages, joined with `,`.
+    fn first_messages(&self, n: usize) -> &[u8] {
+        match n {
+            0 => &[],
+            n => &self.body[self.text_at..self.text_at + self.ends[n - 1] as usize],
+        }
+    }
+
+    fn state(&self) -> &[u8] {
+        &self.body[self.state_at..]
+    }
 }
 
 /// Decodes a checkpoint blob, checking every byte (the header fields are
 /// covered by the checksum too). Any damage is [`crate::ErrorKind::Corrupt`].
 pub fn decode(blob: &[u8]) -> Result<Decoded> {
-    let damaged = |why: &str| StoreError::corrupt(format!("checkpoint damaged: {why}"));
     if blob.len() < HEADER || &blob[..4] != MAGIC {
         return Err(damaged("bad header"));
     }
-    if blob[4] != VERSION {
+    let version = blob[4];
+    if version != VERSION && version != VERSION_1 {
         return Err(damaged("unknown version"));
     }
     let codec = blob[5];
     let crc = u32::from_le_bytes([blob[6], blob[7], blob[8], blob[9]]);
-    let mut len_bytes = [0u8; 8];
-    len_bytes.copy_from_slice(&blob[10..18]);
-    let len = u64::from_le_bytes(len_bytes);
-    let mut seq_bytes = [0u8; 8];
-    seq_bytes.copy_from_slice(&blob[18..26]);
-    let last_seq = u64::from_le_bytes(seq_bytes);
-    if len > MAX_JSON {
+    let len = u64_at(blob, 10).ok_or_else(|| damaged("bad header"))?;
+    let last_seq = u64_at(blob, 18).ok_or_else(|| damaged("bad header"))?;
+    if len > MAX_BODY {
         return Err(damaged("length out of range"));
     }
-    let body = &blob[HEADER..];
-    let json = match codec {
-        0 => body.to_vec(),
-        1 => zstd::bulk::decompress(body, len as usize).map_err(|_| damaged("decompression"))?,
+    let stored = &blob[HEADER..];
+    let body = match codec {
+        0 => stored.to_vec(),
+        1 => zstd::bulk::decompress(stored, len as usize).map_err(|_| damaged("decompression"))?,
         _ => return Err(damaged("unknown codec")),
     };
-    if json.len() as u64 != len || checksum(&json, last_seq) != crc {
+    if body.len() as u64 != len || checksum(&body, last_seq) != crc {
         return Err(damaged("checksum mismatch"));
     }
-    let json = String::from_utf8(json).map_err(|_| damaged("not UTF-8"))?;
-    Ok(Decoded { json, last_seq })
+    if version == VERSION_1 {
+        std::str::from_utf8(&body).map_err(|_| damaged("not UTF-8"))?;
+        let state_at = body.len();
+        return Ok(Decoded {
+            last_seq,
+            base: None,
+            ends: Vec::new(),
+            body,
+            text_at: 0,
+            state_at,
+            whole: true,
+        });
+    }
+    parse_body(body, last_seq)
 }
 
-fn checksum(json: &[u8], last_seq: u64) -> u32 {
+fn parse_body(body: Vec<u8>, last_seq: u64) -> Result<Decoded> {
+    let bad = || damaged("malformed body");
+    let mut at = 0usize;
+    let kind = *body.first().ok_or_else(bad)?;
+    at += 1;
+    let base = match kind {
+        0 => None,
+        1 => {
+            let base_seq = u64_at(&body, at).ok_or_else(bad)?;
+            let keep = u64_at(&body, at + 8).ok_or_else(bad)?;
+            let n = u32_at(&body, at + 16).ok_or_else(bad)? as usize;
+            at += 20;
+            let id = body.get(at..at + n).ok_or_else(bad)?;
+            let run_id = String::from_utf8(id.to_vec()).map_err(|_| bad())?;
+            at += n;
+            Some(BaseRef {
+                run_id,
+                last_seq: base_seq,
+                keep,
+            })
+        }
+        _ => return Err(bad()),
+    };
+    let count = u32_at(&body, at).ok_or_else(bad)? as usize;
+    at += 4;
+    if count > body.len() / 4 {
+        return Err(bad());
+    }
+    let mut ends = Vec::with_capacity(count);
+    let mut prev = 0u32;
+    for i in 0..count {
+        let e = u32_at(&body, at + 4 * i).ok_or_else(bad)?;
+        // Each message is non-empty JSON, separated by one comma.
+        if e <= prev + u32::from(i > 0) {
+            return Err(bad());
+        }
+        ends.push(e);
+        prev = e;
+    }
+    at += 4 * count;
+    let text_len = u32_at(&body, at).ok_or_else(bad)? as usize;
+    at += 4;
+    if text_len != prev as usize {
+        return Err(bad());
+    }
+    let text_at = at;
+    let state_at = at
+        .checked_add(text_len)
+        .filter(|&s| s < body.len())
+        .ok_or_else(bad)?;
+    std::str::from_utf8(&body[text_at..]).map_err(|_| damaged("not UTF-8"))?;
+    // Messages start at a comma boundary: the separators are where promised.
+    for &e in &ends[..count.saturating_sub(1)] {
+        if body[text_at + e as usize] != b',' {
+            return Err(bad());
+        }
+    }
+    Ok(Decoded {
+        last_seq,
+        base,
+        ends,
+        body,
+        text_at,
+        state_at,
+        whole: false,
+    })
+}
+
+/// Composes the conversation's JSON text from a chain of decoded blobs: the
+/// run's own first, each next one the base of the one before, the last one
+/// full. Fails (`Corrupt`) when the chain does not fit together.
+pub fn compose(chain: &[Decoded]) -> Result<String> {
+    let bad = || damaged("the checkpoint chain does not fit together");
+    let (first, last) = match (chain.first(), chain.last()) {
+        (Some(f), Some(l)) => (f, l),
+        _ => return Err(bad()),
+    };
+    if last.base.is_some() {
+        return Err(bad());
+    }
+    if first.whole {
+        if chain.len() != 1 {
+            return Err(bad());
+        }
+        return String::from_utf8(first.body.clone()).map_err(|_| bad());
+    }
+    // How many messages each level contributes from its own list.
+    let mut take = Vec::with_capacity(chain.len());
+    let mut need = first.total_messages();
+    for (i, d) in chain.iter().enumerate() {
+        if d.whole || need > d.total_messages() {
+            return Err(bad());
+        }
+        let keep = d.base.as_ref().map_or(0, |b| b.keep);
+        take.push((need.saturating_sub(keep)) as usize);
+        need = need.min(keep);
+        if let (Some(b), Some(next)) = (&d.base, chain.get(i + 1))
+            && next.last_seq != b.last_seq
+        {
+            return Err(bad());
+        }
+    }
+    let state = first.state();
+    let size: usize = chain
+        .iter()
+        .zip(&take)
+        .map(|(d, &n)| d.first_messages(n).len() + 1)
+        .sum::<usize>()
+        + state.len()
+        + 24;
+    let mut out = Vec::with_capacity(size);
+    out.extend_from_slice(b"{\"messages\":[");
+    let mut any = false;
+    for (d, &n) in chain.iter().zip(&take).rev() {
+        if n == 0 {
+            continue;
+        }
+        if any {
+            out.push(b',');
+        }
+        out.extend_from_slice(d.first_messages(n));
+        any = true;
+    }
+    out.extend_from_slice(b"],\"state\":");
+    out.extend_from_slice(state);
+    out.push(b'}');
+    // Every piece was checked UTF-8 at decode and is cut at ASCII commas.
+    String::from_utf8(out).map_err(|_| bad())
+}
+
+fn damaged(why: &str) -> StoreError {
+    StoreError::corrupt(format!("checkpoint damaged: {why}"))
+}
+
+fn u64_at(b: &[u8], at: usize) -> Option<u64> {
+    let s = b.get(at..at + 8)?;
+    let mut a = [0u8; 8];
+    a.copy_from_slice(s);
+    Some(u64::from_le_bytes(a))
+}
+
+fn u32_at(b: &[u8], at: usize) -> Option<u32> {
+    let s = b.get(at..at + 4)?;
+    Some(u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+}
+
+fn checksum(body: &[u8], last_seq: u64) -> u32 {
     let mut h = crc32fast::Hasher::new();
     h.update(&last_seq.to_le_bytes());
-    h.update(json);
+    h.update(body);
     h.finalize()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::{Value, json};
+
+    fn texts(ms: &[Value]) -> Vec<String> {
+        ms.iter().map(|m| m.to_string()).collect()
+    }
+
+    fn conv(ms: &[Value], state: &Value) -> String {
+        serde_json::to_string(&json!({"messages": ms, "state": state})).unwrap()
+    }
 
     #[test]
     fn round_trips_small_and_large() {
-        let small = r#"{"messages":[],"state":{}}"#;
-        let d = decode(&encode(small, 7)).unwrap();
-        assert_eq!((d.json.as_str(), d.last_seq), (small, 7));
-        let big = format!(
-            r#"{{"messages":[{{"id":"m","role":"user","content":"{}"}}],"state":null}}"#,
-            "hello ".repeat(2000)
+        let d = decode(&encode_full::<&str>(&[], "{}", 7)).unwrap();
+        assert_eq!(d.last_seq, 7);
+        assert_eq!(compose(&[d]).unwrap(), r#"{"messages":[],"state":{}}"#);
+        let ms = vec![json!({"id":"m","role":"user","content":"hello ".repeat(2000)})];
+        let blob = encode_full(&texts(&ms), "null", 1);
+        assert!(blob.len() < 2000, "large conversations compress");
+        assert_eq!(usable(&blob, 1).unwrap(), conv(&ms, &Value::Null));
+        assert!(usable(&blob, 2).is_none(), "stale");
+    }
+
+    #[test]
+    fn a_chain_composes_prefixes_and_tails() {
+        let m: Vec<Value> = (0..6).map(|i| json!({"id": i, "c": "x,y]"})).collect();
+        // Base: m0 m1 m2. Middle keeps 2 of them then m3 m4. Top keeps 3
+        // (m0 m1 m3) then m5.
+        let base = encode_full(&texts(&m[..3]), "1", 10);
+        let mid = encode_delta(
+            &BaseRef {
+                run_id: "b".into(),
+                last_seq: 10,
+                keep: 2,
+            },
+            &texts(&m[3..5]),
+            "2",
+            20,
         );
-        let blob = encode(&big, 1);
-        assert!(blob.len() < big.len() / 4, "large conversations compress");
-        assert_eq!(decode(&blob).unwrap().json, big);
+        let top = encode_delta(
+            &BaseRef {
+                run_id: "m".into(),
+                last_seq: 20,
+                keep: 3,
+            },
+            &texts(&m[5..]),
+            "{\"s\":3}",
+            30,
+        );
+        let chain: Vec<Decoded> = [&top, &mid, &base]
+            .iter()
+            .map(|b| decode(b).unwrap())
+            .collect();
+        let want = conv(
+            &[m[0].clone(), m[1].clone(), m[3].clone(), m[5].clone()],
+            &json!({"s":3}),
+        );
+        assert_eq!(compose(&chain).unwrap(), want);
+        assert_eq!(
+            compose(&chain[1..]).unwrap(),
+            conv(
+                &m[..2].iter().chain(&m[3..5]).cloned().collect::<Vec<_>>(),
+                &json!(2)
+            )
+        );
+        assert!(usable(&top, 30).is_none(), "a delta is not usable alone");
+        // A chain out of order, or whose base covers another sequence, fails.
+        assert!(compose(&[chain[0].clone(), chain[2].clone()]).is_err());
+        assert!(compose(&chain[..2]).is_err());
+        // A version 1 blob still reads as its own full checkpoint.
+        let v1_text = conv(&m[..1], &json!({}));
+        let v1 = seal(VERSION_1, v1_text.as_bytes(), 5);
+        assert_eq!(usable(&v1, 5).unwrap(), v1_text);
     }
 
     #[test]
     fn every_single_byte_flip_is_detected() {
-        let text = format!(r#"{{"messages":[],"state":{{"k":"{}"}}}}"#, "v".repeat(600));
-        for blob in [encode(r#"{"messages":[],"state":1}"#, 3), encode(&text, 4)] {
+        let big = vec![json!({"k": "v".repeat(600)})];
+        let base = BaseRef {
+            run_id: "r".into(),
+            last_seq: 2,
+            keep: 1,
+        };
+        for blob in [
+            encode_full(&texts(&big[..0]), "1", 3),
+            encode_full(&texts(&big), "{}", 4),
+            encode_delta(&base, &["{}", "[]"], "0", 5),
+        ] {
             for i in 0..blob.len() {
                 let mut bad = blob.clone();
                 bad[i] ^= 0x40;

@@ -5,7 +5,9 @@
 //! - [`StoreError`] / [`ErrorKind`]: the portable error every backend maps
 //!   its native errors onto; `Display` never shows SQL, paths or secrets.
 //! - [`index`]: how a batch changes the run index (shared by all backends).
-//! - [`checkpoint`]: self-checking checkpoint blobs.
+//! - [`checkpoint`]: self-checking checkpoint blobs, full or delta.
+//! - [`restore`]: building delta checkpoints at run end and restoring runs
+//!   through them.
 //! - [`subscribe`]: catch-up-then-live subscriptions without gap or duplicate.
 //! - [`MemoryStore`]: the in-memory backend (`memory://`).
 //! - [`migrate`]: copy threads between stores, resumably, with digests.
@@ -18,7 +20,6 @@
 //! `agui-history`.
 
 mod error;
-mod restore;
 mod store;
 mod types;
 
@@ -28,6 +29,7 @@ pub mod cursor;
 pub mod index;
 pub mod memory;
 pub mod migrate;
+pub mod restore;
 pub mod sample;
 pub mod subscribe;
 
@@ -37,7 +39,7 @@ pub mod conformance;
 pub use agui_history::reduce::Conversation;
 pub use error::{ErrorKind, Result, SeqConflict, StoreError};
 pub use memory::MemoryStore;
-pub use restore::{ConversationCache, restore_run};
+pub use restore::{ConversationCache, checkpoint_run, restore_run};
 pub use store::{EventStore, Restored};
 pub use subscribe::EventStream;
 pub use types::{

@@ -1,15 +1,43 @@
-//! Restoring a run's conversation through checkpoints (shared by every
-//! backend through [`EventStore::restore`]).
+//! Building and restoring checkpoints (shared by every backend through
+//! [`EventStore::checkpoint_ended_runs`] and [`EventStore::restore`]).
+//!
+//! **Building.** A backend that keeps a [`ConversationCache`] holds, per
+//! thread, the conversation of the thread's latest checkpointed run (the
+//! *tip*), the JSON text of each of its messages, and the *path*: the runs
+//! checkpointed since the last full checkpoint on this branch, each with its
+//! message count and the reducer's watermark (the lowest message index its
+//! events changed, [`Reducer::messages_changed_from`]). When a run whose
+//! parent is the tip ends, only its own events are reduced, only the messages
+//! from the watermark on are serialized, and the checkpoint is a delta from
+//! the path entry at index `k & (k - 1)` (Fenwick style, `k` the new entry's
+//! index): it keeps the base's first `P` messages, `P` the least watermark of
+//! the runs in between. So the `k`-th checkpoint writes the messages of the
+//! last `k & -k` runs, `O(n log n)` in total instead of `O(n²)`, and restoring
+//! any run reads at most `popcount(k) + 1` blobs. Anything else (no cache,
+//! a cold or mismatched cache, a branch from an older run) writes a full
+//! checkpoint and starts a new path.
+//!
+//! **Restoring.** A run's blob and its bases are read and checked, and the
+//! conversation's text is composed from their slices ([`checkpoint::compose`]),
+//! without parsing. A missing, damaged or stale blob is never used: a broken
+//! base is rebuilt first (so the chains through it work again), a broken own
+//! blob falls back to the nearest usable ancestor plus the log, and every
+//! checkpoint replayed on the way is stored again (full).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
 use agui_history::reduce::Reducer;
 
-use crate::error::Result;
-use crate::store::{Restored, checkpointable, reduce_failed, usable_checkpoint};
+use crate::checkpoint::{self, BaseRef, Decoded};
+use crate::error::{Result, StoreError};
+use crate::store::{Restored, checkpointable, reduce_failed};
 use crate::types::{RunFilter, RunRecord, StoredEvent};
-use crate::{Conversation, EventStore, checkpoint};
+use crate::{Conversation, EventStore};
+
+/// The longest chain of delta checkpoints followed before giving up (the
+/// builder makes chains of at most 65 on a branch of 2^64 runs).
+const MAX_CHAIN: usize = 80;
 
 /// The thread's preamble: the events before its first `RUN_STARTED`.
 pub(crate) async fn preamble<S: EventStore + ?Sized>(
@@ -36,18 +64,54 @@ pub(crate) async fn preamble<S: EventStore + ?Sized>(
     }
 }
 
-/// The latest conversation built per thread (see
-/// [`EventStore::conversation_cache`]), bounded in threads.
+/// Per thread, the latest checkpointed conversation and what building the
+/// next delta checkpoint needs (see the module docs), bounded in threads and
+/// bytes.
 #[derive(Default)]
 pub struct ConversationCache {
-    entries: Mutex<HashMap<(String, String), Cached>>,
+    entries: Mutex<Entries>,
 }
 
-/// A cached conversation: run id, last sequence number, conversation.
-type Cached = (String, u64, Conversation);
+#[derive(Default)]
+struct Entries {
+    map: HashMap<(String, String), Tip>,
+    bytes: usize,
+}
+
+/// One run of a tip's path.
+#[derive(Debug, Clone)]
+struct PathEntry {
+    run_id: String,
+    /// The last sequence number its checkpoint covers.
+    last_seq: u64,
+    /// Messages in its conversation.
+    count: usize,
+    /// Lowest message index its events changed (relative to the entry
+    /// before it); 0 for the first entry, whose checkpoint is full.
+    mark: usize,
+}
+
+/// The latest checkpointed conversation of a thread.
+struct Tip {
+    conv: Conversation,
+    /// The JSON text of each message of `conv`.
+    texts: Vec<String>,
+    /// Runs since the last full checkpoint; the last is the tip's run.
+    path: Vec<PathEntry>,
+    bytes: usize,
+}
+
+impl Tip {
+    fn run(&self) -> &PathEntry {
+        &self.path[self.path.len() - 1]
+    }
+}
 
 /// Threads a [`ConversationCache`] remembers at most.
 const CACHED_THREADS: usize = 256;
+/// Message text a [`ConversationCache`] keeps at most (the parsed
+/// conversations take a few times more).
+const CACHED_BYTES: usize = 256 << 20;
 
 impl ConversationCache {
     /// An empty cache.
@@ -55,54 +119,203 @@ impl ConversationCache {
         ConversationCache::default()
     }
 
-    fn take(
-        &self,
-        tenant: &str,
-        thread: &str,
-        run_id: &str,
-        last_seq: u64,
-    ) -> Option<Conversation> {
-        let mut map = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+    fn lock(&self) -> std::sync::MutexGuard<'_, Entries> {
+        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes the thread's tip if it is `run_id` covering `last_seq`.
+    fn take(&self, tenant: &str, thread: &str, run_id: &str, last_seq: u64) -> Option<Tip> {
+        let mut e = self.lock();
         let key = (tenant.to_owned(), thread.to_owned());
-        match map.get(&key) {
-            Some((r, s, _)) if r == run_id && *s == last_seq => map.remove(&key).map(|e| e.2),
+        match e.map.get(&key) {
+            Some(t) if t.run().run_id == run_id && t.run().last_seq == last_seq => {
+                let tip = e.map.remove(&key)?;
+                e.bytes -= tip.bytes;
+                Some(tip)
+            }
             _ => None,
         }
     }
 
-    fn put(&self, tenant: &str, thread: &str, run_id: &str, last_seq: u64, c: Conversation) {
-        let mut map = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        if map.len() >= CACHED_THREADS {
-            map.clear();
+    fn put(&self, tenant: &str, thread: &str, mut tip: Tip) {
+        tip.bytes = tip.texts.iter().map(|t| t.len() + 48).sum::<usize>() + 64 * tip.path.len();
+        if tip.bytes > CACHED_BYTES {
+            self.forget(tenant, thread);
+            return;
         }
-        map.insert(
-            (tenant.to_owned(), thread.to_owned()),
-            (run_id.to_owned(), last_seq, c),
-        );
+        let mut e = self.lock();
+        if let Some(old) = e.map.remove(&(tenant.to_owned(), thread.to_owned())) {
+            e.bytes -= old.bytes;
+        }
+        if e.map.len() >= CACHED_THREADS || e.bytes + tip.bytes > CACHED_BYTES {
+            e.map.clear();
+            e.bytes = 0;
+        }
+        e.bytes += tip.bytes;
+        e.map.insert((tenant.to_owned(), thread.to_owned()), tip);
     }
 
     /// Forgets a thread (deleted).
     pub fn forget(&self, tenant: &str, thread: &str) {
-        let mut map = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        map.remove(&(tenant.to_owned(), thread.to_owned()));
+        let mut e = self.lock();
+        if let Some(old) = e.map.remove(&(tenant.to_owned(), thread.to_owned())) {
+            e.bytes -= old.bytes;
+        }
     }
+}
+
+fn to_json<T: serde::Serialize + ?Sized>(v: &T) -> Result<String> {
+    serde_json::to_string(v)
+        .map_err(|e| StoreError::internal("a conversation cannot be serialized").with_source(e))
+}
+
+/// Builds and stores the checkpoint of a run that ended: a delta from the
+/// cached tip when the run continues it, else a full one (through
+/// [`restore_run`]).
+pub async fn checkpoint_run<S: EventStore + ?Sized>(
+    store: &S,
+    tenant: &str,
+    thread: &str,
+    run_id: &str,
+) -> Result<()> {
+    let run = store.run(tenant, thread, run_id).await?;
+    if !checkpointable(run.status) {
+        return Ok(());
+    }
+    if let (Some(cache), Some(parent_id)) = (store.conversation_cache(), &run.parent_run_id) {
+        let parent = match store.run(tenant, thread, parent_id).await {
+            Ok(p) => Some(p),
+            Err(e) if e.kind() == crate::ErrorKind::NotFound => None,
+            Err(e) => return Err(e),
+        };
+        let tip = parent
+            .filter(|p| p.first_seq < run.first_seq)
+            .and_then(|p| cache.take(tenant, thread, &p.run_id, p.last_seq));
+        if let Some(tip) = tip {
+            let tip = extend(store, tenant, thread, &run, tip).await?;
+            cache.put(tenant, thread, tip);
+            return Ok(());
+        }
+    }
+    restore_run(store, tenant, thread, run_id).await.map(drop)
+}
+
+/// Reduces `run`'s events on top of `tip` (its parent's conversation) and
+/// stores the run's delta checkpoint. The tip is consumed on any failure.
+async fn extend<S: EventStore + ?Sized>(
+    store: &S,
+    tenant: &str,
+    thread: &str,
+    run: &RunRecord,
+    mut tip: Tip,
+) -> Result<Tip> {
+    let events = store
+        .read_range(tenant, thread, run.first_seq, run.last_seq)
+        .await?;
+    let mut reducer = Reducer::new(std::mem::take(&mut tip.conv));
+    for e in &events {
+        reducer.apply(&e.event).map_err(reduce_failed)?;
+    }
+    let mark = reducer.messages_changed_from();
+    tip.conv = reducer.into_conversation();
+    tip.texts.truncate(mark);
+    for m in &tip.conv.messages[mark..] {
+        tip.texts.push(to_json(m)?);
+    }
+    let state = to_json(&tip.conv.state)?;
+    let k = tip.path.len();
+    let base = k & (k - 1);
+    let keep = tip.path[base + 1..]
+        .iter()
+        .map(|e| e.mark)
+        .chain([mark, tip.path[base].count])
+        .min()
+        .unwrap_or(0);
+    let b = &tip.path[base];
+    let blob = checkpoint::encode_delta(
+        &BaseRef {
+            run_id: b.run_id.clone(),
+            last_seq: b.last_seq,
+            keep: keep as u64,
+        },
+        &tip.texts[keep..],
+        &state,
+        run.last_seq,
+    );
+    store
+        .save_checkpoint(tenant, thread, &run.run_id, blob)
+        .await?;
+    tip.path.push(PathEntry {
+        run_id: run.run_id.clone(),
+        last_seq: run.last_seq,
+        count: tip.texts.len(),
+        mark,
+    });
+    Ok(tip)
+}
+
+/// Why a run's checkpoint chain cannot be composed.
+enum Broken {
+    /// The run's own blob is missing, damaged or stale.
+    Own,
+    /// A base's blob (run id) is missing, damaged, stale or does not fit.
+    Base(String),
+}
+
+/// Reads and checks a run's checkpoint chain and composes its text.
+async fn compose_run<S: EventStore + ?Sized>(
+    store: &S,
+    tenant: &str,
+    thread: &str,
+    run_id: &str,
+    last_seq: u64,
+) -> Result<std::result::Result<String, Broken>> {
+    let mut chain: Vec<Decoded> = Vec::new();
+    let (mut want_run, mut want_seq) = (run_id.to_owned(), last_seq);
+    loop {
+        let broken = || {
+            if chain.is_empty() {
+                Broken::Own
+            } else {
+                Broken::Base(want_run.clone())
+            }
+        };
+        if chain.len() >= MAX_CHAIN {
+            return Ok(Err(broken()));
+        }
+        let blob = store.load_checkpoint(tenant, thread, &want_run).await?;
+        let Some(d) = blob.and_then(|b| checkpoint::decode(&b).ok()) else {
+            return Ok(Err(broken()));
+        };
+        if d.last_seq != want_seq {
+            return Ok(Err(broken()));
+        }
+        let next = d.base.as_ref().map(|b| (b.run_id.clone(), b.last_seq));
+        chain.push(d);
+        match next {
+            None => break,
+            // Bases cover strictly earlier events: no cycle.
+            Some((_, s)) if s >= want_seq => return Ok(Err(Broken::Own)),
+            Some((r, s)) => (want_run, want_seq) = (r, s),
+        }
+    }
+    Ok(checkpoint::compose(&chain).map_err(|_| Broken::Own))
 }
 
 /// Where the replay starts.
 enum Base {
     /// A checkpoint's text (parsed only if something must be replayed).
     Text(String),
-    /// A conversation already in memory.
-    Value(Conversation),
     /// Nothing: replay from the preamble.
     Empty,
 }
 
 /// The default [`EventStore::restore`], for backends that override it with a
-/// fast path and fall back to this. Walks up from the run to the nearest run
-/// with a usable checkpoint (usually the run itself: one lookup and no
-/// parsing), then replays the runs below it, storing the checkpoints it
-/// rebuilds.
+/// fast path and fall back to this. Composes the run's checkpoint chain
+/// (usually: a few blobs, no parsing), rebuilding a broken base first; when
+/// the run's own checkpoint is unusable, walks up to the nearest run with a
+/// usable one, then replays the runs below it, storing the (full)
+/// checkpoints it rebuilds.
 pub async fn restore_run<S: EventStore + ?Sized>(
     store: &S,
     tenant: &str,
@@ -110,21 +323,26 @@ pub async fn restore_run<S: EventStore + ?Sized>(
     run_id: &str,
 ) -> Result<Restored> {
     let target = store.run(tenant, thread, run_id).await?;
-    let cache = store.conversation_cache();
+    let mut rebuilt = 0;
     // Runs to replay, deepest first.
     let mut chain: Vec<RunRecord> = Vec::new();
     let mut cur = target.clone();
     let base = loop {
         if checkpointable(cur.status) {
-            let cached = match cache {
-                Some(c) if !chain.is_empty() => c.take(tenant, thread, &cur.run_id, cur.last_seq),
-                _ => None,
-            };
-            if let Some(c) = cached {
-                break Base::Value(c);
+            let mut composed =
+                compose_run(store, tenant, thread, &cur.run_id, cur.last_seq).await?;
+            if let Err(Broken::Base(b)) = &composed {
+                // Repair the base once (boxed: restore is recursive), then
+                // every chain through it composes again.
+                let b = b.clone();
+                let repaired = Box::pin(restore_run(store, tenant, thread, &b)).await;
+                if let Ok(r) = repaired {
+                    rebuilt += r.rebuilt;
+                    composed =
+                        compose_run(store, tenant, thread, &cur.run_id, cur.last_seq).await?;
+                }
             }
-            let blob = store.load_checkpoint(tenant, thread, &cur.run_id).await?;
-            if let Some(json) = blob.and_then(|b| usable_checkpoint(&b, cur.last_seq)) {
+            if let Ok(json) = composed {
                 break Base::Text(json);
             }
         }
@@ -149,14 +367,13 @@ pub async fn restore_run<S: EventStore + ?Sized>(
                 run_id: target.run_id,
                 last_seq: target.last_seq,
                 json,
-                from_checkpoint: true,
-                rebuilt: 0,
+                from_checkpoint: rebuilt == 0,
+                rebuilt,
             });
         }
         Base::Text(json) => serde_json::from_str(&json).map_err(|e| {
-            crate::StoreError::corrupt("a checkpoint is not a conversation").with_source(e)
+            StoreError::corrupt("a checkpoint is not a conversation").with_source(e)
         })?,
-        Base::Value(c) => c,
         Base::Empty => {
             let mut reducer = Reducer::new(Conversation::default());
             for e in preamble(store, tenant, thread).await? {
@@ -165,8 +382,8 @@ pub async fn restore_run<S: EventStore + ?Sized>(
             reducer.into_conversation()
         }
     };
-    let mut rebuilt = 0;
-    let mut json = String::new();
+    let mut texts: Vec<String> = Vec::new();
+    let mut state = String::new();
     for run in chain.iter().rev() {
         let mut reducer = Reducer::new(conversation);
         for e in store
@@ -175,29 +392,48 @@ pub async fn restore_run<S: EventStore + ?Sized>(
         {
             reducer.apply(&e.event).map_err(reduce_failed)?;
         }
+        // Only the messages the run changed are serialized again.
+        let mark = reducer.messages_changed_from().min(texts.len());
         conversation = reducer.into_conversation();
-        json = serde_json::to_string(&conversation).map_err(|e| {
-            crate::StoreError::internal("a conversation cannot be serialized").with_source(e)
-        })?;
+        if texts.is_empty() && !conversation.messages.is_empty() {
+            texts.reserve(conversation.messages.len());
+        }
+        texts.truncate(mark);
+        for m in &conversation.messages[texts.len()..] {
+            texts.push(to_json(m)?);
+        }
+        state = to_json(&conversation.state)?;
         if checkpointable(run.status) {
             store
                 .save_checkpoint(
                     tenant,
                     thread,
                     &run.run_id,
-                    checkpoint::encode(&json, run.last_seq),
+                    checkpoint::encode_full(&texts, &state, run.last_seq),
                 )
                 .await?;
             rebuilt += 1;
         }
     }
-    if let Some(cache) = cache.filter(|_| checkpointable(target.status)) {
+    let json = compose_texts(&texts, &state);
+    if checkpointable(target.status)
+        && let Some(cache) = store.conversation_cache()
+    {
+        let count = texts.len();
         cache.put(
             tenant,
             thread,
-            &target.run_id,
-            target.last_seq,
-            conversation,
+            Tip {
+                conv: conversation,
+                texts,
+                path: vec![PathEntry {
+                    run_id: target.run_id.clone(),
+                    last_seq: target.last_seq,
+                    count,
+                    mark: 0,
+                }],
+                bytes: 0,
+            },
         );
     }
     Ok(Restored {
@@ -207,4 +443,22 @@ pub async fn restore_run<S: EventStore + ?Sized>(
         from_checkpoint: false,
         rebuilt,
     })
+}
+
+/// `{"messages":[...],"state":...}` from message texts and the state's text,
+/// exactly as `serde_json` writes a [`Conversation`].
+fn compose_texts(texts: &[String], state: &str) -> String {
+    let len = texts.iter().map(|t| t.len() + 1).sum::<usize>() + state.len() + 24;
+    let mut out = String::with_capacity(len);
+    out.push_str("{\"messages\":[");
+    for (i, t) in texts.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(t);
+    }
+    out.push_str("],\"state\":");
+    out.push_str(state);
+    out.push('}');
+    out
 }

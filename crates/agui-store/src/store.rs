@@ -10,7 +10,7 @@ use crate::types::{
     AppendRequest, Appended, EventPage, RunFilter, RunPage, RunRecord, RunStatus, StoreStats,
     StoredEvent, ThreadFilter, ThreadInfo, ThreadPage,
 };
-use crate::{Conversation, checkpoint, restore};
+use crate::{Conversation, restore};
 
 /// A run's conversation, restored.
 ///
@@ -27,7 +27,8 @@ pub struct Restored {
     /// `{"messages":[...],"state":...}` along the run's branch, up to the
     /// run's last event.
     pub json: String,
-    /// True when it came from the run's own stored checkpoint unchanged.
+    /// True when it was composed from stored checkpoints alone (the run's own
+    /// and its bases), with nothing replayed or rebuilt.
     pub from_checkpoint: bool,
     /// How many checkpoints were rebuilt from the log (and stored) to answer.
     pub rebuilt: usize,
@@ -231,28 +232,30 @@ pub trait EventStore: Send + Sync {
         Ok(out)
     }
 
-    /// Restores a run's conversation: its own checkpoint when valid and
-    /// current, else the nearest valid checkpoint up its branch plus the log
-    /// from there (storing every checkpoint it rebuilds). A damaged or stale
-    /// checkpoint is never used.
+    /// Restores a run's conversation: its own checkpoint (with the delta
+    /// checkpoints' bases) when valid and current, else the nearest valid
+    /// checkpoint up its branch plus the log from there (storing every
+    /// checkpoint it rebuilds). A damaged or stale checkpoint is never used.
     async fn restore(&self, tenant: &str, thread: &str, run_id: &str) -> Result<Restored> {
         restore::restore_run(self, tenant, thread, run_id).await
     }
 
     /// The backend's cache of the latest conversation built per thread, if it
-    /// keeps one: building the next run's checkpoint then starts from it
-    /// instead of parsing the parent's checkpoint.
+    /// keeps one: building the next run's checkpoint then reduces only the
+    /// run's own events and stores a delta (see [`crate::restore`]) instead
+    /// of restoring the parent and writing the whole conversation.
     fn conversation_cache(&self) -> Option<&crate::ConversationCache> {
         None
     }
 
-    /// Builds and stores the checkpoints of the runs a batch ended. Backends
-    /// call this at the end of `append`. Failures are not append failures (the
+    /// Builds and stores the checkpoints of the runs a batch ended (see
+    /// [`crate::restore::checkpoint_run`]). Backends call this at the end of
+    /// `append`. Failures are not append failures (the
     /// events are committed): a run whose checkpoint could not be built gets
     /// it rebuilt on its first restore.
     async fn checkpoint_ended_runs(&self, tenant: &str, thread: &str, plan: &BatchPlan) {
         for run in plan.runs.iter().filter(|r| r.ended) {
-            let _ = self.restore(tenant, thread, &run.run_id).await;
+            let _ = restore::checkpoint_run(self, tenant, thread, &run.run_id).await;
         }
     }
 }
@@ -260,11 +263,6 @@ pub trait EventStore: Send + Sync {
 /// True when a run's status allows a checkpoint (its events are complete).
 pub(crate) fn checkpointable(status: RunStatus) -> bool {
     status != RunStatus::Running
-}
-
-/// The JSON text of a checkpoint blob, when intact and current.
-pub(crate) fn usable_checkpoint(blob: &[u8], last_seq: u64) -> Option<String> {
-    checkpoint::usable(blob, last_seq)
 }
 
 /// Maps a reduce failure to a portable error.

@@ -750,6 +750,153 @@ pub async fn checkpoints_are_rebuilt_when_missing_or_damaged<B: Backend>(b: &B) 
     assert_eq!(r.last_seq, s.run(T, th, "r3").await.unwrap().last_seq);
 }
 
+/// The run ids and stored blobs' bases of a thread's runs.
+async fn bases<S: EventStore + ?Sized>(s: &S, th: &str, runs: &[String]) -> Vec<Option<String>> {
+    let mut out = Vec::new();
+    for r in runs {
+        let blob = s
+            .load_checkpoint(T, th, r)
+            .await
+            .unwrap()
+            .expect("a checkpoint");
+        let d = crate::checkpoint::decode(&blob).expect("an intact checkpoint");
+        out.push(d.base.map(|b| b.run_id));
+    }
+    out
+}
+
+/// A long thread with branches, late edits of old messages and state:
+/// every run restores (through delta checkpoints, where the backend builds
+/// them) to exactly what reducing its branch gives (the history core's
+/// lineage), and stays so after a reopen.
+pub async fn delta_checkpoints_restore_every_run_of_a_branchy_thread<B: Backend>(b: &B) {
+    let s = open(b).await;
+    let th = "branchy";
+    let mut log: Vec<Event> = text_message("pre", "preamble", 1);
+    append(&s, T, th, log.clone()).await;
+    let mut runs: Vec<String> = Vec::new();
+    for k in 0..40usize {
+        let run = format!("r{k}");
+        // Every 7th run branches from three runs back.
+        let parent = (k % 7 == 5).then(|| runs[k - 3].clone());
+        let mut events = vec![run_started(th, &run, parent.as_deref())];
+        events.extend(text_message(
+            &format!("{run}-msg"),
+            &format!("answer {k}"),
+            2,
+        ));
+        if k % 4 == 1 {
+            // An edit of the first message of the branch.
+            events.push(event(
+                json!({"type":"TEXT_MESSAGE_CONTENT","messageId":"pre","delta":format!(" +{k}")}),
+            ));
+        }
+        if k % 5 == 2 && k > 0 {
+            // An edit of the parent run's message.
+            let p = parent.clone().unwrap_or_else(|| runs[k - 1].clone());
+            events.push(event(
+                json!({"type":"TEXT_MESSAGE_CONTENT","messageId":format!("{p}-msg"),"delta":" (edited)"}),
+            ));
+        }
+        if k % 3 == 0 {
+            events.push(event(json!({"type":"STATE_SNAPSHOT","snapshot":{"k":k}})));
+        }
+        events.push(run_finished(th, &run));
+        log.extend(events.iter().cloned());
+        if k % 6 == 4 {
+            let rest = events.split_off(2);
+            append(&s, T, th, events).await;
+            append(&s, T, th, rest).await;
+        } else {
+            append(&s, T, th, events).await;
+        }
+        runs.push(run);
+    }
+    let want: Vec<String> = runs
+        .iter()
+        .map(|r| {
+            let c = agui_history::lineage::conversation_at(&log, r, None, Conversation::default())
+                .expect("the suite's log has a clean lineage");
+            conversation_text(&c)
+        })
+        .collect();
+    for (r, w) in runs.iter().zip(&want) {
+        let got = s.restore(T, th, r).await.unwrap();
+        assert!(got.from_checkpoint, "run {r} restored from checkpoints");
+        assert_eq!(&got.json, w, "run {r}");
+    }
+    if s.conversation_cache().is_some() {
+        let deltas = bases(&s, th, &runs).await.iter().flatten().count();
+        assert!(deltas >= 30, "most checkpoints are deltas ({deltas})");
+    }
+    s.close().await.unwrap();
+    let s = open(b).await;
+    for (r, w) in runs.iter().zip(&want).rev() {
+        assert_eq!(
+            &s.restore(T, th, r).await.unwrap().json,
+            w,
+            "run {r} after reopen"
+        );
+    }
+}
+
+/// A delta checkpoint whose base is damaged or missing is never trusted: the
+/// base is rebuilt from the log and the run restores exactly.
+pub async fn damaged_or_missing_delta_bases_are_rebuilt<B: Backend>(b: &B) {
+    let s = open(b).await;
+    let th = "bases";
+    let runs: Vec<String> = (0..12).map(|k| format!("r{k}")).collect();
+    for (k, r) in runs.iter().enumerate() {
+        append(&s, T, th, full_run(th, r, None, &format!("answer {k}"))).await;
+    }
+    let mut want = Vec::new();
+    for r in &runs {
+        want.push(reduce_all(&s.read_branch(T, th, r).await.unwrap()));
+    }
+    let based = bases(&s, th, &runs).await;
+    // The latest run with a base, and its base: damaged, then missing.
+    let Some((at, Some(base))) = based
+        .iter()
+        .cloned()
+        .enumerate()
+        .rev()
+        .find(|(_, b)| b.is_some())
+    else {
+        // A backend without deltas: nothing more to check.
+        assert!(
+            s.conversation_cache().is_none(),
+            "a cached backend builds deltas"
+        );
+        return;
+    };
+    b.damage_checkpoint(&s, T, th, &base).await.unwrap();
+    let r = s.restore(T, th, &runs[at]).await.unwrap();
+    assert_eq!(r.json, want[at]);
+    assert!(
+        !r.from_checkpoint && r.rebuilt >= 1,
+        "the damaged base was rebuilt"
+    );
+    let r = s.restore(T, th, &runs[at]).await.unwrap();
+    assert!(r.from_checkpoint && r.rebuilt == 0, "and stored again");
+    b.remove_checkpoint(&s, T, th, &base).await.unwrap();
+    let r = s.restore(T, th, &runs[at]).await.unwrap();
+    assert_eq!(r.json, want[at]);
+    assert!(r.rebuilt >= 1, "the missing base was rebuilt");
+    // Damage every base at once: every run still restores exactly.
+    for b2 in based.iter().flatten().collect::<BTreeSet<_>>() {
+        b.damage_checkpoint(&s, T, th, b2).await.unwrap();
+    }
+    for (r, w) in runs.iter().zip(&want).rev() {
+        assert_eq!(&s.restore(T, th, r).await.unwrap().json, w, "run {r}");
+    }
+    for r in &runs {
+        assert!(
+            s.restore(T, th, r).await.unwrap().from_checkpoint,
+            "{r} repaired"
+        );
+    }
+}
+
 /// A branch is its root-to-run path: runs of a sibling branch are absent
 /// from its events and its conversation.
 pub async fn branches_read_and_restore_their_own_lineage<B: Backend>(b: &B) {

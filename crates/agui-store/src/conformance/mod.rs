@@ -89,6 +89,8 @@ macro_rules! conformance_tests {
             subscription_before_the_thread_exists_and_after_delete,
             checkpoints_are_used,
             checkpoints_are_rebuilt_when_missing_or_damaged,
+            delta_checkpoints_restore_every_run_of_a_branchy_thread,
+            damaged_or_missing_delta_bases_are_rebuilt,
             branches_read_and_restore_their_own_lineage,
             tenants_are_isolated,
             delete_removes_everything,
