@@ -28,7 +28,7 @@ use std::str::FromStr;
 use agui_protocol::{EnvelopeError, Event};
 
 pub use deltas::{DeltaCompactor, compact_deltas};
-pub use latest::{LatestOptions, compact_latest};
+pub use latest::{LatestOptions, compact_latest, compact_latest_from};
 pub use snapshot::{SnapshotCompactor, compact_snapshot};
 
 use crate::reduce::{Conversation, ReduceError};
@@ -107,6 +107,9 @@ pub enum CompactError {
     /// The lineage of the chosen run could not be followed.
     #[error("cannot follow the run lineage: {0}")]
     Lineage(String),
+    /// The consumer of the output refused an event (an I/O error).
+    #[error("cannot write the output: {0}")]
+    Emit(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// A broken internal invariant (a bug, reported instead of a panic).
     #[error("internal compaction error: {0}")]
     Internal(&'static str),

@@ -14,7 +14,7 @@
 //! orphan, observer and malformed field occurs), valid or not: the guarantees
 //! hold for every input the reducer accepts.
 
-use agui_history::compact::{Mode, compact};
+use agui_history::compact::{LatestOptions, Mode, compact, compact_latest_from};
 use agui_history::lineage::Lineage;
 use agui_history::reduce::{Conversation, Reducer};
 use agui_protocol::Event;
@@ -130,6 +130,31 @@ fn check(events: &[Event], mode: Mode) -> Result<(), TestCaseError> {
             }
         }
         Mode::Latest => {
+            // The streaming path (reads the log again instead of holding it)
+            // gives the same output, for the last run and for a chosen one.
+            for branch in [None, Some("r1")] {
+                let mut streamed = Vec::new();
+                let options = LatestOptions {
+                    start: start.clone(),
+                    branch: branch.map(str::to_owned),
+                };
+                let result = compact_latest_from(|| events.iter().cloned(), &options, &mut |e| {
+                    streamed.push(e);
+                    Ok(())
+                });
+                let held = compact(events.to_vec(), mode, &start, branch);
+                match held {
+                    Ok(held) => {
+                        prop_assert!(result.is_ok(), "streaming latest failed: {:?}", result);
+                        prop_assert_eq!(
+                            values(&streamed),
+                            values(&held),
+                            "streaming latest differs"
+                        );
+                    }
+                    Err(_) => prop_assert!(result.is_err(), "streaming latest did not fail"),
+                }
+            }
             let expected = match last_run_id(events) {
                 Some(run) => branch_history(events, &run, &start),
                 None => original.last().cloned(),

@@ -43,3 +43,29 @@ fn chunks_around_a_state_window_and_an_activity_snapshot() {
 fn the_same_with_string_deltas() {
     assert!(same_meaning(&found(r#""7""#)));
 }
+
+fn lines(texts: &[&str]) -> Vec<Event> {
+    texts.iter().map(|t| Event::from_json(t).unwrap()).collect()
+}
+
+/// Two messages with one id, which a MESSAGES_SNAPSHOT turned into one
+/// object held at two positions: a later event writing the first writes
+/// both. A restated snapshot holds two separate objects, so `snapshot` mode
+/// used to lose the second write; such a run is now kept in `deltas` form.
+#[test]
+fn a_snapshot_aliasing_two_messages_is_not_restated() {
+    let input = lines(&[
+        r#"{"type":"RUN_STARTED","threadId":"t","runId":"r0"}"#,
+        r#"{"type":"ACTIVITY_SNAPSHOT","messageId":"c","activityType":"plan","content":{"s":0}}"#,
+        r#"{"type":"TOOL_CALL_START","toolCallId":"c","toolCallName":"g"}"#,
+        r#"{"type":"MESSAGES_SNAPSHOT","messages":[{"id":"c","role":"assistant","content":"snap"}]}"#,
+        r#"{"type":"RUN_FINISHED","threadId":"t","runId":"r0"}"#,
+        r#"{"type":"REASONING_MESSAGE_START","messageId":"c","role":"reasoning","metadata":{"k":48}}"#,
+    ]);
+    for mode in [Mode::Snapshot, Mode::Latest] {
+        let start = Conversation::default();
+        let out = compact(input.iter().cloned(), mode, &start, None).unwrap();
+        let expected = reduce(&input, start.clone()).unwrap();
+        assert_eq!(reduce(&out, start).unwrap(), expected, "{mode}");
+    }
+}

@@ -2,9 +2,12 @@
 //!
 //! Reading and decoding run on their own thread and hand events over in
 //! batches, so decoding and compaction overlap on two cores. Memory stays
-//! bounded by what is open at once (`deltas`, `snapshot`); `latest` reads the
-//! whole log, since the chosen branch is only known at the end.
+//! bounded by what is open at once (`deltas`, `snapshot`). `latest` reads a
+//! file two or three times and holds the run index and the conversation, not
+//! the events; from standard input (which cannot be read again) it holds
+//! the log.
 
+use std::cell::{Cell, RefCell};
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -76,6 +79,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Some(path) => read_start(path)?,
         None => Conversation::default(),
     };
+    if args.mode == Mode::Latest
+        && let Some(path) = args.file.as_deref().filter(|p| p.as_os_str() != "-")
+    {
+        let (read, out) = latest_from_file(&args, &start, path)?;
+        summary(&args, read, out);
+        return Ok(ExitCode::SUCCESS);
+    }
     let input = open_input(args.file.as_deref())?;
     // Batches of events, or the error that ended the input.
     let (batches_tx, batches) = mpsc::sync_channel::<anyhow::Result<Vec<Event>>>(4);
@@ -120,6 +130,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .join()
         .map_err(|_| anyhow::anyhow!("the reading thread panicked"))?;
     result?;
+    summary(&args, read, out);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The summary line on standard error.
+fn summary(args: &Args, read: Tally, out: Tally) {
     let pct = |o: u64, i: u64| {
         if i == 0 {
             100.0
@@ -137,7 +153,94 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         pct(out.events, read.events),
         pct(out.bytes, read.bytes),
     );
-    Ok(ExitCode::SUCCESS)
+}
+
+/// `latest` over a file, read anew for each pass of
+/// [`compact::compact_latest_from`].
+fn latest_from_file(
+    args: &Args,
+    start: &Conversation,
+    path: &Path,
+) -> anyhow::Result<(Tally, Tally)> {
+    File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let failure: RefCell<Option<anyhow::Error>> = RefCell::new(None);
+    let detected: Cell<Option<Format>> = Cell::new(None);
+    let read = Cell::new(Tally::default());
+    let passes = Cell::new(0u32);
+    let (failure_ref, detected_ref, read_ref) = (&failure, &detected, &read);
+    let source = || {
+        let (failure, detected, read) = (failure_ref, detected_ref, read_ref);
+        passes.set(passes.get() + 1);
+        let first = passes.get() == 1;
+        let mut reader = match File::open(path) {
+            Ok(file) => Some(Reader::new(BufReader::with_capacity(1 << 16, file))),
+            Err(e) => {
+                failure.replace(Some(
+                    anyhow::Error::new(e).context(format!("cannot open {}", path.display())),
+                ));
+                None
+            }
+        };
+        std::iter::from_fn(move || {
+            let r = reader.as_mut()?;
+            if failure.borrow().is_some() {
+                return None;
+            }
+            match r.next() {
+                Some(Ok(event)) => {
+                    if first {
+                        let mut t = read.get();
+                        t.add(&event);
+                        read.set(t);
+                        if detected.get().is_none() {
+                            detected.set(r.format());
+                        }
+                    }
+                    Some(event)
+                }
+                Some(Err(e)) => {
+                    failure.replace(Some(anyhow::Error::new(e).context("cannot read the input")));
+                    None
+                }
+                None => {
+                    if first && detected.get().is_none() {
+                        detected.set(r.format());
+                    }
+                    None
+                }
+            }
+        })
+    };
+    let options = LatestOptions {
+        start: start.clone(),
+        branch: args.branch.clone(),
+    };
+    let mut out = Tally::default();
+    let mut writer: Option<Writer<_>> = None;
+    let mut emit = |event: Event| -> Result<(), compact::CompactError> {
+        let w = writer.get_or_insert_with(|| {
+            let format = args.to.or(detected.get()).unwrap_or(Format::Ndjson);
+            Writer::new(stdout(), format)
+        });
+        out.add(&event);
+        w.write_event(&event)
+            .map_err(|e| compact::CompactError::Emit(Box::new(e)))
+    };
+    let result = compact::compact_latest_from(source, &options, &mut emit);
+    if let Some(err) = failure.take() {
+        return Err(err);
+    }
+    result?;
+    let w = match writer {
+        Some(w) => w,
+        None => Writer::new(
+            stdout(),
+            args.to.or(detected.get()).unwrap_or(Format::Ndjson),
+        ),
+    };
+    let mut inner = w.finish().context("cannot write the output")?;
+    inner.flush().context("cannot write the output")?;
+    Ok((read.get(), out))
 }
 
 fn compact_stream(

@@ -75,7 +75,6 @@ impl Kind {
 
 struct Anchor {
     kind: Kind,
-    key: Key,
     /// The id, decoded.
     id: String,
     /// Concatenated string bodies of the merged deltas, escapes kept.
@@ -92,9 +91,33 @@ struct Anchor {
     holders: Option<Vec<String>>,
 }
 
+/// An `ACTIVITY_SNAPSHOT` that replaces its message wholesale, with the
+/// `ACTIVITY_DELTA`s on the same message folded into it.
+struct ActivityAnchor {
+    /// The snapshot as it arrived.
+    event: Event,
+    open: bool,
+    /// The activity message's content and type after the folded deltas.
+    content: Value,
+    activity_type: Value,
+    metadata: Option<Map<String, Value>>,
+    folded: usize,
+}
+
 enum Slot {
     Event(Event),
     Anchor(Box<Anchor>),
+    Activity(Box<ActivityAnchor>),
+}
+
+impl Slot {
+    fn is_open(&self) -> bool {
+        match self {
+            Slot::Event(_) => false,
+            Slot::Anchor(a) => a.open,
+            Slot::Activity(a) => a.open,
+        }
+    }
 }
 
 /// Streaming `deltas` compactor: feed events with [`DeltaCompactor::push`],
@@ -112,6 +135,8 @@ pub struct DeltaCompactor {
     /// lane. Chunk expansion makes explicit events close lanes, so nothing is
     /// moved while a lane may be open.
     chunk_lanes: bool,
+    /// The run of adjacent chunk events being merged (it sits after `held`).
+    chunk_run: Option<ChunkRun>,
     held_limit: usize,
 }
 
@@ -137,6 +162,7 @@ impl DeltaCompactor {
             ready: Vec::new(),
             state: StateWindow::default(),
             chunk_lanes: false,
+            chunk_run: None,
             held_limit: limit.max(1),
         }
     }
@@ -146,8 +172,21 @@ impl DeltaCompactor {
         self.ready.drain(..)
     }
 
+    /// Events held right now: behind open anchors, in the state window and
+    /// in an unfinished chunk run. This is the compactor's memory, in events;
+    /// it depends on what is open at once, never on the log's length.
+    pub fn held(&self) -> usize {
+        self.held.len() + self.state.len() + usize::from(self.chunk_run.is_some())
+    }
+
     /// Feeds one event.
     pub fn push(&mut self, event: Event) -> Result<(), CompactError> {
+        if let Some(run) = self.chunk_run.as_mut() {
+            if run.absorb(&event) {
+                return Ok(());
+            }
+            self.flush_chunk_run()?;
+        }
         let ty = event.event_type().clone();
         match ty {
             EventType::RunStarted | EventType::RunFinished | EventType::RunError => {
@@ -183,7 +222,11 @@ impl DeltaCompactor {
                     self.state.flush(&mut self.ready)?;
                     self.chunk_lanes = true;
                 }
-                self.barrier(event);
+                self.close_all();
+                match ChunkRun::start(&event) {
+                    Some(run) => self.chunk_run = Some(run),
+                    None => self.place(event),
+                }
             }
             _ if self.chunk_lanes => self.barrier(event),
             EventType::TextMessageStart => self.start(event, Kind::Text),
@@ -195,7 +238,8 @@ impl DeltaCompactor {
             EventType::TextMessageEnd => self.end(event, Kind::Text),
             EventType::ReasoningMessageEnd => self.end(event, Kind::Reasoning),
             EventType::ToolCallEnd => self.end(event, Kind::Tool),
-            EventType::ToolCallResult | EventType::ActivityDelta => self.touches_message(event),
+            EventType::ToolCallResult => self.touches_message(event),
+            EventType::ActivityDelta => self.activity_delta(event),
             EventType::ActivitySnapshot => self.activity_snapshot(event),
             // No effect on messages (or only on fields that commute with
             // appends: REASONING_ENCRYPTED_VALUE sets `encryptedValue` on an
@@ -213,9 +257,18 @@ impl DeltaCompactor {
     /// Ends the input: every held event is released (streams still open stay
     /// open: no END is made up), then the state window.
     pub fn finish(&mut self) -> Result<(), CompactError> {
+        self.flush_chunk_run()?;
         self.close_all();
         self.release()?;
         self.state.flush(&mut self.ready)
+    }
+
+    fn flush_chunk_run(&mut self) -> Result<(), CompactError> {
+        if let Some(run) = self.chunk_run.take() {
+            let event = run.into_event()?;
+            self.place(event);
+        }
+        Ok(())
     }
 
     fn place(&mut self, event: Event) {
@@ -289,14 +342,43 @@ impl DeltaCompactor {
                         Some(holders) if !holders.contains(&id) => None,
                         _ => Some(key.clone()),
                     },
-                    Slot::Event(_) => None,
+                    Slot::Event(_) | Slot::Activity(_) => None,
                 }
             })
             .collect();
         for key in holding {
             self.close(&key);
         }
-        self.close(&Key::Msg(id));
+        let key = Key::Msg(id);
+        self.close(&key);
+        match ActivityAnchor::start(&event) {
+            Some(anchor) => {
+                let seq = self.base + self.held.len() as u64;
+                self.held.push_back(Slot::Activity(Box::new(anchor)));
+                self.open.insert(key, seq);
+            }
+            None => self.place(event),
+        }
+    }
+
+    /// An `ACTIVITY_DELTA` on a message whose replacing snapshot is still
+    /// open is folded into it; any other one is kept in place.
+    fn activity_delta(&mut self, event: Event) {
+        let Some(Ok(id)) = Fields::read(event.json(), ["messageId"]).and_then(|f| f.string(0))
+        else {
+            return self.barrier(event);
+        };
+        let key = Key::Msg(id.into_owned());
+        if let Some(seq) = self.open.get(&key).copied()
+            && let Some(index) = seq
+                .checked_sub(self.base)
+                .and_then(|i| usize::try_from(i).ok())
+            && let Some(Slot::Activity(anchor)) = self.held.get_mut(index)
+            && anchor.fold(&event)
+        {
+            return;
+        }
+        self.close(&key);
         self.place(event);
     }
 
@@ -375,7 +457,6 @@ impl DeltaCompactor {
         let seq = self.base + self.held.len() as u64;
         self.held.push_back(Slot::Anchor(Box::new(Anchor {
             kind,
-            key: key.clone(),
             id,
             delta: String::new(),
             metadata: None,
@@ -393,15 +474,27 @@ impl DeltaCompactor {
         let index = usize::try_from(seq.checked_sub(self.base)?).ok()?;
         match self.held.get_mut(index)? {
             Slot::Anchor(anchor) => Some(anchor),
-            Slot::Event(_) => None,
+            Slot::Event(_) | Slot::Activity(_) => None,
         }
     }
 
     fn close(&mut self, key: &Key) {
-        if let Some(seq) = self.open.remove(key)
-            && let Some(anchor) = self.anchor_mut(seq)
-        {
-            anchor.open = false;
+        if let Some(seq) = self.open.remove(key) {
+            self.close_slot(seq);
+        }
+    }
+
+    fn close_slot(&mut self, seq: u64) {
+        let Some(index) = seq
+            .checked_sub(self.base)
+            .and_then(|i| usize::try_from(i).ok())
+        else {
+            return;
+        };
+        match self.held.get_mut(index) {
+            Some(Slot::Anchor(a)) => a.open = false,
+            Some(Slot::Activity(a)) => a.open = false,
+            _ => {}
         }
     }
 
@@ -416,19 +509,20 @@ impl DeltaCompactor {
     fn close_all(&mut self) {
         let seqs: Vec<u64> = self.open.drain().map(|(_, seq)| seq).collect();
         for seq in seqs {
-            if let Some(anchor) = self.anchor_mut(seq) {
-                anchor.open = false;
-            }
+            self.close_slot(seq);
         }
     }
 
     fn close_oldest(&mut self) {
-        let oldest = self.held.iter().find_map(|slot| match slot {
-            Slot::Anchor(a) if a.open => Some(a.key.clone()),
-            _ => None,
-        });
-        if let Some(key) = oldest {
-            self.close(&key);
+        let base = self.base;
+        let oldest = self
+            .held
+            .iter()
+            .position(Slot::is_open)
+            .map(|i| base + i as u64);
+        if let Some(seq) = oldest {
+            self.open.retain(|_, s| *s != seq);
+            self.close_slot(seq);
         }
     }
 
@@ -436,9 +530,7 @@ impl DeltaCompactor {
     /// output.
     fn release(&mut self) -> Result<(), CompactError> {
         while let Some(front) = self.held.front() {
-            if let Slot::Anchor(a) = front
-                && a.open
-            {
+            if front.is_open() {
                 break;
             }
             let slot = self
@@ -457,9 +549,255 @@ impl DeltaCompactor {
                         self.ready.push(end);
                     }
                 }
+                Slot::Activity(a) => self.ready.push(a.into_event()?),
             }
         }
         Ok(())
+    }
+}
+
+/// Patch operations whose result is never larger than the operation itself,
+/// so a folded snapshot is never longer than the events it replaces (`copy`
+/// can double a document with a few bytes).
+fn small_ops(patch: &Value) -> bool {
+    patch.as_array().is_some_and(|ops| {
+        ops.iter().all(|op| {
+            matches!(
+                op.get("op").and_then(Value::as_str),
+                Some("add" | "remove" | "replace" | "move" | "test")
+            )
+        })
+    })
+}
+
+impl ActivityAnchor {
+    /// An anchor for a snapshot that sets its message's whole content
+    /// (`replace` absent, null or true; `content` present and not null), so
+    /// that the content every later delta patches is known here.
+    fn start(event: &Event) -> Option<ActivityAnchor> {
+        let f = Fields::read(
+            event.json(),
+            ["replace", "content", "activityType", "metadata"],
+        )?;
+        if !matches!(f.raw(0), None | Some("null" | "true")) {
+            return None;
+        }
+        let content: Value = serde_json::from_str(f.raw(1)?).ok()?;
+        if content.is_null() {
+            return None;
+        }
+        let activity_type = match f.raw(2) {
+            Some(raw) if raw.starts_with('"') => serde_json::from_str(raw).ok()?,
+            _ => return None,
+        };
+        let metadata = match f.raw(3) {
+            None => None,
+            Some(raw) => Some(serde_json::from_str::<Map<String, Value>>(raw).ok()?),
+        };
+        Some(ActivityAnchor {
+            event: event.clone(),
+            open: true,
+            content,
+            activity_type,
+            metadata,
+            folded: 0,
+        })
+    }
+
+    /// Applies an `ACTIVITY_DELTA` as the reducer does (metadata first, then
+    /// the patch, atomically; on success the delta's `activityType`), or
+    /// returns false when it cannot be folded exactly.
+    fn fold(&mut self, event: &Event) -> bool {
+        let Some(f) = Fields::read(event.json(), ["activityType", "patch", "metadata"]) else {
+            return false;
+        };
+        let activity_type: Value = match f.raw(0) {
+            Some(raw) if raw.starts_with('"') => match serde_json::from_str(raw) {
+                Ok(v) => v,
+                Err(_) => return false,
+            },
+            _ => return false,
+        };
+        let Some(Ok(patch_value)) = f.raw(1).map(serde_json::from_str::<Value>) else {
+            return false;
+        };
+        if !small_ops(&patch_value) {
+            return false;
+        }
+        let metadata = match f.raw(2) {
+            None => None,
+            Some(raw) => match serde_json::from_str::<Map<String, Value>>(raw) {
+                Ok(m) => Some(m),
+                Err(_) => return false,
+            },
+        };
+        if let Some(m) = metadata {
+            merge_metadata(&mut self.metadata, m);
+        }
+        if let Ok(next) = crate::reduce::patch::apply_patch(&self.content, &patch_value) {
+            self.content = next;
+            self.activity_type = activity_type;
+        }
+        self.folded += 1;
+        true
+    }
+
+    /// The snapshot with the folded content, type and metadata (the snapshot
+    /// itself when nothing was folded).
+    fn into_event(self) -> Result<Event, CompactError> {
+        if self.folded == 0 {
+            return Ok(self.event);
+        }
+        let mut value = self.event.to_value();
+        let Some(object) = value.as_object_mut() else {
+            return Err(CompactError::Internal("an activity snapshot is an object"));
+        };
+        object.insert("activityType".into(), self.activity_type);
+        object.insert("content".into(), self.content);
+        if let Some(metadata) = self.metadata {
+            object.insert("metadata".into(), Value::Object(metadata));
+        }
+        Event::from_serialize(&value).map_err(CompactError::Synthesized)
+    }
+}
+
+/// A run of adjacent chunk events of one kind on one item, merged into the
+/// first: what chunk expansion makes of the run is one START (if the first
+/// opens the item) and the CONTENT / ARGS pieces, which the merged chunk
+/// yields concatenated, with the metadata folded.
+struct ChunkRun {
+    first: Event,
+    /// The first chunk's fields.
+    fields: Map<String, Value>,
+    /// Concatenated string bodies (escapes kept); `None` while no chunk of
+    /// the run had a `delta`.
+    delta: Option<String>,
+    metadata: Option<Map<String, Value>>,
+    merged: usize,
+}
+
+fn chunk_id_field(ty: &EventType) -> Option<&'static str> {
+    match ty {
+        EventType::TextMessageChunk | EventType::ReasoningMessageChunk => Some("messageId"),
+        EventType::ToolCallChunk => Some("toolCallId"),
+        _ => None,
+    }
+}
+
+/// A chunk's `delta` body and `metadata`, each `None` when absent.
+type ChunkParts = (Option<String>, Option<Map<String, Value>>);
+
+/// A chunk's `delta` body (absent: `Some(None)`) and `metadata`, when both
+/// merge the way expansion and the reducer apply them.
+fn chunk_parts(fields: &Map<String, Value>) -> Option<ChunkParts> {
+    let delta = match fields.get("delta") {
+        None => None,
+        Some(Value::String(s)) => {
+            let raw = serde_json::to_string(s).ok()?;
+            Some(string_body(&raw)?.to_owned())
+        }
+        Some(_) => return None,
+    };
+    let metadata = match fields.get("metadata") {
+        None => None,
+        Some(Value::Object(m)) => Some(m.clone()),
+        Some(_) => return None,
+    };
+    Some((delta, metadata))
+}
+
+impl ChunkRun {
+    fn start(event: &Event) -> Option<ChunkRun> {
+        chunk_id_field(event.event_type())?;
+        let fields: Map<String, Value> = serde_json::from_str(event.json()).ok()?;
+        let (delta, metadata) = chunk_parts(&fields)?;
+        Some(ChunkRun {
+            first: event.clone(),
+            fields,
+            delta,
+            metadata,
+            merged: 0,
+        })
+    }
+
+    /// Merges `event` into the run when expansion makes it a plain
+    /// continuation of the run's item in the same lane: the same type, no id
+    /// or the run's own id, the same `subagentRunId`, and every other field
+    /// but `delta`, `metadata` and `timestamp` repeating the first chunk's.
+    fn absorb(&mut self, event: &Event) -> bool {
+        if event.event_type() != self.first.event_type() {
+            return false;
+        }
+        let Ok(fields) = serde_json::from_str::<Map<String, Value>>(event.json()) else {
+            return false;
+        };
+        let Some((delta, metadata)) = chunk_parts(&fields) else {
+            return false;
+        };
+        let agrees = fields.iter().all(|(k, v)| match k.as_str() {
+            "type" | "delta" | "metadata" | "timestamp" => true,
+            _ => self.fields.get(k) == Some(v),
+        });
+        let same_lane = self.fields.get("subagentRunId") == fields.get("subagentRunId");
+        if !agrees || !same_lane {
+            return false;
+        }
+        if let Some(body) = delta {
+            self.delta.get_or_insert_with(String::new).push_str(&body);
+        }
+        if let Some(m) = metadata {
+            merge_metadata(&mut self.metadata, m);
+        }
+        self.merged += 1;
+        true
+    }
+
+    fn into_event(self) -> Result<Event, CompactError> {
+        if self.merged == 0 {
+            return Ok(self.first);
+        }
+        let mut fields = self.fields;
+        let mut text = String::from("{");
+        let mut first = true;
+        let mut push_key = |text: &mut String, key: &str| -> Result<(), CompactError> {
+            if !first {
+                text.push(',');
+            }
+            first = false;
+            text.push_str(&serde_json::to_string(key).map_err(CompactError::Json)?);
+            text.push(':');
+            Ok(())
+        };
+        let delta = self.delta;
+        let metadata = self.metadata;
+        let has_delta = fields.contains_key("delta");
+        let has_metadata = fields.contains_key("metadata");
+        for (key, value) in &mut fields {
+            push_key(&mut text, key)?;
+            match key.as_str() {
+                "delta" => {
+                    text.push('"');
+                    text.push_str(delta.as_deref().unwrap_or_default());
+                    text.push('"');
+                }
+                "metadata" if metadata.is_some() => {
+                    text.push_str(&serde_json::to_string(&metadata).map_err(CompactError::Json)?);
+                }
+                _ => text.push_str(&serde_json::to_string(value).map_err(CompactError::Json)?),
+            }
+        }
+        if !has_delta && let Some(delta) = &delta {
+            push_key(&mut text, "delta")?;
+            text.push('"');
+            text.push_str(delta);
+            text.push('"');
+        }
+        if !has_metadata && let Some(metadata) = &metadata {
+            push_key(&mut text, "metadata")?;
+            text.push_str(&serde_json::to_string(metadata).map_err(CompactError::Json)?);
+        }
+        text.push('}');
+        Event::from_json_string(text).map_err(CompactError::Synthesized)
     }
 }
 
@@ -679,6 +1017,67 @@ mod tests {
                 r#"{"type":"STATE_SNAPSHOT","snapshot":{"y":1,"z":2},"metadata":{"a":1,"b":2}}"#,
                 r#"{"type":"RUN_FINISHED","threadId":"t","runId":"r"}"#,
                 r#"{"type":"STATE_DELTA","delta":[{"op":"add","path":"/w","value":3}]}"#,
+            ]
+        );
+    }
+    #[test]
+    fn adjacent_chunks_of_one_item_merge_into_the_first() {
+        let out = compact_deltas(events(&[
+            r#"{"type":"TEXT_MESSAGE_CHUNK","messageId":"m","role":"assistant","delta":"a","metadata":{"k":1}}"#,
+            r#"{"type":"TEXT_MESSAGE_CHUNK","delta":"b\n","timestamp":3}"#,
+            r#"{"type":"TEXT_MESSAGE_CHUNK","messageId":"m","delta":"c","metadata":{"j":2,"k":3}}"#,
+            r#"{"type":"TEXT_MESSAGE_CHUNK","messageId":"n","delta":"x"}"#,
+            r#"{"type":"TEXT_MESSAGE_CHUNK","messageId":"n","delta":"y","subagentRunId":"s"}"#,
+            r#"{"type":"CUSTOM","name":"c"}"#,
+            r#"{"type":"TEXT_MESSAGE_CHUNK","messageId":"n","delta":"z"}"#,
+        ]))
+        .unwrap();
+        assert_eq!(
+            texts(&out),
+            [
+                r#"{"type":"TEXT_MESSAGE_CHUNK","messageId":"m","role":"assistant","delta":"ab\nc","metadata":{"k":3,"j":2}}"#,
+                r#"{"type":"TEXT_MESSAGE_CHUNK","messageId":"n","delta":"x"}"#,
+                r#"{"type":"TEXT_MESSAGE_CHUNK","messageId":"n","delta":"y","subagentRunId":"s"}"#,
+                r#"{"type":"CUSTOM","name":"c"}"#,
+                r#"{"type":"TEXT_MESSAGE_CHUNK","messageId":"n","delta":"z"}"#,
+            ]
+        );
+    }
+
+    #[test]
+    fn a_continuation_naming_another_tool_or_id_is_not_merged() {
+        let input = events(&[
+            r#"{"type":"TOOL_CALL_CHUNK","toolCallId":"t","toolCallName":"f","delta":"{"}"#,
+            r#"{"type":"TOOL_CALL_CHUNK","toolCallId":"t","toolCallName":"g","delta":"1"}"#,
+            r#"{"type":"TOOL_CALL_CHUNK","toolCallId":"u","delta":"2"}"#,
+            r#"{"type":"TOOL_CALL_CHUNK","delta":7}"#,
+        ]);
+        let out = compact_deltas(input.clone()).unwrap();
+        assert_eq!(texts(&out), texts(&input));
+    }
+
+    #[test]
+    fn activity_deltas_fold_into_their_replacing_snapshot() {
+        let out = compact_deltas(events(&[
+            r#"{"type":"ACTIVITY_SNAPSHOT","messageId":"a","activityType":"plan","content":{"s":0},"timestamp":1}"#,
+            r#"{"type":"CUSTOM","name":"c"}"#,
+            r#"{"type":"ACTIVITY_DELTA","messageId":"a","activityType":"plan2","patch":[{"op":"replace","path":"/s","value":1}],"metadata":{"k":1}}"#,
+            r#"{"type":"ACTIVITY_DELTA","messageId":"a","activityType":"plan3","patch":[{"op":"remove","path":"/nope"}],"metadata":{"j":2}}"#,
+            r#"{"type":"ACTIVITY_DELTA","messageId":"a","activityType":"plan","patch":[{"op":"copy","from":"/s","path":"/t"}]}"#,
+            r#"{"type":"ACTIVITY_DELTA","messageId":"a","activityType":"plan","patch":[{"op":"add","path":"/u","value":2}]}"#,
+            r#"{"type":"ACTIVITY_SNAPSHOT","messageId":"b","activityType":"plan","content":{},"replace":false}"#,
+            r#"{"type":"ACTIVITY_DELTA","messageId":"b","activityType":"plan","patch":[{"op":"add","path":"/u","value":2}]}"#,
+        ]))
+        .unwrap();
+        assert_eq!(
+            texts(&out),
+            [
+                r#"{"type":"ACTIVITY_SNAPSHOT","messageId":"a","activityType":"plan2","content":{"s":1},"timestamp":1,"metadata":{"k":1,"j":2}}"#,
+                r#"{"type":"CUSTOM","name":"c"}"#,
+                r#"{"type":"ACTIVITY_DELTA","messageId":"a","activityType":"plan","patch":[{"op":"copy","from":"/s","path":"/t"}]}"#,
+                r#"{"type":"ACTIVITY_DELTA","messageId":"a","activityType":"plan","patch":[{"op":"add","path":"/u","value":2}]}"#,
+                r#"{"type":"ACTIVITY_SNAPSHOT","messageId":"b","activityType":"plan","content":{},"replace":false}"#,
+                r#"{"type":"ACTIVITY_DELTA","messageId":"b","activityType":"plan","patch":[{"op":"add","path":"/u","value":2}]}"#,
             ]
         );
     }

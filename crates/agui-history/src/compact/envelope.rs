@@ -90,18 +90,34 @@ pub(crate) fn state_exists(state: &Value) -> bool {
     !matches!(state, Value::Object(m) if m.is_empty())
 }
 
+/// True when two messages share an id. The reducer can then hold one object
+/// at two positions (a `MESSAGES_SNAPSHOT` replaces every local message with
+/// that id by the same snapshot object), so a later event that writes the
+/// first one writes both; a restated snapshot holds two separate objects and
+/// cannot carry that, so such a conversation is never restated.
+fn has_duplicate_ids(messages: &[Value]) -> bool {
+    let mut seen = std::collections::HashSet::new();
+    messages
+        .iter()
+        .filter_map(|m| m.get("id").and_then(Value::as_str))
+        .any(|id| !seen.insert(id))
+}
+
 /// The restating events between a run's `RUN_STARTED` and its terminal that
 /// take `local` (what the consumer holds right after `RUN_STARTED`) to
 /// `target`, checked with the reducer. `None` when no single
 /// `MESSAGES_SNAPSHOT` can (the reducer keeps the local order of messages it
 /// already holds, and keeps reasoning messages a snapshot without reasoning
-/// does not mention).
+/// does not mention), or when two messages share an id.
 pub(crate) fn restate(
     local: &Conversation,
     target: &Conversation,
     head: &[Event],
     tail: &[Event],
 ) -> Result<Option<Vec<Event>>, CompactError> {
+    if has_duplicate_ids(&target.messages) {
+        return Ok(None);
+    }
     let with_state = state_exists(&target.state) || local.state != target.state;
     for authoritative in [false, true] {
         let mut body = Vec::with_capacity(2);

@@ -13,16 +13,20 @@
 //! A log whose lineage has faults (a parent not in the log, a run id used
 //! twice, ...) is read as one linear history.
 //!
-//! Memory: `latest` reads the whole log, since the chosen branch is only
-//! known at the end.
+//! Memory: [`compact_latest`] holds the whole log. [`compact_latest_from`]
+//! reads a log it can read again (a file) in two passes, three when the
+//! envelope falls back to `deltas` form, and holds only the run index (one
+//! small node per run), the provenance of restated message ids, and the
+//! conversation being rebuilt: never the events. A log whose lineage has
+//! faults is read once more into memory and compacted by [`compact_latest`].
 
 use agui_protocol::{Event, EventType};
 use serde::Deserialize;
 use serde_json::Value;
 
 use super::envelope::{normalize_run_started, replay, restate};
-use super::{CompactError, compact_deltas};
-use crate::lineage::Lineage;
+use super::{CompactError, DeltaCompactor, compact_deltas};
+use crate::lineage::{Lineage, Owner, Provenance, RunIndex, without_foreign};
 use crate::reduce::{Conversation, Reducer};
 
 /// What `latest` restates.
@@ -162,4 +166,184 @@ fn reduce_all(start: &Conversation, events: &[Event]) -> Result<Conversation, Co
             .map_err(|source| CompactError::Reduce { index, source })?;
     }
     Ok(reducer.into_conversation())
+}
+
+/// What the first pass over a log learned.
+struct Scan {
+    index: RunIndex,
+    provenance: Provenance,
+    /// Log index and `runId` of the last `RUN_STARTED`.
+    last_start: Option<(usize, Option<String>)>,
+    /// Some `RUN_STARTED` has no string `runId`, or the index refused an
+    /// event (a lineage fault): the streaming path does not apply.
+    faulty: bool,
+}
+
+fn scan(events: impl Iterator<Item = Event>) -> Scan {
+    let mut s = Scan {
+        index: RunIndex::new(),
+        provenance: Provenance::new(),
+        last_start: None,
+        faulty: false,
+    };
+    for (i, event) in events.enumerate() {
+        if s.faulty {
+            continue;
+        }
+        if event.event_type() == &EventType::RunStarted {
+            let id = run_id_of(&event);
+            if id.is_none() {
+                s.faulty = true;
+                continue;
+            }
+            s.last_start = Some((i, id));
+        }
+        if s.index.push(&event).is_err() {
+            s.faulty = true;
+            continue;
+        }
+        let owner = match s.index.runs().len() {
+            0 => Owner::Preamble,
+            n => Owner::Run(n - 1),
+        };
+        s.provenance.observe(&event, owner);
+    }
+    s
+}
+
+/// The branch-history events of one pass: the preamble, then the segments
+/// of the runs on the path (in log order: with every parent indexed before
+/// its child, tree order is log order), without foreign restatements.
+struct PathFilter {
+    /// `(start, end)` log ranges, in log order.
+    ranges: Vec<(usize, usize)>,
+    on_path: Vec<bool>,
+}
+
+impl PathFilter {
+    fn keeps(&self, i: usize) -> bool {
+        self.ranges.iter().any(|&(a, b)| a <= i && i < b)
+    }
+}
+
+/// Compacts in `latest` mode a log that `source` yields again on every call
+/// (a file read anew), writing the output to `emit`. Memory holds no events
+/// (see the module documentation); the result equals [`compact_latest`]'s.
+pub fn compact_latest_from<S, I>(
+    mut source: S,
+    options: &LatestOptions,
+    emit: &mut dyn FnMut(Event) -> Result<(), CompactError>,
+) -> Result<(), CompactError>
+where
+    S: FnMut() -> I,
+    I: Iterator<Item = Event>,
+{
+    let in_memory = |source: &mut S, emit: &mut dyn FnMut(Event) -> Result<(), CompactError>| {
+        for event in compact_latest(source(), options)? {
+            emit(event)?;
+        }
+        Ok(())
+    };
+    let scan = scan(source());
+    if scan.faulty {
+        return in_memory(&mut source, emit);
+    }
+    let run_id = match (&options.branch, &scan.last_start) {
+        (Some(wanted), _) => wanted.clone(),
+        (None, Some((_, Some(id)))) => id.clone(),
+        // No run, or no id: the in-memory path decides (deltas, or errors).
+        _ => return in_memory(&mut source, emit),
+    };
+    let Some(node) = scan.index.get(&run_id).cloned() else {
+        return in_memory(&mut source, emit);
+    };
+    let Ok(path) = scan.index.path_positions(&run_id) else {
+        return in_memory(&mut source, emit);
+    };
+    let runs = scan.index.runs();
+    let mut on_path = vec![false; runs.len()];
+    let mut ranges = vec![(scan.index.preamble().start, scan.index.preamble().end)];
+    for &p in &path {
+        on_path[p] = true;
+        let segment = runs[p].segment();
+        if ranges.last().is_some_and(|&(_, end)| end > segment.start) {
+            // Not in log order: leave it to the in-memory path.
+            return in_memory(&mut source, emit);
+        }
+        ranges.push((segment.start, segment.end));
+    }
+    let filter = PathFilter { ranges, on_path };
+    let foreign = |id: &str| {
+        scan.provenance.is_foreign(id, |o| match o {
+            Owner::Preamble => true,
+            Owner::Run(p) => filter.on_path.get(p).copied().unwrap_or(false),
+        })
+    };
+
+    // Second pass: the conversation at the end of the branch.
+    let mut reducer = Reducer::new(options.start.clone());
+    let mut started = None;
+    let mut terminal = None;
+    let mut position = 0;
+    for (i, event) in source().enumerate() {
+        if !filter.keeps(i) {
+            continue;
+        }
+        if i == node.first_event {
+            started = Some(event.clone());
+        }
+        if Some(i) == node.terminal_event {
+            terminal = Some(event.clone());
+        }
+        let (event, _) = without_foreign(&event, foreign).map_err(CompactError::Synthesized)?;
+        reducer
+            .apply(&event)
+            .map_err(|source| CompactError::Reduce {
+                index: position,
+                source,
+            })?;
+        position += 1;
+    }
+    let target = reducer.into_conversation();
+    let Some(mut started) = started else {
+        return Err(CompactError::Internal(
+            "the chosen run's RUN_STARTED was not read again",
+        ));
+    };
+    if let Some(parent) = &node.parent_run_id {
+        started = with_parent(&started, parent)?;
+    }
+    let start = &options.start;
+    let normalized = normalize_run_started(&started, |id| {
+        let held = |list: &[Value]| list.iter().any(|m| m.get("id") == Some(id));
+        held(&start.messages) || held(&target.messages)
+    })?;
+    let tail: Vec<Event> = terminal.into_iter().collect();
+    let restated = match replay(start, std::slice::from_ref(&normalized)) {
+        Some(local) => restate(&local, &target, &[normalized], &tail)?,
+        None => None,
+    };
+    if let Some(envelope) = restated {
+        for event in envelope {
+            emit(event)?;
+        }
+        return Ok(());
+    }
+    // Third pass: the branch in `deltas` form.
+    let mut compactor = DeltaCompactor::new();
+    for (i, event) in source().enumerate() {
+        if !filter.keeps(i) {
+            continue;
+        }
+        let (event, _) = without_foreign(&event, foreign).map_err(CompactError::Synthesized)?;
+        compactor.push(event.into_owned())?;
+        for out in compactor.drain() {
+            emit(out)?;
+        }
+    }
+    compactor.finish()?;
+    for out in compactor.drain() {
+        emit(out)?;
+    }
+    Ok(())
 }

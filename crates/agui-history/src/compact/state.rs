@@ -83,6 +83,11 @@ impl StateWindow {
         self.keep(event);
     }
 
+    /// Events held.
+    pub(crate) fn len(&self) -> usize {
+        self.verbatim.len()
+    }
+
     fn keep(&mut self, event: Event) {
         self.verbatim_bytes += event.len_bytes();
         self.verbatim.push(event);
