@@ -8,6 +8,8 @@
 //! version 1 (one event per row, no checksum) keep their old body under the
 //! legacy codecs.
 
+use std::cell::RefCell;
+
 use agui_protocol::Event;
 use agui_store::{Result, StoreError};
 
@@ -59,7 +61,7 @@ pub(crate) fn encode(events: &[Event]) -> Result<Encoded> {
     let crc = i64::from(crc32fast::hash(&body));
     let raw_len = body.len() as i64;
     let compressed = (body.len() >= COMPRESS_FROM)
-        .then(|| zstd::bulk::compress(&body, 1).ok())
+        .then(|| compress(&body))
         .flatten()
         .filter(|z| z.len() < body.len() - body.len() / 8);
     Ok(match compressed {
@@ -82,8 +84,35 @@ fn damaged(why: &str) -> StoreError {
     StoreError::corrupt(format!("a stored chunk is damaged: {why}"))
 }
 
+thread_local! {
+    /// Contexts reused across calls (creating one costs more than
+    /// compressing a small batch).
+    static COMPRESSOR: RefCell<Option<zstd::bulk::Compressor<'static>>> =
+        const { RefCell::new(None) };
+    static DECOMPRESSOR: RefCell<Option<zstd::bulk::Decompressor<'static>>> =
+        const { RefCell::new(None) };
+}
+
+fn compress(body: &[u8]) -> Option<Vec<u8>> {
+    COMPRESSOR.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.is_none() {
+            *c = zstd::bulk::Compressor::new(1).ok();
+        }
+        c.as_mut()?.compress(body).ok()
+    })
+}
+
 fn decompress(data: &[u8], len: usize) -> Result<Vec<u8>> {
-    zstd::bulk::decompress(data, len).map_err(|_| damaged("decompression"))
+    DECOMPRESSOR
+        .with(|d| {
+            let mut d = d.borrow_mut();
+            if d.is_none() {
+                *d = zstd::bulk::Decompressor::new().ok();
+            }
+            d.as_mut()?.decompress(data, len).ok()
+        })
+        .ok_or_else(|| damaged("decompression"))
 }
 
 /// Decodes a chunk row into its `count` events, checking codec, length,
