@@ -43,6 +43,17 @@
 //!   catch-up-then-live without gap or duplicate (`agui_store::subscribe`).
 //!   After the listening connection is lost it reconnects and nudges every
 //!   subscription to re-read from the store, so nothing is missed.
+//! - **Recovery across replicas.** Each open store is a session (a number
+//!   from the `sessions` sequence) and holds the advisory lock
+//!   (schema key, session) on its listening connection for as long as it
+//!   lives; every append records its session as the owner of the runs it
+//!   touches. `mark_interrupted` interrupts only running runs whose owner is
+//!   gone (no lock held, no owner recorded, or the calling store itself),
+//!   so a replica starting up leaves the runs other live replicas stream
+//!   alone. Limits: while a listening connection reconnects, its session
+//!   looks gone; a host that vanishes without closing its connections keeps
+//!   its lock until the server's TCP keepalives (set to about a minute on
+//!   that connection) drop it.
 //! - **Errors** map onto the portable kinds; `Display` never shows SQL.
 
 mod chunk;
@@ -162,6 +173,12 @@ struct Inner {
     /// (tenant, thread) → the head this process last wrote or read under
     /// lock: appends plan against it and let the database check it.
     heads: Mutex<HashMap<(String, String), KnownHead>>,
+    /// This store's session number: the owner of the runs it appends to,
+    /// live while the listening connection holds the advisory lock
+    /// (`lock_space`, `session`).
+    session: i32,
+    /// The first key of the session locks of this schema.
+    lock_space: i32,
 }
 
 impl Drop for Inner {
@@ -232,7 +249,8 @@ fn notice_key(tenant: &str, thread: &str) -> String {
 /// last sequence, `$3` last run's status); every other part joins on that
 /// update, so a moved head writes nothing and returns no row. New runs are
 /// inserted (a reused run id violates `runs_pkey`), existing ones updated.
-/// `synchronous_commit` is set for this transaction only.
+/// `synchronous_commit` is set for this transaction only. `$38` is this
+/// store's session: the owner of the runs the batch touches.
 const APPEND_SQL: &str = "WITH h AS (\
      UPDATE threads SET last_seq = $4, updated_at = $5, \
        created_at = CASE WHEN last_seq = 0 THEN $5 ELSE created_at END, \
@@ -246,13 +264,14 @@ const APPEND_SQL: &str = "WITH h AS (\
        $12::bigint[], $13::smallint[], $14::bigint[], $15::bigint[], $16::bytea[]) \
        AS u(f, l, c, n, k, d)), \
    rn AS (INSERT INTO runs (thread_id, run_id, tenant, thread, parent_run_id, agent, status, \
-       started_at, finished_at, first_seq, last_seq, event_count, bytes) \
-     SELECT h.id, u.r, $17, $18, u.p, u.a, u.s, u.t, u.f, u.fs, u.ls, u.e, u.b FROM h, \
+       started_at, finished_at, first_seq, last_seq, event_count, bytes, owner) \
+     SELECT h.id, u.r, $17, $18, u.p, u.a, u.s, u.t, u.f, u.fs, u.ls, u.e, u.b, $38 FROM h, \
        UNNEST($19::bytea[], $20::bytea[], $21::bytea[], $22::smallint[], $23::bigint[], \
        $24::bigint[], $25::bigint[], $26::bigint[], $27::bigint[], $28::bigint[]) \
        AS u(r, p, a, s, t, f, fs, ls, e, b)), \
    ru AS (UPDATE runs x SET last_seq = u.ls, event_count = x.event_count + u.e, \
-       bytes = x.bytes + u.b, status = u.s, finished_at = COALESCE(u.f, x.finished_at) \
+       bytes = x.bytes + u.b, status = u.s, finished_at = COALESCE(u.f, x.finished_at), \
+       owner = $38 \
      FROM h, UNNEST($29::bytea[], $30::bigint[], $31::bigint[], $32::bigint[], \
        $33::smallint[], $34::bigint[]) AS u(r, ls, e, b, s, f) \
      WHERE x.thread_id = h.id AND x.run_id = u.r) \
@@ -318,6 +337,7 @@ struct AppendParams {
     sync: &'static str,
     channel: String,
     notice: String,
+    session: i32,
 }
 
 impl AppendParams {
@@ -333,6 +353,7 @@ impl AppendParams {
         agent: Option<&str>,
         sync: bool,
         channel: &str,
+        session: i32,
     ) -> Result<AppendParams> {
         let mut p = AppendParams {
             id,
@@ -375,6 +396,7 @@ impl AppendParams {
             u_finished: Vec::new(),
             sync: if sync { "on" } else { "off" },
             channel: channel.to_owned(),
+            session,
             notice: format!(
                 "A {} {} {}",
                 notice_key(tenant, thread),
@@ -420,7 +442,7 @@ impl AppendParams {
         Ok(p)
     }
 
-    fn params(&self) -> [&(dyn ToSql + Sync); 37] {
+    fn params(&self) -> [&(dyn ToSql + Sync); 38] {
         [
             &self.id,
             &self.expect_seq,
@@ -459,6 +481,7 @@ impl AppendParams {
             &self.sync,
             &self.channel,
             &self.notice,
+            &self.session,
         ]
     }
 }
@@ -526,6 +549,18 @@ impl PgStore {
                 StoreError::internal("the connection pool cannot be built").with_source(e)
             })?;
         migrate(&pool, &opts.schema).await?;
+        let session: i32 = {
+            let c = pool.get().await.map_err(pool_err_open)?;
+            let row = c
+                .query_one("SELECT nextval('sessions')::int", &[])
+                .await
+                .map_err(pg)?;
+            get(&row, 0)?
+        };
+        let lock_space = {
+            let key = notice_key("sessions", &opts.schema);
+            i32::from_str_radix(&key[..8], 16).unwrap_or(0) & i32::MAX
+        };
         let channel = format!("agui_{}", &notice_key("schema", &opts.schema)[..16]);
         let inner = Arc::new(Inner {
             pool,
@@ -538,6 +573,8 @@ impl PgStore {
             cached: Mutex::new(HashMap::new()),
             listener: Mutex::new(None),
             heads: Mutex::new(HashMap::new()),
+            session,
+            lock_space,
         });
         let ready = listen(cfg, Arc::downgrade(&inner));
         let (task, first) = ready;
@@ -750,11 +787,26 @@ async fn listen_once(
             }
         }
     });
-    let channel = match weak.upgrade() {
-        Some(inner) => inner.channel.clone(),
+    let (channel, space, session) = match weak.upgrade() {
+        Some(inner) => (inner.channel.clone(), inner.lock_space, inner.session),
         None => return Ok(()),
     };
-    let listened = client.batch_execute(&format!("LISTEN {channel}")).await;
+    // This connection also holds the session's advisory lock (see
+    // `mark_interrupted`); the server-side keepalives make a vanished host
+    // release it within a minute.
+    let listened = match client
+        .batch_execute(&format!(
+            "LISTEN {channel}; SET tcp_keepalives_idle = 20; \
+             SET tcp_keepalives_interval = 5; SET tcp_keepalives_count = 4"
+        ))
+        .await
+    {
+        Ok(()) => client
+            .execute("SELECT pg_try_advisory_lock($1, $2)", &[&space, &session])
+            .await
+            .map(drop),
+        Err(e) => Err(e),
+    };
     if let Err(e) = listened {
         driver.abort();
         return Err(pg(e));
@@ -970,6 +1022,7 @@ impl PgStore {
                 req.agent.as_deref(),
                 sync,
                 &self.inner.channel,
+                self.inner.session,
             )?;
             let c = self.conn().await?;
             let st = c.prepare_cached(APPEND_SQL).await.map_err(pg)?;
@@ -1020,6 +1073,7 @@ impl PgStore {
             req.agent.as_deref(),
             sync,
             &self.inner.channel,
+            self.inner.session,
         )?;
         let st = tx.prepare_cached(APPEND_SQL).await.map_err(pg)?;
         let rows = tx.query(&st, &params.params()).await.map_err(append_err)?;
@@ -1326,31 +1380,38 @@ impl EventStore for PgStore {
         Ok(catch_up_then_live(rx, from_seq, read))
     }
 
+    /// Marks `running` runs `interrupted`, but only those whose owner is
+    /// gone: no owner recorded, this very store (the caller is starting up),
+    /// or a session whose advisory lock no connection holds any more (its
+    /// process exited or lost the database). Runs that live replicas are
+    /// streaming are left alone.
     async fn mark_interrupted(&self) -> Result<u64> {
-        let mut c = self.conn().await?;
-        let tx = c.transaction().await.map_err(pg)?;
+        let c = self.conn().await?;
         let now = Timestamp::now().0;
-        let n = tx
-            .execute(
-                "UPDATE runs SET status = 3, finished_at = $1 WHERE status = 0",
-                &[&now],
+        let row = c
+            .query_one(
+                "WITH live AS (SELECT l.objid::bigint AS s FROM pg_locks l \
+                   WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 \
+                   AND l.classid::bigint = $2 AND l.database = \
+                     (SELECT oid FROM pg_database WHERE datname = current_database())), \
+                 x AS (UPDATE runs SET status = 3, finished_at = $1 WHERE status = 0 \
+                   AND (owner IS NULL OR owner = $3 OR owner NOT IN (SELECT s FROM live)) \
+                   RETURNING thread_id, run_id), \
+                 y AS (UPDATE threads t SET last_run_status = 3 FROM x \
+                   WHERE t.id = x.thread_id AND t.last_run = x.run_id AND t.last_run_status = 0) \
+                 SELECT count(*) FROM x",
+                &[&now, &i64::from(self.inner.lock_space), &self.inner.session],
             )
             .await
             .map_err(pg)?;
-        tx.execute(
-            "UPDATE threads SET last_run_status = 3 WHERE last_run_status = 0",
-            &[],
-        )
-        .await
-        .map_err(pg)?;
-        tx.commit().await.map_err(pg)?;
+        let n: i64 = get(&row, 0)?;
         // Last-run statuses changed: plan against fresh heads.
         self.inner
             .heads
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clear();
-        Ok(n)
+        to_u64(n)
     }
 
     async fn stats(&self) -> Result<StoreStats> {

@@ -86,6 +86,14 @@ INSERT INTO chunks (thread_id, first_seq, last_seq, received_at, codec, raw_len,
     SELECT thread_id, seq, seq, received_at, codec + 10, NULL, NULL, body FROM events;
 DROP TABLE events;
 "#,
+    // 3: which store session (one per open store, i.e. per gateway process)
+    // last appended to each run, so that `mark_interrupted` leaves the runs
+    // of live replicas alone. A session is live while it holds its advisory
+    // lock. Runs from before have no owner and count as orphaned.
+    r#"
+ALTER TABLE runs ADD COLUMN owner INT;
+CREATE SEQUENCE sessions AS INT MINVALUE 1 CYCLE;
+"#,
 ];
 
 /// Whether a schema name is safe to splice into SQL as a quoted identifier:

@@ -238,13 +238,33 @@ async fn durability_chooses_the_commit_mode() {
 async fn a_head_changed_by_another_replica_is_not_written_over() {
     let Some(url) = common::url() else { return };
     let schema = Schema::new(url);
-    let (a, b) = (schema.open().await.unwrap(), schema.open().await.unwrap());
+    let (a, b, z) = (
+        schema.open().await.unwrap(),
+        schema.open().await.unwrap(),
+        schema.open().await.unwrap(),
+    );
     let started = Event::from_json(r#"{"type":"RUN_STARTED","threadId":"x","runId":"r"}"#).unwrap();
-    a.append("t", "x", AppendRequest::new(vec![started, custom(1)]))
+    z.append("t", "x", AppendRequest::new(vec![started, custom(1)]))
         .await
         .unwrap();
-    // B (restarting) interrupts the run A last saw running...
-    assert_eq!(b.mark_interrupted().await.unwrap(), 1);
+    // A learns the head (run r running) from a conflicting append.
+    let e = a
+        .append("t", "x", AppendRequest::new(vec![custom(9)]).expect_seq(7))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Conflict);
+    // Z, streaming r, goes away; B (starting up) interrupts r...
+    z.close().await.unwrap();
+    drop(z);
+    let mut n = 0;
+    for _ in 0..100 {
+        n = b.mark_interrupted().await.unwrap();
+        if n > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(n, 1);
     // ...and A's next append, planned against what A saw, must notice.
     a.append("t", "x", AppendRequest::new(vec![custom(2)]))
         .await
@@ -280,4 +300,60 @@ async fn a_head_changed_by_another_replica_is_not_written_over() {
     let page = b.read("t", "x", 1, 10).await.unwrap();
     let texts: Vec<&str> = page.events.iter().map(|e| e.event.json()).collect();
     assert_eq!(texts, [custom(5).json(), custom(6).json()]);
+}
+
+#[tokio::test]
+async fn start_up_interrupts_only_runs_whose_replica_is_gone() {
+    let Some(url) = common::url() else { return };
+    let schema = Schema::new(url);
+    let (a, b) = (schema.open().await.unwrap(), schema.open().await.unwrap());
+    let started = |run: &str| {
+        Event::from_json(&format!(
+            r#"{{"type":"RUN_STARTED","threadId":"x","runId":"{run}"}}"#
+        ))
+        .unwrap()
+    };
+    a.append("t", "a", AppendRequest::new(vec![started("ra"), custom(1)]))
+        .await
+        .unwrap();
+    b.append("t", "b", AppendRequest::new(vec![started("rb"), custom(1)]))
+        .await
+        .unwrap();
+    // A third replica starts while A and B are live: nothing is theirs to
+    // interrupt.
+    let c = schema.open().await.unwrap();
+    assert_eq!(c.mark_interrupted().await.unwrap(), 0);
+    // A goes away: its run is orphaned, B's is not.
+    a.close().await.unwrap();
+    drop(a);
+    let mut n = 0;
+    for _ in 0..100 {
+        n = c.mark_interrupted().await.unwrap();
+        if n > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(n, 1);
+    let status = |s: &agui_store_postgres::PgStore, th: &'static str, run: &'static str| {
+        let s = s.clone();
+        async move { s.run("t", th, run).await.unwrap().status }
+    };
+    assert_eq!(
+        status(&c, "a", "ra").await,
+        agui_store::RunStatus::Interrupted
+    );
+    assert_eq!(status(&c, "b", "rb").await, agui_store::RunStatus::Running);
+    // B continues its run undisturbed.
+    b.append("t", "b", AppendRequest::new(vec![custom(2)]))
+        .await
+        .unwrap();
+    assert_eq!(status(&b, "b", "rb").await, agui_store::RunStatus::Running);
+    // A store marking at its own start-up counts its own runs as stale
+    // (the contract's crash recovery, as the conformance suite checks).
+    assert_eq!(b.mark_interrupted().await.unwrap(), 1);
+    assert_eq!(
+        status(&c, "b", "rb").await,
+        agui_store::RunStatus::Interrupted
+    );
 }
