@@ -486,6 +486,52 @@ impl AppendParams {
     }
 }
 
+/// Delta checkpoints followed at most in one restore (the shared builder
+/// makes chains of at most 65).
+const MAX_CHAIN: i32 = 80;
+
+/// A run's status and last sequence, with its checkpoint and then each base
+/// checkpoint in chain order (following the `base_run` kept beside each
+/// blob), in one round trip. No row: no such run; a row with no blob: no
+/// checkpoint.
+const RESTORE_SQL: &str = "WITH RECURSIVE r AS (\
+     SELECT r.thread_id, r.status, r.last_seq FROM runs r JOIN threads t ON t.id = r.thread_id \
+     WHERE t.tenant = $1 AND t.thread = $2 AND r.run_id = $3), \
+   ch AS (SELECT c.run_id, c.base_run, c.blob, 1 AS depth FROM r JOIN checkpoints c \
+       ON c.thread_id = r.thread_id AND c.run_id = $3 \
+     UNION ALL \
+     SELECT c.run_id, c.base_run, c.blob, ch.depth + 1 FROM ch, r, checkpoints c \
+     WHERE c.thread_id = r.thread_id AND c.run_id = ch.base_run AND ch.depth < $4) \
+   SELECT r.status, r.last_seq, ch.run_id, ch.blob FROM r LEFT JOIN ch ON true \
+   ORDER BY ch.depth";
+
+/// Checks a fetched chain (`(run id, blob)`, the run's own first) exactly as
+/// the shared restore does, and composes the conversation's text. `None`
+/// when any link is missing, damaged, stale or does not fit: the caller
+/// then takes the shared path, which repairs.
+fn compose_chain(run_id: &str, last_seq: u64, links: &[(&[u8], &[u8])]) -> Option<String> {
+    let mut chain = Vec::with_capacity(links.len());
+    let (mut want_run, mut want_seq) = (run_id.as_bytes().to_vec(), last_seq);
+    for (run, blob) in links {
+        if *run != want_run.as_slice() {
+            return None;
+        }
+        let d = checkpoint::decode(blob).ok()?;
+        if d.last_seq != want_seq {
+            return None;
+        }
+        let next = d.base.as_ref().map(|b| (b.run_id.clone(), b.last_seq));
+        chain.push(d);
+        match next {
+            None => return checkpoint::compose(&chain).ok(),
+            // Bases cover strictly earlier events: no cycle.
+            Some((_, s)) if s >= want_seq => return None,
+            Some((r, s)) => (want_run, want_seq) = (r.into_bytes(), s),
+        }
+    }
+    None
+}
+
 const RUN_COLUMNS: &str = "r.thread, r.run_id, r.parent_run_id, r.agent, r.status, r.started_at, \
      r.finished_at, r.first_seq, r.last_seq, r.event_count, r.bytes";
 
@@ -1327,18 +1373,28 @@ impl EventStore for PgStore {
         run_id: &str,
         blob: Vec<u8>,
     ) -> Result<()> {
+        // The base a delta names is kept beside it, so that a restore
+        // fetches the whole chain in one query (an unreadable blob gets
+        // none, and a restore then takes the shared path that repairs it).
+        let base: Option<Vec<u8>> = checkpoint::decode(&blob)
+            .ok()
+            .and_then(|d| d.base)
+            .map(|b| b.run_id.into_bytes());
         let c = self.conn().await?;
         let n = c
             .execute(
-                "INSERT INTO checkpoints (thread_id, run_id, blob) \
-                 SELECT r.thread_id, r.run_id, $4 FROM runs r JOIN threads t ON t.id = r.thread_id \
+                "INSERT INTO checkpoints (thread_id, run_id, blob, base_run) \
+                 SELECT r.thread_id, r.run_id, $4, $5 FROM runs r \
+                 JOIN threads t ON t.id = r.thread_id \
                  WHERE t.tenant = $1 AND t.thread = $2 AND r.run_id = $3 \
-                 ON CONFLICT (thread_id, run_id) DO UPDATE SET blob = EXCLUDED.blob",
+                 ON CONFLICT (thread_id, run_id) DO UPDATE \
+                 SET blob = EXCLUDED.blob, base_run = EXCLUDED.base_run",
                 &[
                     &tenant.as_bytes(),
                     &thread.as_bytes(),
                     &run_id.as_bytes(),
                     &blob,
+                    &base,
                 ],
             )
             .await
@@ -1441,31 +1497,36 @@ impl EventStore for PgStore {
     }
 
     async fn restore(&self, tenant: &str, thread: &str, run_id: &str) -> Result<Restored> {
-        // Fast path, one round trip: the run and its checkpoint together.
+        // Fast path, one round trip: the run, its checkpoint and its bases'.
         let c = self.conn().await?;
-        let st = c
-            .prepare_cached(
-                "SELECT r.status, r.last_seq, c.blob FROM runs r \
-                 JOIN threads t ON t.id = r.thread_id \
-                 LEFT JOIN checkpoints c ON c.thread_id = r.thread_id AND c.run_id = r.run_id \
-                 WHERE t.tenant = $1 AND t.thread = $2 AND r.run_id = $3",
-            )
-            .await
-            .map_err(pg)?;
-        let row = c
-            .query_opt(
+        let st = c.prepare_cached(RESTORE_SQL).await.map_err(pg)?;
+        let rows = c
+            .query(
                 &st,
-                &[&tenant.as_bytes(), &thread.as_bytes(), &run_id.as_bytes()],
+                &[
+                    &tenant.as_bytes(),
+                    &thread.as_bytes(),
+                    &run_id.as_bytes(),
+                    &MAX_CHAIN,
+                ],
             )
             .await
             .map_err(pg)?;
         drop(c);
-        if let Some(row) = row {
-            let status = status_from(get(&row, 0)?)?;
-            let last_seq = to_u64(get(&row, 1)?)?;
-            let blob: Option<Vec<u8>> = get(&row, 2)?;
+        if let Some(first) = rows.first() {
+            let status = status_from(get(first, 0)?)?;
+            let last_seq = to_u64(get(first, 1)?)?;
+            let mut links = Vec::with_capacity(rows.len());
+            for row in &rows {
+                if let (Some(run), Some(blob)) = (
+                    get::<Option<&[u8]>>(row, 2)?,
+                    get::<Option<&[u8]>>(row, 3)?,
+                ) {
+                    links.push((run, blob));
+                }
+            }
             if status != RunStatus::Running
-                && let Some(json) = blob.and_then(|b| checkpoint::usable(&b, last_seq))
+                && let Some(json) = compose_chain(run_id, last_seq, &links)
             {
                 return Ok(Restored {
                     run_id: run_id.to_owned(),
@@ -1477,7 +1538,8 @@ impl EventStore for PgStore {
             }
         }
         // Missing, damaged, stale or still running: the shared path
-        // (rebuilds from the log, stores what it rebuilds, may cache).
+        // (repairs and rebuilds from the log, stores what it rebuilds, may
+        // cache).
         self.note_cached(tenant, thread);
         restore_run(self, tenant, thread, run_id).await
     }

@@ -94,6 +94,12 @@ DROP TABLE events;
 ALTER TABLE runs ADD COLUMN owner INT;
 CREATE SEQUENCE sessions AS INT MINVALUE 1 CYCLE;
 "#,
+    // 4: the base run a delta checkpoint names, beside its blob, so that a
+    // restore reads the whole chain in one query. Older rows have none and
+    // restore through the shared path.
+    r#"
+ALTER TABLE checkpoints ADD COLUMN base_run BYTEA;
+"#,
 ];
 
 /// Whether a schema name is safe to splice into SQL as a quoted identifier:
