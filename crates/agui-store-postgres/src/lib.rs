@@ -26,6 +26,12 @@
 //!   retries in a transaction that locks the head row first, checks
 //!   `expected_seq` (`Conflict` on mismatch) and plans under the lock. A run
 //!   id used twice violates `runs_pkey` and is `Invalid`.
+//! - **Restore** of a run reads its status, its checkpoint and every base
+//!   of its delta chain in one recursive query (each blob's base run is kept
+//!   beside it in `checkpoints.base_run`), checks the chain as the shared
+//!   code does and composes it with `agui_store::checkpoint::compose`;
+//!   anything missing, damaged or stale goes to the shared
+//!   `agui_store::restore_run`, which repairs.
 //! - **Durability** is per transaction through `synchronous_commit`:
 //!   [`Durability::Append`] commits with `synchronous_commit = on` (the
 //!   append is on stable storage when it returns); [`Durability::RunEnd`]
@@ -1518,10 +1524,9 @@ impl EventStore for PgStore {
             let last_seq = to_u64(get(first, 1)?)?;
             let mut links = Vec::with_capacity(rows.len());
             for row in &rows {
-                if let (Some(run), Some(blob)) = (
-                    get::<Option<&[u8]>>(row, 2)?,
-                    get::<Option<&[u8]>>(row, 3)?,
-                ) {
+                if let (Some(run), Some(blob)) =
+                    (get::<Option<&[u8]>>(row, 2)?, get::<Option<&[u8]>>(row, 3)?)
+                {
                     links.push((run, blob));
                 }
             }
