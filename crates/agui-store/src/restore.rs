@@ -2,8 +2,9 @@
 //! [`EventStore::checkpoint_ended_runs`] and [`EventStore::restore`]).
 //!
 //! **Building.** A backend that keeps a [`ConversationCache`] holds, per
-//! thread, the conversation of the thread's latest checkpointed run (the
-//! *tip*), the JSON text of each of its messages, and the *path*: the runs
+//! thread, the reducer after the thread's latest checkpointed run (the
+//! *tip*; the next run continues it, so no index is rebuilt per run), the
+//! JSON text of each of its messages, and the *path*: the runs
 //! checkpointed since the last full checkpoint on this branch, each with its
 //! message count and the reducer's watermark (the lowest message index its
 //! events changed, [`Reducer::messages_changed_from`]). When a run whose
@@ -93,7 +94,9 @@ struct PathEntry {
 
 /// The latest checkpointed conversation of a thread.
 struct Tip {
-    conv: Conversation,
+    /// The reducer after the tip's run: the next run continues it (no index
+    /// rebuilt per run).
+    reducer: Reducer,
     /// The JSON text of each message of `conv`.
     texts: Vec<String>,
     /// Runs since the last full checkpoint; the last is the tip's run.
@@ -212,17 +215,17 @@ async fn extend<S: EventStore + ?Sized>(
     let events = store
         .read_range(tenant, thread, run.first_seq, run.last_seq)
         .await?;
-    let mut reducer = Reducer::new(std::mem::take(&mut tip.conv));
+    tip.reducer.reset_change_mark();
     for e in &events {
-        reducer.apply(&e.event).map_err(reduce_failed)?;
+        tip.reducer.apply(&e.event).map_err(reduce_failed)?;
     }
-    let mark = reducer.messages_changed_from();
-    tip.conv = reducer.into_conversation();
+    let mark = tip.reducer.messages_changed_from();
+    let conv = tip.reducer.conversation();
     tip.texts.truncate(mark);
-    for m in &tip.conv.messages[mark..] {
+    for m in &conv.messages[mark..] {
         tip.texts.push(to_json(m)?);
     }
-    let state = to_json(&tip.conv.state)?;
+    let state = to_json(&conv.state)?;
     let k = tip.path.len();
     let base = k & (k - 1);
     let keep = tip.path[base + 1..]
@@ -416,7 +419,8 @@ pub async fn restore_run<S: EventStore + ?Sized>(
         }
     }
     let json = compose_texts(&texts, &state);
-    if checkpointable(target.status)
+    if !chain.is_empty()
+        && checkpointable(target.status)
         && let Some(cache) = store.conversation_cache()
     {
         let count = texts.len();
@@ -424,7 +428,7 @@ pub async fn restore_run<S: EventStore + ?Sized>(
             tenant,
             thread,
             Tip {
-                conv: conversation,
+                reducer: Reducer::new(conversation),
                 texts,
                 path: vec![PathEntry {
                     run_id: target.run_id.clone(),
