@@ -189,3 +189,191 @@ fn sigkill_mid_run_then_restart_closes_the_run_as_interrupted_and_loses_nothing(
     let (_, after) = get_json(&second.addr, "/threads/k/messages?run=r1");
     assert_eq!(before["messages"], after["messages"]);
 }
+
+/// An SSE response read frame by frame as it arrives.
+struct SseReader {
+    stream: TcpStream,
+    buf: Vec<u8>,
+    status: Option<u16>,
+}
+
+impl SseReader {
+    fn new(stream: TcpStream) -> SseReader {
+        stream
+            .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+            .unwrap();
+        SseReader {
+            stream,
+            buf: Vec::new(),
+            status: None,
+        }
+    }
+
+    fn fill(&mut self) -> bool {
+        let mut chunk = [0u8; 8192];
+        let n = self.stream.read(&mut chunk).expect("the stream stalled");
+        self.buf.extend_from_slice(&chunk[..n]);
+        n > 0
+    }
+
+    /// The next `(id, event)` frame, or `None` at the end of the response.
+    fn next_frame(&mut self) -> Option<(u64, Value)> {
+        if self.status.is_none() {
+            loop {
+                if let Some(p) = find(&self.buf, b"\r\n\r\n") {
+                    let head = String::from_utf8_lossy(&self.buf[..p]).into_owned();
+                    self.status = Some(split_response(&head).0);
+                    assert_eq!(self.status, Some(200), "{head}");
+                    self.buf.drain(..p + 4);
+                    break;
+                }
+                assert!(self.fill(), "the response ended before its headers");
+            }
+        }
+        loop {
+            if let Some(p) = find(&self.buf, b"\n\n") {
+                let block: Vec<u8> = self.buf.drain(..p + 2).collect();
+                let block = String::from_utf8(block).unwrap();
+                match frames(&block).pop() {
+                    Some(f) => return Some(f),
+                    None => continue, // a comment or keep-alive
+                }
+            }
+            if !self.fill() {
+                return None;
+            }
+        }
+    }
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// `GET /threads/{thread}/events`, resuming after `last_event_id` when given.
+fn attach(addr: &str, thread: &str, last_event_id: Option<u64>) -> SseReader {
+    let mut s = TcpStream::connect(addr).unwrap();
+    let resume = last_event_id
+        .map(|id| format!("Last-Event-ID: {id}\r\n"))
+        .unwrap_or_default();
+    write!(
+        s,
+        "GET /threads/{thread}/events HTTP/1.0\r\nHost: {addr}\r\nAccept: text/event-stream\r\n{resume}\r\n"
+    )
+    .unwrap();
+    SseReader::new(s)
+}
+
+/// The PostgreSQL server of the tests: `AGUI_TEST_POSTGRES_URL`. Unset: a
+/// failure under `CI`, otherwise a notice and a skip.
+fn postgres_url() -> Option<String> {
+    match std::env::var("AGUI_TEST_POSTGRES_URL") {
+        Ok(u) if !u.is_empty() => Some(u),
+        _ if std::env::var_os("CI").is_some() => panic!(
+            "AGUI_TEST_POSTGRES_URL is not set, and CI is: the replica test needs a \
+             PostgreSQL server (e.g. postgres://postgres@127.0.0.1:5432/test)"
+        ),
+        _ => {
+            eprintln!("notice: AGUI_TEST_POSTGRES_URL is not set; skipping the replica test");
+            None
+        }
+    }
+}
+
+/// A schema of its own in the test database, dropped at the end.
+struct PgSchema {
+    url: String,
+    name: String,
+}
+
+impl PgSchema {
+    fn new(url: String) -> PgSchema {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let name = format!("agui_serve_{}_{nanos}", std::process::id());
+        PgSchema { url, name }
+    }
+
+    fn store_url(&self) -> String {
+        let sep = if self.url.contains('?') { '&' } else { '?' };
+        format!("{}{sep}schema={}", self.url, self.name)
+    }
+}
+
+impl Drop for PgSchema {
+    fn drop(&mut self) {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let url = self.url.clone();
+        let sql = format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.name);
+        rt.block_on(async move {
+            if let Ok((client, conn)) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await {
+                tokio::spawn(conn);
+                let _ = client.batch_execute(&sql).await;
+            }
+        });
+    }
+}
+
+#[test]
+fn two_gateways_on_one_postgres_database_run_through_one_attach_live_through_the_other() {
+    let Some(url) = postgres_url() else { return };
+    let schema = PgSchema::new(url);
+    let store = schema.store_url();
+    let dir = tempfile::tempdir().unwrap();
+    let a = serve(dir.path(), &["--store", &store]);
+    // A slow run through A: about 40 events, 60 ms apart.
+    let words = "one two three four five six seven eight nine ten eleven twelve";
+    let mut run = SseReader::new(request(
+        &a.addr,
+        "POST",
+        "/agents/demo/run",
+        Some(&input("p", "r1", words, 60)),
+    ));
+    let mut through_a = Vec::new();
+    while through_a.len() < 3 {
+        through_a.push(run.next_frame().expect("the run ended too early"));
+    }
+    // The replica starts while the run is in flight: with --no-recover it
+    // leaves A's run alone.
+    let b = serve(dir.path(), &["--store", &store, "--no-recover"]);
+    // An attach through B from the start, dropped after a few live events.
+    let mut first = attach(&b.addr, "p", None);
+    let mut seen = Vec::new();
+    while seen.len() < through_a.len() + 3 {
+        seen.push(first.next_frame().expect("the attach ended early"));
+    }
+    // Live: the run is still going (B reads its status from the shared store).
+    let (_, thread) = get_json(&b.addr, "/threads/p");
+    assert_eq!(thread["runs"][0]["status"], "running", "{thread}");
+    drop(first);
+    // Resume with Last-Event-ID through B, and through A: both to the end.
+    let resume_from = seen.last().unwrap().0;
+    let mut via_b = attach(&b.addr, "p", Some(resume_from));
+    let mut via_a = attach(&a.addr, "p", Some(resume_from));
+    let rest_b: Vec<(u64, Value)> = std::iter::from_fn(|| via_b.next_frame()).collect();
+    let rest_a: Vec<(u64, Value)> = std::iter::from_fn(|| via_a.next_frame()).collect();
+    through_a.extend(std::iter::from_fn(|| run.next_frame()));
+    // The run's own client got every event once, ids 1..=N.
+    let n = through_a.len() as u64;
+    assert!(n > 30, "only {n} events");
+    let ids: Vec<u64> = through_a.iter().map(|(id, _)| *id).collect();
+    assert_eq!(ids, (1..=n).collect::<Vec<_>>());
+    assert_eq!(through_a.last().unwrap().1["type"], "RUN_FINISHED");
+    // The attach through B, then its resumption (through either replica),
+    // holds exactly the run's events: no gap, no duplicate, same ids.
+    for rest in [&rest_b, &rest_a] {
+        let mut joined = seen.clone();
+        joined.extend(rest.iter().cloned());
+        assert_eq!(joined, through_a);
+    }
+    // The replica's start did not interrupt A's run.
+    let (_, thread) = get_json(&b.addr, "/threads/p");
+    assert_eq!(thread["runs"][0]["status"], "finished", "{thread}");
+    let (_, msgs) = get_json(&b.addr, "/threads/p/messages");
+    assert_eq!(msgs["messages"][1]["content"], format!("You said: {words}"));
+}

@@ -167,6 +167,33 @@ pub fn parse_agent_flag(s: &str, sessions: SessionMode) -> Result<AgentConfig, S
     agent(name, url, sessions)
 }
 
+/// Parses `NAME=client|server` (an `--agent-history` flag): the session
+/// mode of one agent, overriding the default `--history`.
+pub fn parse_agent_history_flag(s: &str) -> Result<(String, SessionMode), ServerError> {
+    let (name, mode) = s.split_once('=').ok_or_else(|| {
+        ServerError::Config(format!(
+            "--agent-history needs NAME=client|server, got `{s}`"
+        ))
+    })?;
+    Ok((name.to_owned(), SessionMode::parse(mode)?))
+}
+
+/// Sets the session mode of the agent named `name`; an error when no such
+/// agent is configured.
+pub fn set_agent_history(
+    agents: &mut [AgentConfig],
+    name: &str,
+    mode: SessionMode,
+) -> Result<(), ServerError> {
+    let agent = agents.iter_mut().find(|a| a.name == name).ok_or_else(|| {
+        ServerError::Config(format!(
+            "--agent-history {name}=...: no agent named `{name}` is configured"
+        ))
+    })?;
+    agent.sessions = mode;
+    Ok(())
+}
+
 fn agent(name: &str, url: &str, sessions: SessionMode) -> Result<AgentConfig, ServerError> {
     if name.is_empty()
         || !name
@@ -290,6 +317,21 @@ mod tests {
         assert!(parse_agent_flag("nourl", SessionMode::Client).is_err());
         assert!(parse_agent_flag("a b=http://x", SessionMode::Client).is_err());
         assert!(parse_agent_flag("a=ftp://x", SessionMode::Client).is_err());
+    }
+
+    #[test]
+    fn per_agent_history_flags() {
+        let mut agents = vec![
+            parse_agent_flag("a=demo", SessionMode::Client).unwrap(),
+            parse_agent_flag("b=http://x/", SessionMode::Client).unwrap(),
+        ];
+        let (name, mode) = parse_agent_history_flag("b=server").unwrap();
+        set_agent_history(&mut agents, &name, mode).unwrap();
+        assert_eq!(agents[0].sessions, SessionMode::Client);
+        assert_eq!(agents[1].sessions, SessionMode::Server);
+        assert!(parse_agent_history_flag("b").is_err());
+        assert!(parse_agent_history_flag("b=both").is_err());
+        assert!(set_agent_history(&mut agents, "zzz", SessionMode::Server).is_err());
     }
 
     #[test]

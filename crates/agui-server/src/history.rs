@@ -15,7 +15,6 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use bytes::BytesMut;
 use futures::{FutureExt, StreamExt};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -286,7 +285,7 @@ pub async fn get_events(
             after,
             info.last_seq,
             running.is_some(),
-            BytesMut::new(),
+            Vec::new(),
         );
         return Ok(sse_response(body));
     }
@@ -311,7 +310,7 @@ pub async fn get_events(
     };
     let stored: Vec<StoredEvent> = stored.into_iter().filter(|e| e.seq > after).collect();
     let last_seq = stored.last().map(|e| e.seq).unwrap_or(after).max(after);
-    let mut buf = BytesMut::new();
+    let mut buf = Vec::new();
     match mode {
         None => {
             for e in &stored {
@@ -358,7 +357,7 @@ pub async fn get_events(
                 buf,
             )))
         }
-        None => Ok(sse_response(Body::from(buf.freeze()))),
+        None => Ok(sse_response(Body::from(Bytes::from(buf)))),
     }
 }
 
@@ -373,7 +372,7 @@ fn follow(
     after: u64,
     head: u64,
     running: bool,
-    prefix: BytesMut,
+    prefix: Vec<u8>,
 ) -> Body {
     struct S {
         gw: Arc<Gateway>,
@@ -397,7 +396,7 @@ fn follow(
         last: after,
         head,
         running,
-        prefix: (!prefix.is_empty()).then(|| prefix.freeze()),
+        prefix: (!prefix.is_empty()).then(|| Bytes::from(prefix)),
         done: false,
     };
     let stream = futures::stream::unfold(state, |mut s| async move {
@@ -420,9 +419,9 @@ fn follow(
                 }
                 Ok(None) | Ok(Some(Err(_))) => return None,
                 Ok(Some(Ok(first))) => {
-                    let mut buf = BytesMut::new();
+                    let mut buf = Vec::new();
                     let mut ended = false;
-                    let mut take = |e: &StoredEvent, buf: &mut BytesMut, last: &mut u64| {
+                    let mut take = |e: &StoredEvent, buf: &mut Vec<u8>, last: &mut u64| {
                         put_frame(buf, &e.event, Some(e.seq));
                         *last = e.seq;
                         if e.event.event_type().is_run_terminal() {
@@ -444,7 +443,7 @@ fn follow(
                         refresh(&mut s.running, &mut s.head, &s.gw, &s.tenant, &s.thread).await;
                     }
                     s.head = s.head.max(s.last);
-                    return Some((Ok(buf.freeze()), s));
+                    return Some((Ok(Bytes::from(buf)), s));
                 }
             }
         }
@@ -501,8 +500,8 @@ pub async fn connect(
             .filter(|p| runs.iter().any(|x| &x.run_id == p)),
         None => runs.last().map(|r| r.run_id.clone()),
     };
-    let mut buf = BytesMut::new();
-    let put = |v: Value, buf: &mut BytesMut| {
+    let mut buf = Vec::new();
+    let put = |v: Value, buf: &mut Vec<u8>| {
         if let Ok(e) = Event::from_serialize(&v) {
             put_frame(buf, &e, None);
         }
@@ -554,7 +553,7 @@ pub async fn connect(
                 buf,
             )))
         }
-        None => Ok(sse_response(Body::from(buf.freeze()))),
+        None => Ok(sse_response(Body::from(Bytes::from(buf)))),
     }
 }
 
@@ -579,9 +578,18 @@ pub async fn get_artifact(
             ApiError::bad_request("invalid_source", "source must be snapshot or derived")
         })?),
     };
+    // The whole thread, not the store's branch: the history core resolves
+    // the run's branch itself and drops messages restated from other
+    // branches (lineage provenance), exactly as `agui export-artifact` does
+    // on the thread's log.
+    let info = gw
+        .store
+        .thread(&tenant, &thread)
+        .await
+        .map_err(store_error)?;
     let events: Vec<Event> = gw
         .store
-        .read_branch(&tenant, &thread, &run)
+        .read_range(&tenant, &thread, 1, info.last_seq.max(record.last_seq))
         .await
         .map_err(store_error)?
         .into_iter()

@@ -17,7 +17,6 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use bytes::BytesMut;
 use futures::stream::BoxStream;
 use futures::{FutureExt, StreamExt};
 use serde::Deserialize;
@@ -248,10 +247,16 @@ struct RunState {
 
 #[derive(Deserialize)]
 struct StartedView<'a> {
-    #[serde(rename = "parentRunId", borrow, default)]
+    #[serde(rename = "parentRunId", borrow, default, deserialize_with = "present")]
     parent_run_id: Option<&'a RawValue>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "present")]
     input: Option<&'a RawValue>,
+}
+
+/// `Some` for any field present, `null` included (serde's `Option` would
+/// read a `null` as `None`, hiding a key that is there).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&RawValue>::deserialize(d).map(Some)
 }
 
 impl RunCtx {
@@ -277,10 +282,16 @@ impl RunCtx {
         let Ok(view) = event.view::<StartedView>() else {
             return event;
         };
-        let add_parent = view.parent_run_id.is_none() && self.parent.is_some();
-        let add_input = view.input.is_none();
+        // A field present as `null` counts as omitted (AG-UI's optional
+        // fields may be sent either way).
+        let missing = |v: Option<&RawValue>| v.is_none_or(|r| r.get() == "null");
+        let add_parent = missing(view.parent_run_id) && self.parent.is_some();
+        let add_input = missing(view.input);
         if !add_parent && !add_input {
             return event;
+        }
+        if view.parent_run_id.is_some() && add_parent || view.input.is_some() && add_input {
+            return self.replace_null_fields(event, add_parent, add_input);
         }
         let json = event.json();
         let Some(body) = json.strip_suffix('}') else {
@@ -298,6 +309,30 @@ impl RunCtx {
         }
         text.push('}');
         Event::from_json_string(text).unwrap_or(event)
+    }
+}
+
+impl RunCtx {
+    /// [`RunCtx::complete_started`] when a field to fill is present as
+    /// `null`: rewrites the object, keeping the other fields and their order.
+    fn replace_null_fields(&self, event: Event, add_parent: bool, add_input: bool) -> Event {
+        let Ok(mut map) =
+            serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(event.json())
+        else {
+            return event;
+        };
+        if add_parent && let Some(p) = &self.parent {
+            map.insert("parentRunId".into(), serde_json::Value::String(p.clone()));
+        }
+        if add_input {
+            match serde_json::from_str::<serde_json::Value>(&self.input_json) {
+                Ok(v) => {
+                    map.insert("input".into(), v);
+                }
+                Err(_) => return event,
+            }
+        }
+        Event::from_serialize(&map).unwrap_or(event)
     }
 }
 
@@ -584,11 +619,11 @@ async fn store_and_send(ctx: &RunCtx, st: &mut RunState, batch: Vec<Event>) {
                 .fetch_add(batch.len() as u64, Relaxed);
             gw.metrics.bytes_stored.fetch_add(bytes as u64, Relaxed);
             st.seq = appended.last_seq;
-            let mut buf = BytesMut::with_capacity(bytes + batch.len() * 24);
+            let mut buf = Vec::with_capacity(bytes + batch.len() * 24);
             for (e, seq) in batch.iter().zip(appended.seqs()) {
                 put_frame(&mut buf, e, Some(seq));
             }
-            send(st, buf.freeze());
+            send(st, Bytes::from(buf));
             for e in &batch {
                 match e.event_type() {
                     EventType::RunFinished => {
@@ -633,13 +668,13 @@ async fn finish_with_error(ctx: &RunCtx, st: &mut RunState, close: Close) {
     st.ended = true;
     if st.store_failed {
         // Nothing more can be stored: tell the client what happened, unnumbered.
-        let mut buf = BytesMut::new();
+        let mut buf = Vec::new();
         for e in &batch {
             if *e.event_type() != EventType::RunStarted {
                 put_frame(&mut buf, e, None);
             }
         }
-        send(st, buf.freeze());
+        send(st, Bytes::from(buf));
         return;
     }
     store_and_send(ctx, st, batch).await;

@@ -1,60 +1,25 @@
-//! SSE on the wire: pre-framed output and an incremental decoder for the
-//! upstream's response.
+//! SSE on the wire, through `agui-codec`: one mechanism for both ways.
 //!
-//! Output frames are built as bytes directly (`id: <seq>\ndata: <json>\n\n`),
-//! so a batch of events goes out in one write. The decoder follows the
-//! official client (`@ag-ui/client` `src/transform/sse.ts`): frames end at a
-//! blank line, `data:` lines (one optional space removed) are joined with
-//! `\n`, other fields are ignored. It also accepts `\r\n` line ends.
+//! Output frames (`id: <seq>\ndata: <json>\n\n`) are written with
+//! [`agui_codec::write_sse_frame`] into one buffer per batch, so a batch of
+//! events goes out in one write. The upstream's response is read with
+//! [`agui_codec::SseEventDecoder`] (WHATWG SSE parsing, as the official
+//! client reads it: frames end at a blank line, `data:` lines are joined with
+//! `\n`, a final unterminated frame is still dispatched); this module only
+//! maps its errors onto the gateway's run-closing reasons.
 
+use agui_codec::{DecodeOptions, Format, PushDecoder, SseEventDecoder};
 use agui_protocol::Event;
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 
 /// Appends one SSE frame for `event` to `buf`, with `id: <seq>` when given.
-pub fn put_frame(buf: &mut BytesMut, event: &Event, seq: Option<u64>) {
-    let json = event.json();
-    buf.reserve(json.len() + 32);
-    if let Some(seq) = seq {
-        buf.put_slice(b"id: ");
-        let n = itoa_buf(seq);
-        buf.put_slice(n.as_slice());
-        buf.put_u8(b'\n');
-    }
-    buf.put_slice(b"data: ");
-    buf.put_slice(json.as_bytes());
-    buf.put_slice(b"\n\n");
+pub fn put_frame(buf: &mut Vec<u8>, event: &Event, seq: Option<u64>) {
+    agui_codec::write_sse_frame(buf, event, seq);
 }
 
 /// One frame as bytes.
 pub fn frame(event: &Event, seq: Option<u64>) -> Bytes {
-    let mut buf = BytesMut::new();
-    put_frame(&mut buf, event, seq);
-    buf.freeze()
-}
-
-struct Digits {
-    buf: [u8; 20],
-    start: usize,
-}
-
-impl Digits {
-    fn as_slice(&self) -> &[u8] {
-        &self.buf[self.start..]
-    }
-}
-
-fn itoa_buf(mut n: u64) -> Digits {
-    let mut buf = [0u8; 20];
-    let mut i = 20;
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    Digits { buf, start: i }
+    agui_codec::encode_sse_frame(event, seq)
 }
 
 /// Why the upstream's SSE could not be decoded.
@@ -82,107 +47,53 @@ pub enum DecodeError {
     },
 }
 
-/// An incremental SSE decoder: push bytes, get events.
+impl DecodeError {
+    fn from_codec(e: agui_codec::DecodeError) -> DecodeError {
+        let index = e.position().map(|p| p.index).unwrap_or(0);
+        match e {
+            agui_codec::DecodeError::TooLarge { limit, .. } => DecodeError::TooLarge { limit },
+            agui_codec::DecodeError::InvalidUtf8 { .. } => DecodeError::NotUtf8 { index },
+            other => DecodeError::NotAnEvent {
+                index,
+                reason: other.to_string(),
+            },
+        }
+    }
+}
+
+/// The upstream's SSE, decoded incrementally: push bytes, get events.
 pub struct SseDecoder {
-    buf: BytesMut,
-    /// Bytes of `buf` already scanned for a frame end.
-    scanned: usize,
-    frames: u64,
-    max_event: usize,
+    inner: SseEventDecoder,
 }
 
 impl SseDecoder {
-    /// A decoder refusing events (frames) larger than `max_event` bytes.
+    /// A decoder refusing events (frames' data) larger than `max_event` bytes.
     pub fn new(max_event: usize) -> SseDecoder {
+        let mut options = DecodeOptions::format(Format::Sse);
+        options.max_event_size = max_event;
         SseDecoder {
-            buf: BytesMut::new(),
-            scanned: 0,
-            frames: 0,
-            max_event,
+            inner: SseEventDecoder::new(&options),
         }
     }
 
     /// Feeds bytes; appends the complete events found to `out`.
     pub fn push(&mut self, chunk: &[u8], out: &mut Vec<Event>) -> Result<(), DecodeError> {
-        self.buf.extend_from_slice(chunk);
-        loop {
-            let Some((end, next)) = find_frame_end(&self.buf, self.scanned.saturating_sub(3))
-            else {
-                self.scanned = self.buf.len();
-                // A frame carries its own `data: ` prefix and a little more.
-                if self.buf.len() > self.max_event.saturating_add(1024) {
-                    return Err(DecodeError::TooLarge {
-                        limit: self.max_event,
-                    });
-                }
-                return Ok(());
-            };
-            let frame = self.buf.split_to(next);
-            self.scanned = 0;
-            self.decode_frame(&frame[..end], out)?;
-        }
+        self.inner.push(chunk);
+        self.drain(out)
     }
 
     /// Ends the stream: decodes a final unterminated frame, if any.
     pub fn finish(&mut self, out: &mut Vec<Event>) -> Result<(), DecodeError> {
-        let rest = std::mem::take(&mut self.buf);
-        self.scanned = 0;
-        if rest.iter().all(|b| b.is_ascii_whitespace()) {
-            return Ok(());
-        }
-        self.decode_frame(&rest, out)
+        self.inner.finish();
+        self.drain(out)
     }
 
-    fn decode_frame(&mut self, frame: &[u8], out: &mut Vec<Event>) -> Result<(), DecodeError> {
-        let index = self.frames;
-        let text = std::str::from_utf8(frame).map_err(|_| DecodeError::NotUtf8 { index })?;
-        let mut data: Option<String> = None;
-        for line in text.split('\n') {
-            let line = line.strip_suffix('\r').unwrap_or(line);
-            if let Some(rest) = line.strip_prefix("data:") {
-                let rest = rest.strip_prefix(' ').unwrap_or(rest);
-                match &mut data {
-                    Some(d) => {
-                        d.push('\n');
-                        d.push_str(rest);
-                    }
-                    None => data = Some(rest.to_owned()),
-                }
-            }
+    fn drain(&mut self, out: &mut Vec<Event>) -> Result<(), DecodeError> {
+        while let Some(r) = self.inner.pull() {
+            out.push(r.map_err(DecodeError::from_codec)?);
         }
-        let Some(data) = data else { return Ok(()) };
-        self.frames += 1;
-        if data.len() > self.max_event {
-            return Err(DecodeError::TooLarge {
-                limit: self.max_event,
-            });
-        }
-        let event = Event::from_json_string(data).map_err(|e| DecodeError::NotAnEvent {
-            index,
-            reason: e.to_string(),
-        })?;
-        out.push(event);
         Ok(())
     }
-}
-
-/// Finds the first blank line at or after `from`: returns (end of the frame's
-/// content, start of what follows).
-fn find_frame_end(buf: &[u8], from: usize) -> Option<(usize, usize)> {
-    let mut i = from;
-    while let Some(p) = memchr::memchr(b'\n', &buf[i..]) {
-        let nl = i + p;
-        // "\n\n"
-        if buf.get(nl + 1) == Some(&b'\n') {
-            return Some((nl, nl + 2));
-        }
-        // "\n\r\n"
-        if buf.get(nl + 1) == Some(&b'\r') && buf.get(nl + 2) == Some(&b'\n') {
-            return Some((nl, nl + 3));
-        }
-        i = nl + 1;
-    }
-    None
 }
 
 #[cfg(test)]

@@ -144,6 +144,30 @@ async fn upstream_closing_mid_message_gets_its_message_and_tool_call_ended() {
 }
 
 #[tokio::test]
+async fn run_started_with_null_input_and_parent_is_completed_as_if_omitted() {
+    let up = serve_upstream(sse_body(
+        "data: {\"type\":\"RUN_STARTED\",\"threadId\":\"t\",\"runId\":\"r2\",\"parentRunId\":null,\"input\":null,\"x\":1}\n\n\
+         data: {\"type\":\"RUN_FINISHED\",\"threadId\":\"t\",\"runId\":\"r2\"}\n\n",
+        false,
+    ))
+    .await;
+    let g = start(with_agents(&[&format!("a={up}/"), "d=demo"])).await;
+    run(&g.base, "d", &input("t", "r1", "first")).await;
+    let (_, frames, raw) = run(&g.base, "a", &input("t", "r2", "second")).await;
+    assert_eq!(frames[0].ty(), "RUN_STARTED");
+    // One key each (no duplicate `input`), filled in, the rest kept in order.
+    let line = raw.lines().find(|l| l.contains("RUN_STARTED")).unwrap();
+    assert_eq!(line.matches("\"input\"").count(), 1, "{line}");
+    assert_eq!(line.matches("\"parentRunId\"").count(), 1, "{line}");
+    assert!(line.starts_with(r#"data: {"type":"RUN_STARTED","threadId":"t","runId":"r2","parentRunId":"r1","input":{"#), "{line}");
+    assert_eq!(frames[0].data["input"]["runId"], "r2");
+    assert_eq!(frames[0].data["x"], 1);
+    let (_, thread) = get_json(&format!("{}/threads/t", g.base)).await;
+    assert_eq!(thread["runs"][1]["parentRunId"], "r1");
+    g.shutdown().await;
+}
+
+#[tokio::test]
 async fn upstream_garbage_and_broken_connections_are_closed_cleanly() {
     let garbage = serve_upstream(sse_body(
         "data: {\"type\":\"RUN_STARTED\",\"threadId\":\"t\",\"runId\":\"r\"}\n\ndata: hello\n\n",
@@ -517,6 +541,71 @@ async fn artifact_of_a_finished_run_validates() {
     assert!(text.contains("hello artifact"), "{text}");
     let (s, v) = get_json(&format!("{}/threads/t/runs/nope/artifact", g.base)).await;
     assert_eq!((s, v["error"]["code"].as_str()), (404, Some("not_found")));
+    g.shutdown().await;
+}
+
+#[tokio::test]
+async fn artifact_of_a_branch_leaves_out_messages_resent_from_another_branch() {
+    let g = start(GatewayConfig::default()).await;
+    let user = |id: &str, text: &str| json!({"id": id, "role": "user", "content": text});
+    let mut r1 = input("t", "r1", "first");
+    r1["messages"] = json!([user("u1", "first")]);
+    run(&g.base, "demo", &r1).await;
+    let (_, after1) = get_json(&format!("{}/threads/t/messages?run=r1", g.base)).await;
+    let mut r2 = input("t", "r2", "second");
+    r2["messages"] = after1["messages"].clone();
+    r2["messages"]
+        .as_array_mut()
+        .unwrap()
+        .push(user("u2", "second"));
+    run(&g.base, "demo", &r2).await;
+    let (_, after2) = get_json(&format!("{}/threads/t/messages?run=r2", g.base)).await;
+    // A client branches from r1 but resends r2's whole conversation, r2's
+    // answer included: that answer belongs to the other branch.
+    let mut r3 = input("t", "r3", "third");
+    r3["parentRunId"] = json!("r1");
+    r3["messages"] = after2["messages"].clone();
+    r3["messages"]
+        .as_array_mut()
+        .unwrap()
+        .push(user("u3", "third"));
+    let (status, _, _) = run(&g.base, "demo", &r3).await;
+    assert_eq!(status, 200);
+    let text = client()
+        .get(format!("{}/threads/t/runs/r3/artifact", g.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    agui_history::artifact::validate(&text).unwrap();
+    assert!(!text.contains("You said: second"), "{text}");
+    assert!(text.contains("You said: third"), "{text}");
+    // Equal to the history core's export over the thread's whole log (what
+    // `agui export-artifact --run r3` gives on an export of the thread).
+    let log = client()
+        .get(format!("{}/threads/t/events", g.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let events: Vec<agui_protocol::Event> = parse_sse(&log)
+        .iter()
+        .map(|f| agui_protocol::Event::from_serialize(&f.data).unwrap())
+        .collect();
+    let (_, thread) = get_json(&format!("{}/threads/t", g.base)).await;
+    let r3_record = &thread["runs"][2];
+    let options = agui_history::artifact::ExportOptions {
+        source: None,
+        started_at: r3_record["startedAt"].as_str().map(str::to_owned),
+        finished_at: r3_record["finishedAt"].as_str().map(str::to_owned),
+    };
+    let expected = agui_history::artifact::export(&events, "r3", &options).unwrap();
+    let got: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(got, serde_json::to_value(&expected.artifact).unwrap());
     g.shutdown().await;
 }
 

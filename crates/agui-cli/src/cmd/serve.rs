@@ -9,7 +9,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agui_server::{Auth, GatewayConfig, Limits, ServeFile, SessionMode, config::parse_agent_flag};
+use agui_server::config::{parse_agent_flag, parse_agent_history_flag, set_agent_history};
+use agui_server::{Auth, GatewayConfig, Limits, ServeFile, SessionMode};
 use anyhow::{Context, bail};
 
 /// Arguments of `agui serve`.
@@ -30,6 +31,10 @@ pub struct Args {
     /// client's messages through) or server (merge the stored conversation)
     #[arg(long, value_name = "client|server")]
     history: Option<String>,
+    /// The session mode of one agent, NAME=client|server (repeatable); wins
+    /// over --history and the config file for that agent
+    #[arg(long = "agent-history", value_name = "NAME=MODE")]
+    agent_history: Vec<String>,
     /// A TOML file holding any of these settings (flags win)
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
@@ -91,6 +96,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let parsed = parse_agent_flag(a, mode)?;
         agents.retain(|x| x.name != parsed.name);
         agents.push(parsed);
+    }
+    if agents.is_empty() {
+        // The implicit demo agent, made explicit to carry the default mode.
+        agents.push(parse_agent_flag("demo=demo", mode)?);
+    }
+    for h in &args.agent_history {
+        let (name, mode) = parse_agent_history_flag(h)?;
+        set_agent_history(&mut agents, &name, mode)?;
     }
     let d = Limits::default();
     let ms = Duration::from_millis;
