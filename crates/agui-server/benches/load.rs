@@ -211,6 +211,27 @@ async fn run_many(
     (frames, lat, t0.elapsed())
 }
 
+/// The mean store append time so far, from the gateway's `/metrics`.
+async fn append_mean(client: &reqwest::Client, addr: &str) -> String {
+    let text = match client.get(format!("http://{addr}/metrics")).send().await {
+        Ok(r) => r.text().await.unwrap_or_default(),
+        Err(_) => return "metrics unavailable".into(),
+    };
+    let value = |name: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+            .unwrap_or(0.0)
+    };
+    let (sum, count) = (
+        value("agui_store_append_seconds_sum "),
+        value("agui_store_append_seconds_count "),
+    );
+    format!(
+        "store appends: {count} batches, mean {:.3} ms",
+        if count > 0.0 { sum / count * 1e3 } else { 0.0 }
+    )
+}
+
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -249,6 +270,8 @@ async fn main() {
         g99 - d99
     );
 
+    println!("gateway {}", append_mean(&client, &gw.addr).await);
+
     // 2. Throughput with 100 and 1,000 concurrent streams.
     for (streams, per) in if quick {
         [(100, 200), (1000, 20)]
@@ -275,7 +298,23 @@ async fn main() {
         .send()
         .await
         .unwrap();
-    let runner = tokio::spawn(consume(run_resp));
+    // Subscribers attach once the run is stored (before that the thread does
+    // not exist and an attach is a 404, not a lost event).
+    let mut run_body = run_resp.bytes_stream();
+    let mut head = Vec::new();
+    while memchr::memmem::find(&head, b"\n\n").is_none() {
+        match run_body.next().await {
+            Some(Ok(chunk)) => head.extend_from_slice(&chunk),
+            _ => panic!("the fan-out run ended before its first event"),
+        }
+    }
+    let runner = tokio::spawn(async move {
+        let mut frames = memchr::memmem::find_iter(&head, b"\n\n").count() as u64;
+        while let Some(Ok(chunk)) = run_body.next().await {
+            frames += memchr::memmem::find_iter(&chunk, b"\n\n").count() as u64;
+        }
+        frames
+    });
     let delivered = Arc::new(AtomicU64::new(0));
     let t0 = Instant::now();
     let mut tasks = Vec::new();
@@ -291,16 +330,19 @@ async fn main() {
         }));
     }
     let mut complete = 0;
+    let mut fewest = u64::MAX;
     let mut lat = Vec::new();
     for t in tasks {
         let (f, l) = t.await.unwrap();
         if f == n + 4 {
             complete += 1;
         }
+        fewest = fewest.min(f);
         lat.extend(l);
     }
     let took = t0.elapsed();
-    let (run_frames, _) = runner.await.unwrap();
+    let run_frames = runner.await.unwrap();
+    println!("fan-out: the fewest events a subscriber got: {fewest}");
     println!(
         "fan-out: {complete}/{subs} subscribers got all {} events of one live run ({} deliveries in {:.2} s = {:.0}/s; live latency p50 {:.2} ms p99 {:.2} ms; the run's own client got {run_frames})",
         n + 4,

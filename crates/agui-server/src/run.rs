@@ -445,7 +445,44 @@ async fn drive(ctx: RunCtx, tx: mpsc::UnboundedSender<Bytes>) {
 
 /// Reads the upstream to its end. Returns why the gateway must close the
 /// run, or `None` when the upstream ended it.
-async fn pump(ctx: &RunCtx, st: &mut RunState, mut body: ByteStream) -> Option<Close> {
+/// Chunks read ahead of the store at most, per run.
+const READ_AHEAD_CHUNKS: usize = 256;
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Reads the upstream on a task of its own, ahead of the store: while an
+/// append is in flight the next chunks keep arriving, and the pump then takes
+/// all of them into one append. (Polled directly, an HTTP body reads only
+/// when asked, so nothing would be waiting after an append and every event
+/// would cost one append of its own.) The task ends with the returned stream.
+fn read_ahead(mut body: ByteStream) -> ByteStream {
+    let (tx, rx) = mpsc::channel(READ_AHEAD_CHUNKS);
+    let task = tokio::spawn(async move {
+        while let Some(item) = body.next().await {
+            let failed = item.is_err();
+            if tx.send(item).await.is_err() || failed {
+                break;
+            }
+        }
+    });
+    let guard = AbortOnDrop(task.abort_handle());
+    tokio_stream::wrappers::ReceiverStream::new(rx)
+        .map(move |item| {
+            let _keep = &guard;
+            item
+        })
+        .boxed()
+}
+
+async fn pump(ctx: &RunCtx, st: &mut RunState, body: ByteStream) -> Option<Close> {
+    let mut body = read_ahead(body);
     let limits = &ctx.gw.config.limits;
     let mut decoder = SseDecoder::new(limits.max_event_bytes);
     let mut events: Vec<Event> = Vec::new();
@@ -473,8 +510,8 @@ async fn pump(ctx: &RunCtx, st: &mut RunState, mut body: ByteStream) -> Option<C
                 if let Err(e) = decoder.push(&chunk, &mut events) {
                     return Some(decode_close(e, st, ctx, &mut events).await);
                 }
-                // Take whatever else is ready now, to store it in one batch.
-                for _ in 0..64 {
+                // Take whatever else arrived meanwhile, to store it in one batch.
+                for _ in 0..READ_AHEAD_CHUNKS {
                     match body.next().now_or_never() {
                         Some(Some(Ok(more))) => {
                             if let Err(e) = decoder.push(&more, &mut events) {
