@@ -57,8 +57,64 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(err) if io::is_broken_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("agui: {err:#}");
+            eprintln!("agui: {}", describe(&err));
             ExitCode::from(2)
         }
+    }
+}
+
+/// The error and its causes on one line, `outer: cause: root`, leaving out a
+/// cause whose text the line already carries (library errors often show
+/// their source in their own message and expose it as the source too).
+fn describe(err: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if line.contains(text.as_str()) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::describe;
+
+    /// An error that shows its source in its own message and exposes it as
+    /// its source too, as many library errors do.
+    #[derive(Debug)]
+    struct Outer(std::io::Error);
+
+    impl std::fmt::Display for Outer {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "line 1: not an AG-UI event: {}", self.0)
+        }
+    }
+
+    impl std::error::Error for Outer {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn a_cause_already_in_the_message_is_written_once() {
+        let inner = std::io::Error::other("invalid JSON: expected ident");
+        let err = anyhow::Error::new(Outer(inner)).context("reading events.ndjson");
+        assert_eq!(
+            describe(&err),
+            "reading events.ndjson: line 1: not an AG-UI event: invalid JSON: expected ident"
+        );
+    }
+
+    #[test]
+    fn distinct_causes_are_all_written() {
+        let err = anyhow::anyhow!("disk full").context("writing out.json");
+        assert_eq!(describe(&err), "writing out.json: disk full");
     }
 }
