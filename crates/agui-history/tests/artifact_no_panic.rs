@@ -88,20 +88,26 @@ fn timed(n: usize) -> f64 {
         text.push_str(&format!("\"k{i}\":0"));
     }
     text.push_str("}]}");
-    let started = Instant::now();
-    assert!(validate(&text).is_err());
-    started.elapsed().as_secs_f64()
+    // The fastest of a few tries: a loaded machine only ever adds time.
+    (0..5)
+        .map(|_| {
+            let started = Instant::now();
+            assert!(validate(&text).is_err());
+            started.elapsed().as_secs_f64()
+        })
+        .fold(f64::INFINITY, f64::min)
 }
 
 /// An object with many distinct keys is checked in linear time (the
-/// duplicate-key check must not compare every pair): four times the keys
-/// take well under sixteen times as long.
+/// duplicate-key check must not compare every pair): sixteen times the keys
+/// take well under the 256 times a quadratic check would (the bound, 64x,
+/// leaves a linear check four times its expected time for noise).
 #[test]
 fn many_keys_are_checked_in_linear_time() {
-    let small = timed(10_000);
-    let large = timed(40_000);
+    let small = timed(5_000);
+    let large = timed(80_000);
     assert!(
-        large < small * 8.0,
-        "10k keys: {small:.3}s, 40k keys: {large:.3}s"
+        large < small * 64.0,
+        "5k keys: {small:.4}s, 80k keys: {large:.4}s"
     );
 }

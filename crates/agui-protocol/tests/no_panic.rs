@@ -247,14 +247,21 @@ fn timed(n: usize, f: impl Fn(&str)) -> f64 {
     for i in 0..n {
         extra.push_str(&format!(",\"k{i}\":0"));
     }
-    let started = std::time::Instant::now();
-    f(&extra);
-    started.elapsed().as_secs_f64()
+    // The fastest of a few tries: a loaded machine only ever adds time.
+    (0..5)
+        .map(|_| {
+            let started = std::time::Instant::now();
+            f(&extra);
+            started.elapsed().as_secs_f64()
+        })
+        .fold(f64::INFINITY, f64::min)
 }
 
 /// Events with many keys are read in time linear in their size (the codec
 /// accepts events of up to 64 MiB): no check compares every pair of keys.
-/// Four times the keys must take well under sixteen times as long.
+/// Sixteen times the keys must take well under the 256 times a quadratic
+/// reader would (the bound, 64x, leaves a linear one four times its expected
+/// time for noise).
 #[test]
 fn wide_events_are_read_in_linear_time() {
     let read = |extra: &str| {
@@ -268,11 +275,11 @@ fn wide_events_are_read_in_linear_time() {
         verify_events(&events).unwrap();
         model::parse_event(&events[1]).unwrap();
     };
-    let small = timed(10_000, read);
-    let large = timed(40_000, read);
+    let small = timed(5_000, read);
+    let large = timed(80_000, read);
     assert!(
-        large < small * 8.0,
-        "10k keys: {small:.3}s, 40k keys: {large:.3}s"
+        large < small * 64.0,
+        "5k keys: {small:.4}s, 80k keys: {large:.4}s"
     );
 }
 
