@@ -338,9 +338,10 @@ fn two_gateways_on_one_postgres_database_run_through_one_attach_live_through_the
     while through_a.len() < 3 {
         through_a.push(run.next_frame().expect("the run ended too early"));
     }
-    // The replica starts while the run is in flight: with --no-recover it
-    // leaves A's run alone.
-    let b = serve(dir.path(), &["--store", &store, "--no-recover"]);
+    // The replica starts while the run is in flight, recovering as every
+    // gateway does: on PostgreSQL recovery only closes runs whose owning
+    // gateway is gone, so A's live run is left alone.
+    let b = serve(dir.path(), &["--store", &store]);
     // An attach through B from the start, dropped after a few live events.
     let mut first = attach(&b.addr, "p", None);
     let mut seen = Vec::new();

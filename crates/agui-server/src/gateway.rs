@@ -226,6 +226,15 @@ impl Gateway {
             .map_err(err("marking runs interrupted"))?;
         let mut closed = 0;
         for (tenant, run) in stale {
+            // A store shared by replicas interrupts only the runs whose
+            // owner is gone: a run another live gateway is streaming stays
+            // `running` and is not ours to close.
+            match self.store.run(&tenant, &run.thread_id, &run.run_id).await {
+                Ok(now) if now.status == RunStatus::Interrupted => {}
+                Ok(_) => continue,
+                Err(e) if e.kind() == agui_store::ErrorKind::NotFound => continue,
+                Err(e) => return Err(err("re-reading an interrupted run")(e)),
+            }
             let events = self
                 .store
                 .read_run(&tenant, &run.thread_id, &run.run_id)
