@@ -8,6 +8,9 @@ use std::process::{Child, Command, Stdio};
 
 use serde_json::{Value, json};
 
+mod common;
+use common::{PgSchema, postgres_url};
+
 struct Server {
     child: Child,
     addr: String,
@@ -262,61 +265,6 @@ fn attach(addr: &str, thread: &str, last_event_id: Option<u64>) -> SseReader {
     )
     .unwrap();
     SseReader::new(s)
-}
-
-/// The PostgreSQL server of the tests: `AGUI_TEST_POSTGRES_URL`. Unset: a
-/// failure under `CI`, otherwise a notice and a skip.
-fn postgres_url() -> Option<String> {
-    match std::env::var("AGUI_TEST_POSTGRES_URL") {
-        Ok(u) if !u.is_empty() => Some(u),
-        _ if std::env::var_os("CI").is_some() => panic!(
-            "AGUI_TEST_POSTGRES_URL is not set, and CI is: the replica test needs a \
-             PostgreSQL server (e.g. postgres://postgres@127.0.0.1:5432/test)"
-        ),
-        _ => {
-            eprintln!("notice: AGUI_TEST_POSTGRES_URL is not set; skipping the replica test");
-            None
-        }
-    }
-}
-
-/// A schema of its own in the test database, dropped at the end.
-struct PgSchema {
-    url: String,
-    name: String,
-}
-
-impl PgSchema {
-    fn new(url: String) -> PgSchema {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
-        let name = format!("agui_serve_{}_{nanos}", std::process::id());
-        PgSchema { url, name }
-    }
-
-    fn store_url(&self) -> String {
-        let sep = if self.url.contains('?') { '&' } else { '?' };
-        format!("{}{sep}schema={}", self.url, self.name)
-    }
-}
-
-impl Drop for PgSchema {
-    fn drop(&mut self) {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let url = self.url.clone();
-        let sql = format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.name);
-        rt.block_on(async move {
-            if let Ok((client, conn)) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await {
-                tokio::spawn(conn);
-                let _ = client.batch_execute(&sql).await;
-            }
-        });
-    }
 }
 
 #[test]
