@@ -1,8 +1,8 @@
 //! Differential tests of `deltas` compaction against the official
 //! `compactEvents` (`@ag-ui/client` 1.0.0, through `oracle/compact.mjs`).
 //!
-//! For every generator profile, 1,000 seeded streams with
-//! `AGUI_COMPACT_DIFF_SEEDS=1000` (150 by default, for CI):
+//! For every generator profile, 1,000 seeded streams (the count;
+//! `AGUI_COMPACT_DIFF_SEEDS=N` sets another):
 //!
 //! - wherever the official function is right (the stream is *plain*: at most
 //!   one text or tool-call stream open at a time, none left open at a run
@@ -29,14 +29,15 @@ use agui_testkit::{Profile, oracle, stream};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-/// Seeded streams per profile: 1,000 (the count) when
-/// `AGUI_COMPACT_DIFF_SEEDS` asks for it, 150 by default so that CI stays
-/// cheap (the official `compactEvents` runs in Node, batched per profile).
+/// Seeded streams per profile: 1,000 (the count), or
+/// `AGUI_COMPACT_DIFF_SEEDS` (the official `compactEvents` runs in Node,
+/// batched per profile; 1,000 per profile takes about three minutes on two
+/// cores).
 fn seeds() -> u64 {
     std::env::var("AGUI_COMPACT_DIFF_SEEDS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(150)
+        .unwrap_or(1000)
 }
 
 const OFFICIAL_PIPELINE_SEEDS: u64 = 40;
