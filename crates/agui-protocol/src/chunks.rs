@@ -746,31 +746,6 @@ fn render(first: &[(&str, &str)], second: &Obj<'_>) -> String {
     text
 }
 
-/// An object key, borrowed from the text when it has no escapes.
-struct Key<'a>(Cow<'a, str>);
-
-impl<'de> Deserialize<'de> for Key<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Key<'de>;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a key")
-            }
-            fn visit_borrowed_str<E: de::Error>(self, s: &'de str) -> Result<Key<'de>, E> {
-                Ok(Key(Cow::Borrowed(s)))
-            }
-            fn visit_str<E: de::Error>(self, s: &str) -> Result<Key<'de>, E> {
-                Ok(Key(Cow::Owned(s.to_owned())))
-            }
-            fn visit_string<E: de::Error>(self, s: String) -> Result<Key<'de>, E> {
-                Ok(Key(Cow::Owned(s)))
-            }
-        }
-        d.deserialize_str(V)
-    }
-}
-
 /// Objects with more keys than this index them to find repeated keys, so a
 /// wide object is read in linear time.
 const INDEX_KEYS_FROM: usize = 16;
@@ -792,7 +767,7 @@ impl<'a> Fields<'a> {
                 let mut entries: Vec<(Cow<'de, str>, &'de str)> = Vec::with_capacity(8);
                 // Position of each key in `entries`, once the object is wide.
                 let mut positions: Option<HashMap<Cow<'de, str>, usize>> = None;
-                while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
+                while let Some(crate::ObjectKey(key)) = map.next_key::<crate::ObjectKey<'de>>()? {
                     let value: &'de RawValue = map.next_value()?;
                     // A repeated key keeps its first position and last value,
                     // as JSON.parse does.
@@ -871,7 +846,7 @@ fn read_tag_of(event: &Event) -> TagOf {
         }
         fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Tag, A::Error> {
             let mut tag: Option<Tag> = None;
-            while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
+            while let Some(crate::ObjectKey(key)) = map.next_key::<crate::ObjectKey<'de>>()? {
                 if key == "subagentRunId" {
                     if tag.is_some() {
                         return Err(de::Error::custom("subagentRunId appears twice"));

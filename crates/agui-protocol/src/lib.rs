@@ -14,8 +14,10 @@ mod event;
 mod event_type;
 
 pub mod chunks;
+mod key;
 pub mod model;
 pub mod verify;
 
 pub use event::{EnvelopeError, Event, MAX_DEPTH};
 pub use event_type::EventType;
+pub use key::ObjectKey;
