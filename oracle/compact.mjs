@@ -3,6 +3,7 @@
 // applied to the original stream, to the official output and to ours.
 //
 // stdin:  [{ "events": [...], "ours"?: [...], "reduce"?: bool, "verify"?: bool }, ...]
+//         (with AGUI_ORACLE_LINES=1: one case per line, one result per line)
 // stdout: [{ "official": [...],
 //            "reduced"?, "reducedOfficial"?, "reducedOurs"?: {messages, state} | {error},
 //            "verified"?, "verifiedOfficial"?, "verifiedOurs"?: bool }, ...]
@@ -61,9 +62,7 @@ const verify = async (events) => {
   }
 };
 
-const cases = JSON.parse(await readStdin());
-const results = [];
-for (const c of cases) {
+const runCase = async (c) => {
   const official = compactEvents(structuredClone(c.events));
   const r = { official };
   if (c.reduce) {
@@ -76,6 +75,22 @@ for (const c of cases) {
     r.verifiedOfficial = await verify(official);
     if (c.ours) r.verifiedOurs = await verify(c.ours);
   }
-  results.push(r);
+  return r;
+};
+
+if (process.env.AGUI_ORACLE_LINES === "1") {
+  // One case per input line, one result per output line, as they come:
+  // neither side holds the whole corpus.
+  const { createInterface } = await import("node:readline");
+  const { once } = await import("node:events");
+  for await (const line of createInterface({ input: process.stdin, crlfDelay: Infinity })) {
+    if (line.length === 0) continue;
+    const out = JSON.stringify(await runCase(JSON.parse(line))) + "\n";
+    if (!process.stdout.write(out)) await once(process.stdout, "drain");
+  }
+} else {
+  const cases = JSON.parse(await readStdin());
+  const results = [];
+  for (const c of cases) results.push(await runCase(c));
+  process.stdout.write(JSON.stringify(results));
 }
-process.stdout.write(JSON.stringify(results));

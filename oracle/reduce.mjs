@@ -3,6 +3,7 @@
 // enforcement, no verification), as the agui reducer defines it.
 //
 // stdin: a JSON array of cases {"events": [...], "messages": [...], "state": ...}
+//   (with AGUI_ORACLE_LINES=1: one case per line in, one result per line out)
 //   (`messages` and `state` are the starting point; absent means [] and {}).
 // stdout: a JSON array of results, one per case:
 //   {"ok": true, "messages": [...], "state": ..., "pendingInterrupts": [...],
@@ -14,10 +15,26 @@
 import { defaultApplyEvents, transformChunks } from "@ag-ui/client";
 import { from } from "rxjs";
 
-const input = JSON.parse(await readStdin());
-const results = [];
-for (const c of input) results.push(await runCase(c));
-process.stdout.write(JSON.stringify(results));
+if (process.env.AGUI_ORACLE_LINES === "1") {
+  // One case per input line, one result per output line, as they come:
+  // neither side holds the whole corpus.
+  await eachLine(runCase);
+} else {
+  const input = JSON.parse(await readStdin());
+  const results = [];
+  for (const c of input) results.push(await runCase(c));
+  process.stdout.write(JSON.stringify(results));
+}
+
+async function eachLine(handle) {
+  const { createInterface } = await import("node:readline");
+  const { once } = await import("node:events");
+  for await (const line of createInterface({ input: process.stdin, crlfDelay: Infinity })) {
+    if (line.length === 0) continue;
+    const out = JSON.stringify(await handle(JSON.parse(line))) + "\n";
+    if (!process.stdout.write(out)) await once(process.stdout, "drain");
+  }
+}
 
 async function runCase(c) {
   const startMessages = c.messages ?? [];

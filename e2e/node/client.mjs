@@ -1,6 +1,9 @@
 // End-to-end client for `agui serve`, built on the official @ag-ui/client
 // HttpAgent (pinned in ../package.json). Reads a JSON plan from argv[2] and
-// prints a JSON report on stdout. Plans:
+// prints a JSON report on stdout. Every plan may name the client package in
+// "client": "@ag-ui/client" (1.0.0, the default) or "ag-ui-client-0059"
+// (@ag-ui/client 0.0.59 under an npm alias, the version CopilotKit's
+// packages depend on). Plans:
 //
 //   {"op":"conversation","url":U,"threadId":T,"turns":[{"text":..,"runId"?:..,
 //     "forwardedProps"?:..}],"thin"?:bool,"headers"?:{..}}
@@ -13,20 +16,37 @@
 //     Reconnects with connectAgent() through ConnectingHttpAgent (below),
 //     whose connect() posts to the gateway's /connect route. Reports the
 //     resulting {messages, state}.
-import { HttpAgent, runHttpRequest, transformHttpEventStream } from "@ag-ui/client";
+//
+//   {"op":"branch","url":U,"threadId":T,"parentRunId":P,"runId":R,
+//     "messages":[..],"state":{..},"text":..}
+//     Starts from the conversation as it was after run P (messages and
+//     state, as GET /threads/{id}/messages?run=P gives them), adds a user
+//     message and runs R with parentRunId P through BranchingHttpAgent
+//     (below). Reports the turn's outcome and the final {messages, state}.
+const plan = JSON.parse(process.argv[2]);
+process.env.SUPPRESS_TRANSFORMATION_WARNINGS = "1";
+const { HttpAgent, runHttpRequest, transformHttpEventStream } = await import(plan.client ?? "@ag-ui/client");
 
 // The few lines an app needs for AG-UI reconnect through the gateway: the
 // official HttpAgent has no connect() of its own.
-export class ConnectingHttpAgent extends HttpAgent {
+class ConnectingHttpAgent extends HttpAgent {
   connect(input) {
     const url = this.url.replace(/\/run$/, "/connect");
     return transformHttpEventStream(runHttpRequest(() => this.fetch(url, this.requestInit(input))));
   }
 }
 
-const plan = JSON.parse(process.argv[2]);
-process.env.SUPPRESS_TRANSFORMATION_WARNINGS = "1";
-
+// Branching: the official HttpAgent sends no parentRunId; this adds it to
+// the request body.
+class BranchingHttpAgent extends HttpAgent {
+  constructor(config, parentRunId) {
+    super(config);
+    this.parentRunId = parentRunId;
+  }
+  requestInit(input) {
+    return super.requestInit({ ...input, parentRunId: this.parentRunId });
+  }
+}
 function snapshot(agent) {
   return { messages: agent.messages, state: agent.state };
 }
@@ -59,7 +79,28 @@ async function connect() {
   return snapshot(agent);
 }
 
-const ops = { conversation, connect };
+async function branch() {
+  const agent = new BranchingHttpAgent(
+    { url: plan.url, threadId: plan.threadId, headers: plan.headers ?? {}, initialMessages: plan.messages, initialState: plan.state ?? {} },
+    plan.parentRunId,
+  );
+  agent.addMessage({ id: `${plan.threadId}-${plan.runId}-u`, role: "user", content: plan.text });
+  const errors = [];
+  let ok;
+  try {
+    await agent.runAgent(
+      { runId: plan.runId },
+      { onRunErrorEvent: ({ event }) => { errors.push(event.code ?? event.message); } },
+    );
+    ok = errors.length === 0;
+  } catch (e) {
+    ok = false;
+    errors.push(String(e?.message ?? e));
+  }
+  return { turns: [{ ok, errors }], ...snapshot(agent) };
+}
+
+const ops = { conversation, connect, branch };
 const op = ops[plan.op];
 if (!op) {
   console.error(`unknown op ${plan.op}`);

@@ -6,5 +6,9 @@ use libfuzzer_sys::fuzz_target;
 mod common;
 
 fuzz_target!(|data: &[u8]| {
-    common::check(agui_codec::JsonArrayDecoder::new, agui_codec::Format::Json, data);
+    common::check(
+        agui_codec::JsonArrayDecoder::new,
+        agui_codec::Format::Json,
+        data,
+    );
 });

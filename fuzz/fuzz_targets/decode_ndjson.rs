@@ -6,5 +6,9 @@ use libfuzzer_sys::fuzz_target;
 mod common;
 
 fuzz_target!(|data: &[u8]| {
-    common::check(agui_codec::NdjsonDecoder::new, agui_codec::Format::Ndjson, data);
+    common::check(
+        agui_codec::NdjsonDecoder::new,
+        agui_codec::Format::Ndjson,
+        data,
+    );
 });

@@ -9,10 +9,23 @@ use clap::{Parser, Subcommand};
 
 mod cmd;
 mod io;
+mod progress;
+
+/// Exit codes, the same in every command (shown by `agui --help`).
+const EXIT_CODES: &str = "\
+Exit codes (the same in every command):
+  0  success
+  1  what was checked is invalid or damaged (verify, reduce, history, validate-artifact, store check)
+  2  usage error or bad input (unreadable or malformed file, bad option, unknown run)
+  3  not found: no store at the URL given (read-only commands never create one),
+     or no such thread or run in it
+  4  store unavailable: in use by another process (e.g. a second `agui serve` on
+     the same SQLite file or directory), unreachable, or not permitted
+  5  the store holds damaged data (`agui store check` reports what)";
 
 /// Persist, compact, restore and branch AG-UI event streams.
 #[derive(Parser)]
-#[command(name = "agui", version, about, long_about = None)]
+#[command(name = "agui", version, about, long_about = None, after_help = EXIT_CODES)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -36,8 +49,10 @@ enum Command {
     ValidateArtifact(cmd::validate_artifact::Args),
     /// Import, export, migrate and inspect event stores
     Store(cmd::store::Args),
+    /// Export, import and validate session documents (a thread whole, portable)
+    Session(cmd::session::Args),
     /// Run the AG-UI gateway: persist, restore, attach and branch every run
-    Serve(cmd::serve::Args),
+    Serve(Box<cmd::serve::Args>),
 }
 
 fn main() -> ExitCode {
@@ -51,16 +66,36 @@ fn main() -> ExitCode {
         Command::ExportArtifact(args) => cmd::export_artifact::run(args),
         Command::ValidateArtifact(args) => cmd::validate_artifact::run(args),
         Command::Store(args) => cmd::store::run(args),
-        Command::Serve(args) => cmd::serve::run(args),
+        Command::Serve(args) => cmd::serve::run(*args),
+        Command::Session(args) => cmd::session::run(args),
     };
     match result {
         Ok(code) => code,
         Err(err) if io::is_broken_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("agui: {}", describe(&err));
-            ExitCode::from(2)
+            ExitCode::from(exit_code(&err))
         }
     }
+}
+
+/// The exit code of an error's class (see [`EXIT_CODES`]).
+fn exit_code(err: &anyhow::Error) -> u8 {
+    use agui_store::ErrorKind;
+    for cause in err.chain() {
+        if cause.downcast_ref::<cmd::store::NoStore>().is_some() {
+            return 3;
+        }
+        if let Some(e) = cause.downcast_ref::<agui_store::StoreError>() {
+            return match e.kind() {
+                ErrorKind::NotFound => 3,
+                ErrorKind::Unavailable => 4,
+                ErrorKind::Corrupt => 5,
+                _ => 2,
+            };
+        }
+    }
+    2
 }
 
 /// The error and its causes on one line, `outer: cause: root`, leaving out a

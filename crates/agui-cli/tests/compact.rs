@@ -249,3 +249,102 @@ fn bad_usage_and_bad_input_are_errors() {
     let out = agui(&["compact", "/nonexistent/file.ndjson"], None);
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// A demo-agent thread of `runs` runs (user message, worded answer, a tool
+/// call and its result), as NDJSON.
+fn demo_thread(runs: usize) -> String {
+    let mut out = String::new();
+    for k in 1..=runs {
+        let text = format!("hello number {k}, tell me about the weather");
+        let mut push = |v: Value| {
+            out.push_str(&v.to_string());
+            out.push('\n');
+        };
+        push(
+            serde_json::json!({"type": "RUN_STARTED", "threadId": "t", "runId": format!("r{k}"),
+            "input": {"threadId": "t", "runId": format!("r{k}"), "messages": [{"id": format!("u{k}"), "role": "user", "content": text}],
+                      "tools": [], "context": [], "state": {}, "forwardedProps": {}}}),
+        );
+        push(
+            serde_json::json!({"type": "TEXT_MESSAGE_START", "messageId": format!("a{k}"), "role": "assistant"}),
+        );
+        for word in text.split(' ') {
+            push(
+                serde_json::json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": format!("a{k}"), "delta": format!("{word} ")}),
+            );
+        }
+        push(serde_json::json!({"type": "TEXT_MESSAGE_END", "messageId": format!("a{k}")}));
+        push(
+            serde_json::json!({"type": "RUN_FINISHED", "threadId": "t", "runId": format!("r{k}")}),
+        );
+    }
+    out
+}
+
+#[test]
+fn snapshot_warns_as_soon_as_the_output_passes_four_times_the_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("long.ndjson");
+    std::fs::write(&file, demo_thread(300)).unwrap();
+    let out = agui(
+        &["compact", file.to_str().unwrap(), "--mode", "snapshot"],
+        None,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(out.stdout.len() > 4 * std::fs::metadata(&file).unwrap().len() as usize);
+    assert_eq!(err.matches("warning").count(), 1, "{err}");
+    assert!(
+        err.contains("more than 4x the input") && err.contains("--runs N"),
+        "{err}"
+    );
+    // Piped: no progress bar, no escape sequences.
+    assert!(!err.contains('\u{1b}'), "{err:?}");
+    // deltas never grows: no warning.
+    let out = agui(&["compact", file.to_str().unwrap()], None);
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("warning"));
+}
+
+#[test]
+fn snapshot_runs_restates_only_the_last_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("t.ndjson");
+    std::fs::write(&file, demo_thread(40)).unwrap();
+    let f = file.to_str().unwrap();
+    let full = agui(&["compact", f, "--mode", "snapshot"], None);
+    let last = agui(&["compact", f, "--mode", "snapshot", "--runs", "3"], None);
+    let reduce = |bytes: &[u8]| {
+        let out = agui(&["reduce", "-"], Some(bytes));
+        assert!(out.status.success());
+        out.stdout
+    };
+    let original = reduce(&std::fs::read(&file).unwrap());
+    assert_eq!(reduce(&last.stdout), original);
+    assert_eq!(reduce(&full.stdout), original);
+    let snapshots = |out: &Output| {
+        types(&lines(&out.stdout))
+            .iter()
+            .filter(|t| **t == "MESSAGES_SNAPSHOT")
+            .count()
+    };
+    assert_eq!(snapshots(&full), 40);
+    assert_eq!(snapshots(&last), 3);
+    assert!(
+        last.stdout.len() < full.stdout.len() / 2,
+        "{} vs {}",
+        last.stdout.len(),
+        full.stdout.len()
+    );
+    // Only with snapshot, and only from a file.
+    let out = agui(&["compact", f, "--runs", "3"], None);
+    assert!(!out.status.success());
+    let out = agui(
+        &["compact", "-", "--mode", "snapshot", "--runs", "3"],
+        Some(&std::fs::read(&file).unwrap()),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("give a file"),
+        "{err}"
+    );
+}

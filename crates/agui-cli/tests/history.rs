@@ -88,6 +88,9 @@ fn tree_json_gives_one_object_per_run() {
     assert_eq!(runs[4]["explicitParent"], false);
     assert_eq!(runs[4]["status"], "error");
     assert_eq!(runs[4]["eventCount"], 5);
+    // Times as everywhere else: RFC 3339 UTC with milliseconds.
+    assert_eq!(runs[0]["startedAt"], "2026-01-01T10:00:00.000Z");
+    assert_eq!(runs[0]["finishedAt"], "2026-01-01T10:00:00.020Z");
 }
 
 #[test]

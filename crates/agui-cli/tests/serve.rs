@@ -270,6 +270,7 @@ fn attach(addr: &str, thread: &str, last_event_id: Option<u64>) -> SseReader {
 #[test]
 fn two_gateways_on_one_postgres_database_run_through_one_attach_live_through_the_other() {
     let Some(url) = postgres_url() else { return };
+    let _one_at_a_time = postgres_tests();
     let schema = PgSchema::new(url);
     let store = schema.store_url();
     let dir = tempfile::tempdir().unwrap();
@@ -325,4 +326,153 @@ fn two_gateways_on_one_postgres_database_run_through_one_attach_live_through_the
     assert_eq!(thread["runs"][0]["status"], "finished", "{thread}");
     let (_, msgs) = get_json(&b.addr, "/threads/p/messages");
     assert_eq!(msgs["messages"][1]["content"], format!("You said: {words}"));
+}
+
+#[test]
+fn a_stop_sent_to_one_replica_stops_a_run_streaming_through_the_other_on_postgres() {
+    let Some(url) = postgres_url() else { return };
+    let _one_at_a_time = postgres_tests();
+    let schema = PgSchema::new(url);
+    let store = schema.store_url();
+    let dir = tempfile::tempdir().unwrap();
+    let a = serve(dir.path(), &["--store", &store]);
+    let b = serve(dir.path(), &["--store", &store]);
+    // A slow run through A: about 40 events, 200 ms apart.
+    let words = "one two three four five six seven eight nine ten eleven twelve";
+    let mut run = SseReader::new(request(
+        &a.addr,
+        "POST",
+        "/agents/demo/run",
+        Some(&input("s", "r1", words, 200)),
+    ));
+    let mut through_a = Vec::new();
+    while through_a.len() < 4 {
+        through_a.push(run.next_frame().expect("the run ended too early"));
+    }
+    // The stop goes to B, which does not forward the run.
+    let mut resp = String::new();
+    request(&b.addr, "POST", "/threads/s/runs/r1/stop", None)
+        .read_to_string(&mut resp)
+        .unwrap();
+    let (status, body) = split_response(&resp);
+    assert_eq!(status, 200, "{resp}");
+    let v: Value = serde_json::from_str(body).unwrap();
+    assert_eq!(v["status"], "cancelled", "{v}");
+    // A's client gets the end, numbered, right after what it had.
+    through_a.extend(std::iter::from_fn(|| run.next_frame()));
+    let n = through_a.len() as u64;
+    assert!(n < 30, "the run was not stopped early: {n} events");
+    let ids: Vec<u64> = through_a.iter().map(|(id, _)| *id).collect();
+    assert_eq!(ids, (1..=n).collect::<Vec<_>>());
+    let (_, last) = through_a.last().unwrap();
+    assert_eq!(last["type"], "RUN_FINISHED");
+    assert_eq!(last["outcome"], json!({"type": "cancelled"}));
+    assert_eq!(through_a[through_a.len() - 2].1["type"], "TEXT_MESSAGE_END");
+    for addr in [&a.addr, &b.addr] {
+        let (_, thread) = get_json(addr, "/threads/s");
+        assert_eq!(thread["runs"][0]["status"], "cancelled", "{thread}");
+        assert_eq!(thread["lastSeq"], n, "{thread}");
+    }
+    // Stopping it again: 409.
+    let mut resp = String::new();
+    request(&a.addr, "POST", "/threads/s/runs/r1/stop", None)
+        .read_to_string(&mut resp)
+        .unwrap();
+    assert_eq!(split_response(&resp).0, 409, "{resp}");
+}
+
+/// Found by the chaos soak (crates/agui-cli/tests/chaos.rs) under load: a
+/// gateway SIGKILLed mid-run and restarted at once on PostgreSQL left the
+/// run `running` for good (attach hung on it, new runs of the thread got
+/// 409), because the dead gateway's database connection, and with it its
+/// session lock, outlived it by a moment and the start-up recovery took the
+/// run for a live replica's. Here that connection is played by the test,
+/// holding the dead gateway's lock across the restart: once it lets go,
+/// the running gateway closes the run as `interrupted`.
+#[test]
+fn on_postgres_a_run_of_a_gateway_whose_lock_outlives_it_is_interrupted_once_the_lock_goes() {
+    let Some(url) = postgres_url() else { return };
+    let _one_at_a_time = postgres_tests();
+    let schema = PgSchema::new(url.clone());
+    let store = schema.store_url();
+    let name = store.split("schema=").nth(1).unwrap().to_owned();
+    let dir = tempfile::tempdir().unwrap();
+    let a = serve(dir.path(), &["--store", &store]);
+    let mut run = SseReader::new(request(
+        &a.addr,
+        "POST",
+        "/agents/demo/run",
+        Some(&input("t", "r1", "one two three four five six", 200)),
+    ));
+    run.next_frame().expect("RUN_STARTED");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (client, space, session) = rt.block_on(async {
+        let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        let row = client
+            .query_one(
+                &format!(
+                    "SELECT l.classid::text::bigint, r.owner::bigint FROM \"{name}\".runs r \
+                     JOIN pg_locks l ON l.locktype = 'advisory' AND l.objsubid = 2 \
+                     AND l.granted AND l.objid::text::bigint = r.owner WHERE r.run_id = 'r1'"
+                ),
+                &[],
+            )
+            .await
+            .unwrap();
+        let space: i64 = row.get(0);
+        let session: i64 = row.get(1);
+        (client, space as u32 as i32, session as i32)
+    });
+    drop(a); // SIGKILL
+    // The lock, taken as the dead gateway's connection lets it go.
+    rt.block_on(async {
+        client
+            .execute("SELECT pg_advisory_lock($1, $2)", &[&space, &session])
+            .await
+            .unwrap();
+    });
+    let b = serve(dir.path(), &["--store", &store]);
+    let status = |addr: &str| {
+        let (_, thread) = get_json(addr, "/threads/t");
+        thread["runs"][0]["status"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned()
+    };
+    assert_eq!(status(&b.addr), "running", "its owner looked alive");
+    rt.block_on(async {
+        client
+            .execute("SELECT pg_advisory_unlock($1, $2)", &[&space, &session])
+            .await
+            .unwrap();
+    });
+    let mut waited = 0;
+    while status(&b.addr) == "running" && waited < 100 {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        waited += 1;
+    }
+    assert_eq!(status(&b.addr), "interrupted");
+    let mut raw = String::new();
+    request(&b.addr, "GET", "/threads/t/events", None)
+        .read_to_string(&mut raw)
+        .unwrap();
+    let last = frames(split_response(&raw).1).pop().unwrap().1;
+    assert_eq!(
+        (last["type"].as_str(), last["code"].as_str()),
+        (Some("RUN_ERROR"), Some("interrupted"))
+    );
+}
+
+/// The PostgreSQL tests of this file run one at a time: each looks up its
+/// gateways' advisory locks by session number, which another test's schema
+/// may also use at the same moment.
+fn postgres_tests() -> std::sync::MutexGuard<'static, ()> {
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE.lock().unwrap_or_else(|e| e.into_inner())
 }

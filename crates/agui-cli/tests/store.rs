@@ -197,6 +197,8 @@ fn stats_ls_and_rm() {
         Some(input.as_bytes()),
     );
     let stats = ok(&["store", "stats", "--store", &store], None);
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(&["store", "stats", "--store", &store, "--json"], None)).unwrap();
     let field = |name: &str| -> u64 {
         stats
             .lines()
@@ -205,15 +207,31 @@ fn stats_ls_and_rm() {
             .parse()
             .unwrap()
     };
-    assert_eq!(field("threads"), 2);
-    assert_eq!(field("runs"), 4);
-    assert_eq!(field("events"), lines_of(&input).len() as u64);
+    assert_eq!(field("threadCount"), 2);
+    assert_eq!(field("runCount"), 4);
+    assert_eq!(field("eventCount"), lines_of(&input).len() as u64);
     assert_eq!(
-        field("raw_bytes"),
+        field("rawBytes"),
         lines_of(&input).iter().map(|l| l.len() as u64).sum::<u64>()
     );
-    assert!(field("stored_bytes") > 0);
-    let ls = ok(&["store", "ls", "--store", &store], None);
+    assert!(field("storedBytes") > 0);
+    // The JSON says the same, under the same names.
+    for name in [
+        "threadCount",
+        "runCount",
+        "eventCount",
+        "rawBytes",
+        "storedBytes",
+    ] {
+        assert_eq!(json[name].as_u64(), Some(field(name)), "{name}: {json}");
+    }
+    let ratio = json["storedPerRawByte"].as_f64().unwrap();
+    let want = field("storedBytes") as f64 / field("rawBytes") as f64;
+    assert!((ratio - want).abs() < 0.01, "{ratio} vs {want}");
+    let table = ok(&["store", "ls", "--store", &store], None);
+    assert!(table.starts_with("THREAD\t"), "{table}");
+    assert_eq!(lines_of(&table).len(), 3, "{table}");
+    let ls = ok(&["store", "ls", "--store", &store, "--json"], None);
     let rows: Vec<serde_json::Value> = lines_of(&ls)
         .iter()
         .map(|l| serde_json::from_str(l).unwrap())
@@ -223,9 +241,14 @@ fn stats_ls_and_rm() {
         rows.iter()
             .all(|r| r["tenant"] == "acme" && r["agent"] == "helper")
     );
-    assert_eq!(rows[0]["thread"], "t2", "newest activity first");
+    assert_eq!(rows[0]["threadId"], "t2", "newest activity first");
+    assert_eq!(rows[0]["eventCount"], rows[0]["lastSeq"]);
+    let created = rows[0]["createdAt"].as_str().unwrap();
+    assert_eq!(created.len(), "2026-01-01T00:00:00.000Z".len(), "{created}");
     let none = ok(
-        &["store", "ls", "--store", &store, "--agent", "nobody"],
+        &[
+            "store", "ls", "--store", &store, "--agent", "nobody", "--json",
+        ],
         None,
     );
     assert!(none.is_empty());
@@ -236,7 +259,9 @@ fn stats_ls_and_rm() {
         None,
     );
     let ls = ok(
-        &["store", "ls", "--store", &store, "--tenant", "acme"],
+        &[
+            "store", "ls", "--store", &store, "--tenant", "acme", "--json",
+        ],
         None,
     );
     assert_eq!(lines_of(&ls).len(), 1);
@@ -271,9 +296,14 @@ fn import_into_a_hostile_thread_id() {
         None,
     );
     assert_eq!(out, input);
-    let ls = ok(&["store", "ls", "--store", &store], None);
+    let ls = ok(&["store", "ls", "--store", &store, "--json"], None);
     let row: serde_json::Value = serde_json::from_str(lines_of(&ls)[0]).unwrap();
-    assert_eq!(row["thread"], id);
+    assert_eq!(row["threadId"], id);
+    let table = ok(&["store", "ls", "--store", &store], None);
+    assert!(
+        table.contains(&serde_json::Value::from(id).to_string()),
+        "{table}"
+    );
     assert!(!dir.path().join("x").exists(), "ids are never paths");
 }
 
@@ -492,4 +522,47 @@ fn import_then_export_gives_back_every_generated_stream_on_every_backend() {
             );
         }
     }
+}
+
+/// Errors say each thing once: a missing PostgreSQL role is `unavailable`
+/// (not `internal`) and named; an SQLite file that cannot be opened says
+/// so once.
+#[test]
+fn store_errors_say_it_once() {
+    let dir = tempfile::tempdir().unwrap();
+    // A directory where the database file should be.
+    let blocked = dir.path().join("blocked.db");
+    std::fs::create_dir(&blocked).unwrap();
+    let out = agui(
+        &[
+            "store",
+            "import",
+            "--store",
+            &format!("sqlite://{}", blocked.display()),
+            "--thread",
+            "t",
+        ],
+        Some(b""),
+    );
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success());
+    assert!(!err.contains("could not open the store"), "{err}");
+    assert_eq!(err.matches("unavailable").count(), 1, "{err}");
+    assert_eq!(err.matches("SQLite store").count(), 1, "{err}");
+    let Some(url) = postgres_url() else { return };
+    let Some((scheme, rest)) = url.split_once("://") else {
+        panic!("{url}")
+    };
+    let host = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
+    let nobody = format!("{scheme}://agui_no_such_role@{host}");
+    let out = agui(&["store", "stats", "--store", &nobody], None);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success());
+    assert!(err.contains("unavailable"), "{err}");
+    assert!(!err.contains("internal"), "{err}");
+    assert!(
+        err.contains("agui_no_such_role"),
+        "the role is named: {err}"
+    );
+    assert_eq!(err.matches("unavailable").count(), 1, "{err}");
 }

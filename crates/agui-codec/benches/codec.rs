@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use agui_codec::{Format, Reader, Writer};
+use agui_codec::{DecodeOptions, Format, Reader, ThreadedReader, Writer};
 use agui_protocol::Event;
 
 struct Row {
@@ -87,6 +87,58 @@ fn envelope_only(path: &Path) -> u64 {
     for line in text.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
         let line = std::str::from_utf8(line).unwrap();
         std::hint::black_box(Event::from_json(line).unwrap());
+        n += 1;
+    }
+    n
+}
+
+/// The same through [`ThreadedReader`] (background decoding; two threads for
+/// an NDJSON file above its threshold).
+fn threaded(path: &Path, to: Format, out: &mut Vec<u8>) -> u64 {
+    out.clear();
+    let mut reader = ThreadedReader::open(path, DecodeOptions::default()).unwrap();
+    let mut w = Writer::new(&mut *out, to);
+    let mut n = 0;
+    while let Some(batch) = reader.next_batch() {
+        for event in batch.expect("the generated stream decodes") {
+            w.write_event(&event).unwrap();
+            n += 1;
+        }
+    }
+    w.finish().unwrap();
+    n
+}
+
+/// Ceiling: find every line end of the file (read whole) with `memchr`.
+fn memchr_scan(text: &[u8]) -> u64 {
+    memchr::memchr_iter(b'\n', text).count() as u64
+}
+
+/// Ceiling: copy the file (read whole) once; `lines` is its event count.
+fn memcpy(text: &[u8], lines: u64, out: &mut Vec<u8>) -> u64 {
+    out.clear();
+    out.extend_from_slice(text);
+    std::hint::black_box(&out);
+    lines
+}
+
+/// The reference envelope path (`serde_json` + a byte pass), what
+/// `Event::from_json` did for every event before the one-pass scanner.
+fn reference_envelope(text: &[u8]) -> u64 {
+    let mut n = 0;
+    for line in text.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+        let line = std::str::from_utf8(line).unwrap();
+        std::hint::black_box(Event::from_json_reference(line).unwrap());
+        n += 1;
+    }
+    n
+}
+
+/// Validation alone with `serde_json` (`IgnoredAny`): no type, no copy.
+fn serde_validate(text: &[u8]) -> u64 {
+    let mut n = 0;
+    for line in text.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+        let _: serde::de::IgnoredAny = serde_json::from_slice(line).unwrap();
         n += 1;
     }
     n
@@ -205,6 +257,31 @@ fn main() {
     measure("agui-codec NDJSON -> SSE", ndjson_len, &mut |o| {
         ours(&ndjson, Format::Ndjson, Format::Sse, o)
     });
+    measure(
+        "agui-codec NDJSON -> SSE, ThreadedReader",
+        ndjson_len,
+        &mut |o| threaded(&ndjson, Format::Sse, o),
+    );
+    let whole = std::fs::read(&ndjson).unwrap();
+    let lines = memchr_scan(&whole);
+    measure(
+        "ceiling: memchr line scan (file in memory)",
+        ndjson_len,
+        &mut |_| memchr_scan(&whole),
+    );
+    measure("ceiling: memcpy (file in memory)", ndjson_len, &mut |o| {
+        memcpy(&whole, lines, o)
+    });
+    measure(
+        "serde_json IgnoredAny validate per line",
+        ndjson_len,
+        &mut |_| serde_validate(&whole),
+    );
+    measure(
+        "Event::from_json_reference per line (before)",
+        ndjson_len,
+        &mut |_| reference_envelope(&whole),
+    );
     measure(
         "Event::from_json per line (file read whole)",
         ndjson_len,

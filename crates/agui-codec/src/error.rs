@@ -127,6 +127,30 @@ impl DecodeError {
         }
     }
 
+    /// The same error for a stream that started `index` events, `lines`
+    /// line ends and `bytes` bytes later (for decoders that start mid-file).
+    pub(crate) fn shifted(mut self, index: u64, lines: u64, bytes: u64) -> DecodeError {
+        let shift = |at: &mut Position| {
+            at.index += index;
+            at.line += lines;
+            at.byte += bytes;
+        };
+        match &mut self {
+            DecodeError::Envelope { at, .. }
+            | DecodeError::TooLarge { at, .. }
+            | DecodeError::Syntax { at, .. }
+            | DecodeError::Truncated { at, .. }
+            | DecodeError::Io { at, .. }
+            | DecodeError::Upstream { at, .. } => shift(at),
+            DecodeError::InvalidUtf8 { at, bad_byte } => {
+                shift(at);
+                *bad_byte += bytes;
+            }
+            DecodeError::UnknownFormat { byte, .. } => *byte += bytes,
+        }
+        self
+    }
+
     /// True when only one event was bad and decoding may continue.
     pub fn is_recoverable(&self) -> bool {
         matches!(

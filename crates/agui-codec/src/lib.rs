@@ -12,7 +12,9 @@
 //!   [`JsonArrayDecoder`], [`NdjsonDecoder`] or [`SseEventDecoder`];
 //!   [`SseDecoder`] exposes the SSE frame layer ([`SseFrame`]: `id`, `event`,
 //!   `retry`, `data`).
-//! - **Blocking**: [`Reader`] iterates over a [`std::io::BufRead`].
+//! - **Blocking**: [`Reader`] iterates over a [`std::io::BufRead`];
+//!   [`ThreadedReader`] decodes a file on background threads (two at once for
+//!   big NDJSON files), with the same events, errors and positions.
 //! - **Async**: [`AsyncReader`] over a tokio `AsyncBufRead` (or `AsyncRead`
 //!   via [`AsyncReader::from_async_read`]), and [`ByteStreamDecoder`] over a
 //!   `Stream<Item = Result<Bytes, E>>` such as reqwest's `bytes_stream()`.
@@ -44,6 +46,7 @@ mod sse;
 mod stream;
 #[cfg(test)]
 mod testutil;
+mod threaded;
 
 use agui_protocol::Event;
 
@@ -57,6 +60,7 @@ pub use ndjson::NdjsonDecoder;
 pub use reader::Reader;
 pub use sse::{SseDecoder, SseEventDecoder, SseFrame};
 pub use stream::{AsyncReader, ByteStreamDecoder};
+pub use threaded::{Split, ThreadedReader};
 
 /// The default maximum size of one event: 64 MiB.
 pub const DEFAULT_MAX_EVENT_SIZE: usize = 64 << 20;

@@ -33,6 +33,16 @@ impl NdjsonDecoder {
         }
     }
 
+    /// A decoder for the rest of a stream cut at a line start: a byte order
+    /// mark there is data, not the stream's mark (which only the first
+    /// bytes may hold).
+    pub(crate) fn continuing(options: &DecodeOptions) -> NdjsonDecoder {
+        NdjsonDecoder {
+            bom_done: true,
+            ..NdjsonDecoder::new(options)
+        }
+    }
+
     fn at(&self) -> Position {
         Position {
             index: self.index,

@@ -4,8 +4,8 @@
 //! (wall time and peak resident memory, through `/usr/bin/time -v`).
 //!
 //! ```text
-//! CARGO_TARGET_DIR=/work/target-compact cargo build --release -p agui-cli
-//! CARGO_TARGET_DIR=/work/target-compact cargo bench -p agui-history --bench compact
+//! cargo build --release -p agui-cli
+//! cargo bench -p agui-history --bench compact
 //! ```
 //!
 //! `AGUI_BENCH_EVENTS` sets the stream length (default 1,000,000 events of

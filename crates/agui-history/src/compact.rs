@@ -29,7 +29,7 @@ use agui_protocol::{EnvelopeError, Event};
 
 pub use deltas::{DeltaCompactor, compact_deltas};
 pub use latest::{LatestOptions, compact_latest, compact_latest_from};
-pub use snapshot::{SnapshotCompactor, compact_snapshot};
+pub use snapshot::{SnapshotCompactor, compact_snapshot, compact_snapshot_last, count_runs};
 
 use crate::reduce::{Conversation, ReduceError};
 

@@ -22,7 +22,7 @@
 
 use std::collections::HashSet;
 
-use agui_history::compact::compact_deltas;
+use agui_history::compact::{compact_deltas, compact_snapshot_last};
 use agui_history::reduce::{Conversation, Reducer};
 use agui_protocol::{Event, EventType};
 use agui_testkit::{Profile, oracle, stream};
@@ -147,67 +147,71 @@ fn bytes(events: &[Event]) -> usize {
     events.iter().map(Event::len_bytes).sum()
 }
 
+/// Our side of one seed, checked on its own: compaction never grows the
+/// stream, is idempotent and keeps the meaning at every run end. Returns the
+/// case for the official side and what the comparison needs.
+fn our_side(profile: Profile, seed: u64) -> (Value, (u64, bool, Value)) {
+    let events = stream(profile, seed);
+    let ours = compact_deltas(events.clone()).expect("deltas never fails on valid JSON");
+    let name = profile.name();
+    assert!(
+        ours.len() <= events.len(),
+        "{name} seed {seed}: more events"
+    );
+    assert!(
+        bytes(&ours) <= bytes(&events),
+        "{name} seed {seed}: more bytes"
+    );
+    let again = compact_deltas(ours.clone()).expect("deltas again");
+    assert_eq!(
+        values(&again),
+        values(&ours),
+        "{name} seed {seed}: not idempotent"
+    );
+    if let Some(original) = checkpoints(&events) {
+        assert_eq!(
+            checkpoints(&ours).as_ref(),
+            Some(&original),
+            "{name} seed {seed}: meaning changed"
+        );
+    }
+    let is_plain = plain(&events);
+    (
+        json!({ "events": events }),
+        (seed, is_plain, Value::Array(values(&ours))),
+    )
+}
+
 #[test]
 fn deltas_equals_the_official_output_where_it_is_right_and_keeps_meaning_everywhere() {
     let seeds = seeds();
     let mut report = Vec::new();
     let mut plain_total = 0;
     for &profile in Profile::ALL {
-        let mut cases = Vec::with_capacity(seeds as usize);
-        let mut ours_all = Vec::with_capacity(seeds as usize);
-        let mut plains = Vec::with_capacity(seeds as usize);
-        for seed in 0..seeds {
-            let events = stream(profile, seed);
-            let ours = compact_deltas(events.clone()).expect("deltas never fails on valid JSON");
-            let name = profile.name();
-            assert!(
-                ours.len() <= events.len(),
-                "{name} seed {seed}: more events"
-            );
-            assert!(
-                bytes(&ours) <= bytes(&events),
-                "{name} seed {seed}: more bytes"
-            );
-            let again = compact_deltas(ours.clone()).expect("deltas again");
-            assert_eq!(
-                values(&again),
-                values(&ours),
-                "{name} seed {seed}: not idempotent"
-            );
-            if let Some(original) = checkpoints(&events) {
-                assert_eq!(
-                    checkpoints(&ours).as_ref(),
-                    Some(&original),
-                    "{name} seed {seed}: meaning changed"
-                );
-            }
-            plains.push(plain(&events));
-            cases.push(json!({ "events": events }));
-            ours_all.push(ours);
-        }
-        let results = oracle::run("compact.mjs", &Value::Array(cases));
-        let results = results.as_array().expect("an array of results");
-        assert_eq!(results.len(), ours_all.len());
+        // Streamed through the official side one seed at a time: the
+        // corpus (17,000 streams in all) is never held at once.
         let mut equal = 0;
         let mut n_plain = 0;
         let mut equal_anyway = 0;
-        for (seed, (result, ours)) in results.iter().zip(&ours_all).enumerate() {
+        let cases = (0..seeds).map(move |seed| our_side(profile, seed));
+        let n = oracle::run_each("compact.mjs", cases, |(seed, is_plain, ours), result| {
             let official = &result["official"];
-            let same = Value::Array(values(ours)) == *official;
-            if plains[seed] {
+            let same = ours == *official;
+            if is_plain {
                 n_plain += 1;
                 assert!(
                     same,
                     "{} seed {seed}: differs from the official output on a plain stream\nours:     {}\nofficial: {}",
                     profile.name(),
-                    Value::Array(values(ours)),
+                    ours,
                     official
                 );
                 equal += 1;
             } else if same {
                 equal_anyway += 1;
             }
-        }
+        });
+        assert_eq!(n as u64, seeds, "{}: every seed answered", profile.name());
         plain_total += n_plain;
         report.push(format!(
             "{:20} plain {n_plain:4}/{seeds}, equal on all of them; equal on {equal_anyway} others",
@@ -266,6 +270,54 @@ fn deltas_reduces_and_verifies_like_the_original_in_the_official_pipeline() {
             "{:20} official compactEvents: meaning changed {official_wrong}/{OFFICIAL_PIPELINE_SEEDS}, verification broken {official_unverified}; ours: 0, 0",
             profile.name()
         ));
+    }
+    eprintln!("{}", report.join("\n"));
+}
+
+/// `snapshot --runs N` (and every run restated) in the official pipeline:
+/// the official reducer sees the original's conversation, and the official
+/// verifier accepts the output whenever it accepts the original.
+#[test]
+fn snapshot_of_the_last_runs_reduces_and_verifies_like_the_original_in_the_official_pipeline() {
+    let mut report = Vec::new();
+    for &profile in Profile::ALL {
+        for last in [1, u64::MAX] {
+            let cases = (0..OFFICIAL_PIPELINE_SEEDS / 2).filter_map(move |seed| {
+                let events = stream(profile, seed);
+                // Outside the guarantees when our reducer refuses the input.
+                let ours =
+                    compact_snapshot_last(events.clone(), &Conversation::default(), last).ok()?;
+                Some((
+                    json!({ "events": events, "ours": ours, "reduce": true, "verify": true }),
+                    seed,
+                ))
+            });
+            let mut checked = 0;
+            oracle::run_each("compact.mjs", cases, |seed, r| {
+                if r["reduced"].get("error").is_some() {
+                    return;
+                }
+                assert_eq!(
+                    r["reducedOurs"],
+                    r["reduced"],
+                    "{} seed {seed} --runs {last}: the official reducer sees another conversation",
+                    profile.name()
+                );
+                if r["verified"] == json!(true) {
+                    assert_eq!(
+                        r["verifiedOurs"],
+                        json!(true),
+                        "{} seed {seed} --runs {last}: the official verifier rejects our output",
+                        profile.name()
+                    );
+                }
+                checked += 1;
+            });
+            report.push(format!(
+                "{:20} --runs {last}: {checked} streams",
+                profile.name()
+            ));
+        }
     }
     eprintln!("{}", report.join("\n"));
 }

@@ -1,8 +1,9 @@
 //! Property tests of every compaction guarantee, with the real reducer,
 //! verifier and lineage:
 //!
-//! - `deltas` and `snapshot`: `reduce(compact(x))` equals `reduce(x)` at the
-//!   end of every run (each terminal event) and at the end of the input;
+//! - `deltas` and `snapshot` (also with `--runs N`, checkpoints for the last
+//!   N runs only): `reduce(compact(x))` equals `reduce(x)` at the end of
+//!   every run (each terminal event) and at the end of the input;
 //! - `latest`: `reduce(compact(x))` equals the branch-aware history at the
 //!   chosen run;
 //! - `compact(compact(x)) == compact(x)` in every mode;
@@ -14,7 +15,9 @@
 //! orphan, observer and malformed field occurs), valid or not: the guarantees
 //! hold for every input the reducer accepts.
 
-use agui_history::compact::{LatestOptions, Mode, compact, compact_latest_from};
+use agui_history::compact::{
+    LatestOptions, Mode, compact, compact_latest_from, compact_snapshot_last,
+};
 use agui_history::lineage::Lineage;
 use agui_history::reduce::{Conversation, Reducer};
 use agui_protocol::Event;
@@ -169,6 +172,68 @@ fn check(events: &[Event], mode: Mode) -> Result<(), TestCaseError> {
             }
         }
     }
+    Ok(())
+}
+
+/// Every guarantee of `snapshot` for `--runs last`: checkpoints for the last
+/// `last` runs only, the earlier runs in `deltas` form.
+fn check_last_runs(events: &[Event], last: u64) -> Result<(), TestCaseError> {
+    let start = Conversation::default();
+    let Some(original) = checkpoints(events, &start) else {
+        return Ok(());
+    };
+    let once = compact_snapshot_last(events.to_vec(), &start, last)
+        .map_err(|e| TestCaseError::fail(format!("snapshot --runs {last} failed: {e}")))?;
+    let twice = compact_snapshot_last(once.clone(), &start, last)
+        .map_err(|e| TestCaseError::fail(format!("snapshot --runs {last} again failed: {e}")))?;
+    prop_assert_eq!(
+        values(&twice),
+        values(&once),
+        "--runs {} is not idempotent",
+        last
+    );
+    if verify_events(events).is_ok() {
+        let verdict = verify_events(&once);
+        prop_assert!(
+            verdict.is_ok(),
+            "--runs {} broke verification: {:?}",
+            last,
+            verdict
+        );
+    }
+    let compacted = checkpoints(&once, &start);
+    prop_assert!(
+        compacted.is_some(),
+        "the reducer refuses the --runs {} output",
+        last
+    );
+    let compacted = compacted.unwrap_or_default();
+    prop_assert_eq!(
+        compacted.len(),
+        original.len(),
+        "--runs {}: terminal events lost",
+        last
+    );
+    for (k, (a, b)) in compacted.iter().zip(&original).enumerate() {
+        prop_assert_eq!(
+            a,
+            b,
+            "--runs {}: differs at checkpoint {}\n{:?}",
+            last,
+            k,
+            once
+        );
+    }
+    // Restating every run is plain `snapshot`.
+    let all = compact_snapshot_last(events.to_vec(), &start, u64::MAX)
+        .map_err(|e| TestCaseError::fail(format!("{e}")))?;
+    let plain = compact(events.to_vec(), Mode::Snapshot, &start, None)
+        .map_err(|e| TestCaseError::fail(format!("{e}")))?;
+    prop_assert_eq!(
+        values(&all),
+        values(&plain),
+        "--runs with every run differs from snapshot"
+    );
     Ok(())
 }
 
@@ -345,6 +410,14 @@ proptest! {
     #[test]
     fn snapshot_keeps_meaning_verification_and_idempotence(events in any_stream()) {
         check(&events, Mode::Snapshot)?;
+    }
+
+    #[test]
+    fn snapshot_of_the_last_runs_keeps_meaning_verification_and_idempotence(
+        events in any_stream(),
+        last in 0u64..4,
+    ) {
+        check_last_runs(&events, last)?;
     }
 }
 

@@ -7,8 +7,14 @@ use agui_protocol::Event;
 use agui_testkit::{r#gen as streams, oracle};
 use serde_json::{Value, json};
 
-/// Seeds per generator profile.
-const SEEDS_PER_PROFILE: u64 = 1000;
+/// Seeds per generator profile: 1,000, or `AGUI_REDUCE_DIFF_SEEDS`
+/// (`scripts/test --quick` sets a small count).
+fn seeds_per_profile() -> u64 {
+    std::env::var("AGUI_REDUCE_DIFF_SEEDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000)
+}
 
 /// Numbers as JavaScript holds them (doubles), so `1.0` and `1` compare equal.
 fn normalize(v: &Value) -> Value {
@@ -74,26 +80,26 @@ fn ours(events: &[Event], start: Conversation) -> Value {
     })
 }
 
-/// Compares one batch; returns (cases, mismatches) and prints the first few.
-fn compare_batch(label: &str, cases: Vec<(u64, Vec<Event>, Conversation)>) -> (usize, usize) {
-    let input: Vec<Value> = cases
-        .iter()
-        .map(|(_, events, start)| {
-            json!({
-                "events": events.iter().map(Event::to_value).collect::<Vec<_>>(),
-                "messages": start.messages,
-                "state": start.state,
-            })
-        })
-        .collect();
-    let expected = oracle::run("reduce.mjs", &Value::Array(input));
-    let expected = expected.as_array().expect("the oracle returns an array");
-    assert_eq!(expected.len(), cases.len());
+/// Compares a batch against the official reducer, streamed one case at a
+/// time through the oracle (the corpus is never held at once); returns
+/// (cases, mismatches) and prints the first few.
+fn compare_batch<I>(label: &str, cases: I) -> (usize, usize)
+where
+    I: Iterator<Item = (u64, Vec<Event>, Conversation)> + Send + 'static,
+{
+    let cases = cases.map(|(seed, events, start)| {
+        let case = json!({
+            "events": events.iter().map(Event::to_value).collect::<Vec<_>>(),
+            "messages": start.messages,
+            "state": start.state,
+        });
+        (case, (seed, events, start))
+    });
     let mut mismatches = 0;
-    for ((seed, events, start), want) in cases.into_iter().zip(expected) {
+    let n = oracle::run_each("reduce.mjs", cases, |(seed, events, start), want| {
         let got = ours(&events, start);
         let same = if want["ok"] == json!(true) {
-            normalize(&got) == normalize(want)
+            normalize(&got) == normalize(&want)
         } else {
             got["ok"] == json!(false)
         };
@@ -108,22 +114,22 @@ fn compare_batch(label: &str, cases: Vec<(u64, Vec<Event>, Conversation)>) -> (u
                 );
             }
         }
-    }
-    (expected.len(), mismatches)
+    });
+    (n, mismatches)
 }
 
-/// One profile, `SEEDS_PER_PROFILE` seeds, one oracle batch.
+/// One profile, [`seeds_per_profile`] seeds, streamed through one oracle.
 fn check_profile(profile: streams::Profile) {
-    let cases: Vec<_> = (0..SEEDS_PER_PROFILE)
-        .map(|seed| {
-            (
-                seed,
-                streams::stream(profile, seed),
-                start_for(profile, seed),
-            )
-        })
-        .collect();
+    let seeds = seeds_per_profile();
+    let cases = (0..seeds).map(move |seed| {
+        (
+            seed,
+            streams::stream(profile, seed),
+            start_for(profile, seed),
+        )
+    });
     let (n, bad) = compare_batch(profile.name(), cases);
+    assert_eq!(n as u64, seeds, "{}: every seed answered", profile.name());
     eprintln!("{}: {} streams, {} mismatches", profile.name(), n, bad);
     assert_eq!(
         bad,
@@ -178,10 +184,11 @@ fn invalid_streams_match_the_official_reducer() {
     // Streams that break one verification or chunk rule: the reducer runs
     // without verification, so they either reduce to the same value or make
     // both pipelines throw (chunk errors).
-    let cases: Vec<_> = (0..1000)
-        .map(|seed| (seed, streams::invalid_stream(seed), Conversation::default()))
-        .collect();
+    let seeds = seeds_per_profile();
+    let cases =
+        (0..seeds).map(|seed| (seed, streams::invalid_stream(seed), Conversation::default()));
     let (n, bad) = compare_batch("invalid", cases);
+    assert_eq!(n as u64, seeds);
     eprintln!("invalid: {n} streams, {bad} mismatches");
     assert_eq!(
         bad, 0,
@@ -214,7 +221,7 @@ fn hand_made_edge_cases_match_the_official_reducer() {
             (i as u64, events, start)
         })
         .collect();
-    let (n, bad) = compare_batch("edge-cases", cases);
+    let (n, bad) = compare_batch("edge-cases", cases.into_iter());
     eprintln!("edge cases: {n} streams, {bad} mismatches");
     assert_eq!(
         bad, 0,

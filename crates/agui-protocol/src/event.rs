@@ -16,6 +16,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::value::RawValue;
 
 use crate::EventType;
+use crate::scan;
 
 /// One AG-UI event, kept as its JSON text.
 ///
@@ -75,7 +76,24 @@ impl Event {
     /// except that text spanning several lines is re-written on one line
     /// (insignificant whitespace only, so the JSON value is unchanged).
     pub fn from_json(text: &str) -> Result<Event, EnvelopeError> {
-        let text = text.trim_matches(|c| matches!(c, ' ' | '\t' | '\n' | '\r'));
+        let text = trim(text);
+        if let Some(ty) = fast_type(text) {
+            return Ok(Event {
+                json: text.into(),
+                ty,
+            });
+        }
+        Event::from_json_reference(text)
+    }
+
+    /// The reference path of [`Event::from_json`]: `serde_json` validates and
+    /// finds the `type`, then a byte pass checks depth, line breaks and the
+    /// escapes a full parse must judge. [`Event::from_json`] takes it only
+    /// for the text its one-pass scanner defers; it is public for the
+    /// differential tests and the fuzz target that compare the two.
+    #[doc(hidden)]
+    pub fn from_json_reference(text: &str) -> Result<Event, EnvelopeError> {
+        let text = trim(text);
         let ty = read_type(text)?;
         let shape = Shape::of(text)?;
         let json: Arc<str> = if shape.line_breaks {
@@ -88,9 +106,18 @@ impl Event {
 
     /// Like [`Event::from_json`], for owned text (avoids a copy when possible).
     pub fn from_json_string(text: String) -> Result<Event, EnvelopeError> {
-        let trimmed = text.trim_matches(|c| matches!(c, ' ' | '\t' | '\n' | '\r'));
-        if trimmed.len() != text.len() || trimmed.contains(['\n', '\r']) {
+        let trimmed = trim(&text);
+        if trimmed.len() != text.len() {
             return Event::from_json(trimmed);
+        }
+        if let Some(ty) = fast_type(&text) {
+            return Ok(Event {
+                json: text.into(),
+                ty,
+            });
+        }
+        if text.contains(['\n', '\r']) {
+            return Event::from_json_reference(&text);
         }
         let ty = read_type(&text)?;
         Shape::of(&text)?;
@@ -198,6 +225,23 @@ impl<'de> Deserialize<'de> for Event {
         let raw = Box::<RawValue>::deserialize(deserializer)?;
         Event::from_json(raw.get()).map_err(de::Error::custom)
     }
+}
+
+/// Drops the whitespace JSON allows around a value.
+fn trim(text: &str) -> &str {
+    text.trim_matches(|c| matches!(c, ' ' | '\t' | '\n' | '\r'))
+}
+
+/// The fast path: the `type` of `text` when the one-pass scanner vouches
+/// that the reference path would accept `text` unchanged.
+#[inline]
+fn fast_type(text: &str) -> Option<EventType> {
+    let scanned = scan::scan(text.as_bytes(), &mut ())?;
+    // Only the reference path can tell the reserved key from a mention.
+    if text.contains("serde_json") {
+        return None;
+    }
+    Some(EventType::from_wire(&text[scanned.ty.0..scanned.ty.1]))
 }
 
 /// Validates `text` as a JSON object and returns its `type`.

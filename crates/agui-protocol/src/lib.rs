@@ -16,8 +16,10 @@ mod event_type;
 pub mod chunks;
 mod key;
 pub mod model;
+mod scan;
 pub mod verify;
 
 pub use event::{EnvelopeError, Event, MAX_DEPTH};
 pub use event_type::EventType;
 pub use key::ObjectKey;
+pub use scan::for_each_member;

@@ -5,14 +5,14 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::{HeaderName, HeaderValue, Method, header};
-use axum::response::IntoResponse;
+use axum::http::{HeaderName, HeaderValue, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
 use crate::error::{ApiError, ServerError};
 use crate::gateway::Gateway;
-use crate::{demo, history, run};
+use crate::{copilotkit, demo, history, run, session, stop, travel, ui};
 
 /// The gateway's routes.
 pub fn router(gw: Arc<Gateway>) -> Router {
@@ -26,22 +26,112 @@ pub fn router(gw: Arc<Gateway>) -> Router {
             "/threads/{id}",
             get(history::get_thread).delete(history::delete_thread),
         )
+        .route("/threads/import", post(session::import))
+        .route("/threads/{id}/session", get(session::get_session))
         .route("/threads/{id}/messages", get(history::get_messages))
         .route("/threads/{id}/events", get(history::get_events))
+        .route("/threads/{id}/branch", get(travel::get_branch))
+        .route("/threads/{id}/compare", get(travel::compare))
         .route(
             "/threads/{id}/runs/{run}/artifact",
             get(history::get_artifact),
         )
-        .route("/demo/agent", post(demo::handler))
+        .route("/threads/{id}/runs/{run}/stop", post(stop::stop_handler))
+        .route("/demo/agent", post(demo::handler));
+    if gw.config.ui {
+        app = app.merge(ui::routes());
+    }
+    if let Some(prefix) = &gw.config.copilotkit_prefix {
+        app = app.merge(copilotkit::routes(prefix));
+    }
+    let mut app = app
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .with_state(gw.clone());
-    if let Some(cors) = cors_layer(&gw.config.cors_origins) {
+    if let Some(cors) = cors_layer(&gw) {
         app = app.layer(cors);
     }
-    app
+    app.layer(axum::middleware::from_fn(json_errors))
 }
 
-fn cors_layer(origins: &[String]) -> Option<CorsLayer> {
+/// Longest request target (path and query) routed, in bytes; longer gets a
+/// JSON 414. (hyper itself answers 414 with an empty body beyond 65,534.)
+pub const MAX_URI_BYTES: usize = 8 * 1024;
+
+/// Makes every error answer JSON, whoever wrote it: the extractors'
+/// rejections (query and path decoding, 405, 413 of a body limit) are plain
+/// text in axum; they become `{"error":{"code","message"}}` here, with a
+/// code that says what failed. Overlong request targets get 414 before
+/// routing.
+async fn json_errors(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let uri_len = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
+    if uri_len > MAX_URI_BYTES {
+        return ApiError::new(
+            StatusCode::URI_TOO_LONG,
+            "uri_too_long",
+            format!("the request target is longer than {MAX_URI_BYTES} bytes"),
+        )
+        .into_response();
+    }
+    let resp = next.run(req).await;
+    let status = resp.status();
+    if !(status.is_client_error() || status.is_server_error()) {
+        return resp;
+    }
+    let is_json = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if is_json {
+        return resp;
+    }
+    let code = match status {
+        StatusCode::BAD_REQUEST => "bad_request",
+        StatusCode::UNAUTHORIZED => "unauthorized",
+        StatusCode::NOT_FOUND => "not_found",
+        StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
+        StatusCode::REQUEST_TIMEOUT => "body_timeout",
+        StatusCode::PAYLOAD_TOO_LARGE => "body_too_large",
+        StatusCode::URI_TOO_LONG => "uri_too_long",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+        StatusCode::UNPROCESSABLE_ENTITY => "invalid_request",
+        s if s.is_server_error() => "internal",
+        _ => "bad_request",
+    };
+    let (parts, body) = resp.into_parts();
+    // The rejections' texts are axum's (what failed to decode, and where);
+    // they carry no secrets. Bounded all the same.
+    let text = axum::body::to_bytes(body, 4096).await.unwrap_or_default();
+    let mut message = String::from_utf8_lossy(&text).trim().to_owned();
+    if message.is_empty() {
+        message = status
+            .canonical_reason()
+            .unwrap_or("request failed")
+            .to_owned();
+    }
+    let mut out = ApiError::new(status, code, message).into_response();
+    for (k, v) in parts.headers.iter() {
+        if k != header::CONTENT_TYPE && k != header::CONTENT_LENGTH {
+            out.headers_mut().insert(k.clone(), v.clone());
+        }
+    }
+    out
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "this route does not take that method",
+    )
+}
+
+/// CORS for every route (the layer answers preflights itself, for any
+/// path): the configured origins; the built-in request headers, the
+/// configured `cors_headers` and every forwarded header.
+fn cors_layer(gw: &Gateway) -> Option<CorsLayer> {
+    let origins = &gw.config.cors_origins;
     if origins.is_empty() {
         return None;
     }
@@ -59,13 +149,31 @@ fn cors_layer(origins: &[String]) -> Option<CorsLayer> {
         CorsLayer::new()
             .allow_origin(allow)
             .allow_methods([Method::GET, Method::POST, Method::DELETE, Method::OPTIONS])
-            .allow_headers([
-                header::CONTENT_TYPE,
-                header::AUTHORIZATION,
-                header::ACCEPT,
-                HeaderName::from_static("last-event-id"),
-            ]),
+            .allow_headers(cors_headers(gw)),
     )
+}
+
+/// The request headers CORS allows.
+fn cors_headers(gw: &Gateway) -> Vec<HeaderName> {
+    let mut out = vec![
+        header::CONTENT_TYPE,
+        header::AUTHORIZATION,
+        header::ACCEPT,
+        HeaderName::from_static("last-event-id"),
+    ];
+    let agents = gw.agents().flat_map(|a| a.forward_headers.iter());
+    for h in gw
+        .config
+        .cors_headers
+        .iter()
+        .chain(&gw.config.forward_headers)
+        .chain(agents)
+    {
+        if !out.contains(h) {
+            out.push(h.clone());
+        }
+    }
+    out
 }
 
 async fn healthz() -> impl IntoResponse {
@@ -86,29 +194,100 @@ async fn not_found() -> ApiError {
 /// Serves until `shutdown` resolves, then stops accepting, lets in-flight
 /// runs finish up to the grace period, closes the rest with `RUN_ERROR`, and
 /// flushes the store.
+///
+/// Connections are HTTP/1.1 driven by hyper directly (not `axum::serve`), for
+/// what a server exposed to real clients needs: a request head must arrive
+/// within [`crate::Limits::header_read_timeout`], and at most
+/// [`crate::Limits::max_connections`] connections are open at once (a
+/// connection beyond that gets a JSON 503 and is closed).
 pub async fn serve(
     gw: Arc<Gateway>,
     listener: tokio::net::TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
     let app = router(gw.clone());
-    let gw2 = gw.clone();
-    let signal = async move {
-        shutdown.await;
-        tracing::info!("shutting down: no new connections; waiting for runs in flight");
-        gw2.begin_shutdown();
+    let limits = gw.config.limits.clone();
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .keep_alive(true);
+    let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1)));
+    let conns = tokio_util::task::TaskTracker::new();
+    let stop_conns = tokio_util::sync::CancellationToken::new();
+    let drained = {
+        let gw = gw.clone();
+        async move {
+            gw.shutting_down.cancelled().await;
+            gw.drain_runs().await;
+        }
     };
-    let server = axum::serve(listener, app).with_graceful_shutdown(signal);
-    let drained = async {
-        gw.shutting_down.cancelled().await;
-        gw.drain_runs().await;
-    };
-    // The server ends when every connection closed; runs are drained
-    // meanwhile (their client streams end with them).
-    let (served, ()) = tokio::join!(server.into_future(), drained);
-    served.map_err(ServerError::Serve)?;
+    let drain_task = tokio::spawn(drained);
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            () = &mut shutdown => break,
+        };
+        let (stream, _) = match accepted {
+            Ok(s) => s,
+            Err(e) => {
+                // Out of file descriptors and the like: wait a little.
+                tracing::warn!(error = %e, "cannot accept a connection");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let Ok(permit) = slots.clone().try_acquire_owned() else {
+            gw.metrics
+                .connections_refused
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            conns.spawn(refuse(stream, limits.max_connections));
+            continue;
+        };
+        let svc = hyper_util::service::TowerToHyperService::new(app.clone());
+        let conn = http
+            .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+            .with_upgrades();
+        let stop = stop_conns.clone();
+        conns.spawn(async move {
+            let mut conn = std::pin::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                () = stop.cancelled() => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                }
+            }
+            drop(permit);
+        });
+    }
+    drop(listener);
+    tracing::info!("shutting down: no new connections; waiting for runs in flight");
+    gw.begin_shutdown();
+    // Idle keep-alive connections close now; streams end with their runs.
+    stop_conns.cancel();
+    conns.close();
+    let _ = drain_task.await;
+    conns.wait().await;
     if let Err(e) = gw.store.flush().await {
         tracing::error!(error = %e, "cannot flush the store at shutdown");
     }
     Ok(())
+}
+
+/// Answers a connection over the cap with a JSON 503 and closes it.
+async fn refuse(mut stream: tokio::net::TcpStream, max: usize) {
+    use tokio::io::AsyncWriteExt;
+    let body = serde_json::json!({"error": {"code": "too_many_connections", "message": format!("the gateway serves at most {max} connections at once; retry later")}}).to_string();
+    let head = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n",
+        body.len()
+    );
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        let _ = stream.write_all(head.as_bytes()).await;
+        let _ = stream.write_all(body.as_bytes()).await;
+        let _ = stream.shutdown().await;
+    })
+    .await;
 }

@@ -25,7 +25,8 @@
 //! `forwardedProps.demo` tunes the pacing, for tests and benchmarks:
 //! `delayMs` (pause before each event after `RUN_STARTED`, at most 60,000)
 //! and `extraDeltas` (additional `TEXT_MESSAGE_CONTENT` deltas of one word
-//! each, at most 1,000,000).
+//! each, at most 100,000). The events are made one at a time, so a large
+//! run never sits in memory.
 
 use std::time::Duration;
 
@@ -38,7 +39,7 @@ use serde_json::{Value, json};
 use crate::error::ApiError;
 
 /// The most `extraDeltas` the demo agent honours.
-pub const MAX_EXTRA_DELTAS: u64 = 1_000_000;
+pub const MAX_EXTRA_DELTAS: u64 = 100_000;
 /// The longest `delayMs` the demo agent honours.
 pub const MAX_DELAY_MS: u64 = 60_000;
 
@@ -97,118 +98,283 @@ fn content_text(content: Option<&Value>) -> Option<String> {
 /// Splits text into token-sized pieces: each word keeps its leading spaces.
 pub fn tokens(text: &str) -> Vec<&str> {
     let mut out = Vec::new();
-    let mut start = 0;
-    let mut in_word = false;
-    for (i, c) in text.char_indices() {
-        if c.is_whitespace() {
-            if in_word {
-                out.push(&text[start..i]);
-                start = i;
-                in_word = false;
-            }
-        } else {
-            in_word = true;
-        }
-    }
-    if start < text.len() {
-        out.push(&text[start..]);
+    let mut pos = 0;
+    while let Some(end) = next_token(text, pos) {
+        out.push(&text[pos..end]);
+        pos = end;
     }
     out
 }
 
 /// Splits text in pieces of at most `max` bytes, on char boundaries.
+#[cfg(test)]
 fn fragments(text: &str, max: usize) -> Vec<&str> {
     let mut out = Vec::new();
-    let mut start = 0;
-    while start < text.len() {
-        let mut end = (start + max).min(text.len());
-        while !text.is_char_boundary(end) {
-            end += 1;
-        }
-        out.push(&text[start..end]);
-        start = end;
+    let mut pos = 0;
+    while let Some(end) = next_fragment(text, pos, max) {
+        out.push(&text[pos..end]);
+        pos = end;
     }
     out
 }
 
-/// The events of one demo run, in order, for an input (already parsed).
-/// The first element is `RUN_STARTED`; pacing applies to the others.
+/// The next token of `text` from byte `pos` (see [`tokens`]): its end.
+fn next_token(text: &str, pos: usize) -> Option<usize> {
+    if pos >= text.len() {
+        return None;
+    }
+    let mut in_word = false;
+    for (i, c) in text[pos..].char_indices() {
+        if c.is_whitespace() {
+            if in_word {
+                return Some(pos + i);
+            }
+        } else {
+            in_word = true;
+        }
+    }
+    Some(text.len())
+}
+
+/// The next fragment of at most `max` bytes from `pos`, on a char boundary.
+fn next_fragment(text: &str, pos: usize, max: usize) -> Option<usize> {
+    if pos >= text.len() {
+        return None;
+    }
+    let mut end = (pos + max).min(text.len());
+    while !text.is_char_boundary(end) {
+        end += 1;
+    }
+    Some(end)
+}
+
+/// Where the script is.
+#[derive(Clone, Copy)]
+enum Phase {
+    Started,
+    State,
+    MessageStart,
+    /// Answer tokens from this byte; `left` more to send.
+    Tokens {
+        pos: usize,
+        left: usize,
+    },
+    Error,
+    Extra(u64),
+    MessageEnd,
+    ToolStart,
+    Args(usize),
+    ToolEnd,
+    ToolResult,
+    Finished,
+    Done,
+}
+
+/// The events of one demo run, in order, made one at a time (an input of
+/// megabytes or a million extra deltas never sits in memory as events).
+/// The first event is `RUN_STARTED`; pacing applies to the others.
+struct Script {
+    thread: String,
+    run: String,
+    turn: u64,
+    last_text: Option<String>,
+    state: Option<Value>,
+    msg_id: String,
+    answer: String,
+    args: String,
+    wants_error: bool,
+    extra_deltas: u64,
+    phase: Phase,
+}
+
+impl Script {
+    fn new(input: DemoInput, extra_deltas: u64) -> Script {
+        let user_msgs: Vec<&Value> = input
+            .messages
+            .iter()
+            .filter(|m| m.get("role").and_then(Value::as_str) == Some("user"))
+            .collect();
+        let turn = user_msgs.len() as u64;
+        let last_text = user_msgs
+            .last()
+            .and_then(|m| content_text(m.get("content")));
+        let answer = match &last_text {
+            Some(t) => format!("You said: {t}"),
+            None => "Hello! Say something.".to_owned(),
+        };
+        let wants_error = last_text
+            .as_deref()
+            .is_some_and(|t| t.to_lowercase().contains("error"));
+        let args = json!({"text": last_text.clone().unwrap_or_default()}).to_string();
+        Script {
+            msg_id: format!("msg-{}-1", input.run_id),
+            thread: input.thread_id,
+            run: input.run_id,
+            turn,
+            last_text,
+            state: input.state,
+            answer,
+            args,
+            wants_error,
+            extra_deltas,
+            phase: Phase::Started,
+        }
+    }
+
+    fn call_id(&self) -> String {
+        format!("tool-{}-1", self.run)
+    }
+
+    fn state_event(&mut self) -> Value {
+        let last_for_state = self
+            .last_text
+            .clone()
+            .map(Value::String)
+            .unwrap_or(Value::Null);
+        match self.state.take() {
+            Some(Value::Object(obj)) if obj.get("turn").is_some_and(Value::is_number) => {
+                let op = if obj.contains_key("lastUserMessage") {
+                    "replace"
+                } else {
+                    "add"
+                };
+                json!({"type":"STATE_DELTA","delta":[
+                    {"op":"replace","path":"/turn","value":self.turn},
+                    {"op":op,"path":"/lastUserMessage","value":last_for_state}
+                ]})
+            }
+            other => {
+                let mut snapshot = match other {
+                    Some(Value::Object(obj)) => obj,
+                    _ => serde_json::Map::new(),
+                };
+                snapshot.insert("turn".into(), json!(self.turn));
+                snapshot.insert("lastUserMessage".into(), last_for_state);
+                json!({"type":"STATE_SNAPSHOT","snapshot":Value::Object(snapshot)})
+            }
+        }
+    }
+}
+
+impl Iterator for Script {
+    type Item = Value;
+
+    fn next(&mut self) -> Option<Value> {
+        loop {
+            let (next, event) = match self.phase {
+                Phase::Started => (
+                    Phase::State,
+                    Some(json!({"type":"RUN_STARTED","threadId":self.thread,"runId":self.run})),
+                ),
+                Phase::State => (Phase::MessageStart, Some(self.state_event())),
+                Phase::MessageStart => {
+                    let count = {
+                        let mut n: usize = 0;
+                        let mut pos = 0;
+                        while let Some(end) = next_token(&self.answer, pos) {
+                            n += 1;
+                            pos = end;
+                        }
+                        n
+                    };
+                    let left = if self.wants_error {
+                        count.div_ceil(2)
+                    } else {
+                        count
+                    };
+                    (
+                        Phase::Tokens { pos: 0, left },
+                        Some(
+                            json!({"type":"TEXT_MESSAGE_START","messageId":self.msg_id,"role":"assistant"}),
+                        ),
+                    )
+                }
+                Phase::Tokens { pos, left } => match next_token(&self.answer, pos) {
+                    Some(end) if left > 0 => (
+                        Phase::Tokens {
+                            pos: end,
+                            left: left - 1,
+                        },
+                        Some(
+                            json!({"type":"TEXT_MESSAGE_CONTENT","messageId":self.msg_id,"delta":&self.answer[pos..end]}),
+                        ),
+                    ),
+                    _ if self.wants_error => (Phase::Error, None),
+                    _ => (Phase::Extra(0), None),
+                },
+                Phase::Error => (
+                    Phase::Done,
+                    Some(
+                        json!({"type":"RUN_ERROR","message":"the demo agent was asked for an error","code":"demo_error"}),
+                    ),
+                ),
+                Phase::Extra(i) if i < self.extra_deltas => (
+                    Phase::Extra(i + 1),
+                    Some(
+                        json!({"type":"TEXT_MESSAGE_CONTENT","messageId":self.msg_id,"delta":format!(" w{i}")}),
+                    ),
+                ),
+                Phase::Extra(_) => (Phase::MessageEnd, None),
+                Phase::MessageEnd => (
+                    Phase::ToolStart,
+                    Some(json!({"type":"TEXT_MESSAGE_END","messageId":self.msg_id})),
+                ),
+                Phase::ToolStart => (
+                    Phase::Args(0),
+                    Some(
+                        json!({"type":"TOOL_CALL_START","toolCallId":self.call_id(),"toolCallName":"echo","parentMessageId":self.msg_id}),
+                    ),
+                ),
+                Phase::Args(pos) => match next_fragment(&self.args, pos, 8) {
+                    Some(end) => (
+                        Phase::Args(end),
+                        Some(
+                            json!({"type":"TOOL_CALL_ARGS","toolCallId":self.call_id(),"delta":&self.args[pos..end]}),
+                        ),
+                    ),
+                    None => (Phase::ToolEnd, None),
+                },
+                Phase::ToolEnd => (
+                    Phase::ToolResult,
+                    Some(json!({"type":"TOOL_CALL_END","toolCallId":self.call_id()})),
+                ),
+                Phase::ToolResult => {
+                    let echo = self.last_text.clone().unwrap_or_default();
+                    (
+                        Phase::Finished,
+                        Some(
+                            json!({"type":"TOOL_CALL_RESULT","messageId":format!("result-{}-1", self.run),"toolCallId":self.call_id(),"content":format!("echo: {echo}"),"role":"tool"}),
+                        ),
+                    )
+                }
+                Phase::Finished => (
+                    Phase::Done,
+                    Some(json!({"type":"RUN_FINISHED","threadId":self.thread,"runId":self.run})),
+                ),
+                Phase::Done => return None,
+            };
+            self.phase = next;
+            if event.is_some() {
+                return event;
+            }
+        }
+    }
+}
+
+/// The whole script (tests).
+#[cfg(test)]
 fn script(input: &DemoInput, extra_deltas: u64) -> Vec<Value> {
-    let thread = &input.thread_id;
-    let run = &input.run_id;
-    let user_msgs: Vec<&Value> = input
-        .messages
-        .iter()
-        .filter(|m| m.get("role").and_then(Value::as_str) == Some("user"))
-        .collect();
-    let turn = user_msgs.len() as u64;
-    let last_text = user_msgs
-        .last()
-        .and_then(|m| content_text(m.get("content")));
-    let mut ev = Vec::new();
-    ev.push(json!({"type":"RUN_STARTED","threadId":thread,"runId":run}));
-
-    let last_for_state = last_text.clone().map(Value::String).unwrap_or(Value::Null);
-    match &input.state {
-        Some(Value::Object(obj)) if obj.get("turn").is_some_and(Value::is_number) => {
-            let op = if obj.contains_key("lastUserMessage") {
-                "replace"
-            } else {
-                "add"
-            };
-            ev.push(json!({"type":"STATE_DELTA","delta":[
-                {"op":"replace","path":"/turn","value":turn},
-                {"op":op,"path":"/lastUserMessage","value":last_for_state}
-            ]}));
-        }
-        other => {
-            let mut snapshot = match other {
-                Some(Value::Object(obj)) => obj.clone(),
-                _ => serde_json::Map::new(),
-            };
-            snapshot.insert("turn".into(), json!(turn));
-            snapshot.insert("lastUserMessage".into(), last_for_state);
-            ev.push(json!({"type":"STATE_SNAPSHOT","snapshot":Value::Object(snapshot)}));
-        }
-    }
-
-    let msg_id = format!("msg-{run}-1");
-    let answer = match &last_text {
-        Some(t) => format!("You said: {t}"),
-        None => "Hello! Say something.".to_owned(),
-    };
-    ev.push(json!({"type":"TEXT_MESSAGE_START","messageId":msg_id,"role":"assistant"}));
-    let toks = tokens(&answer);
-    let wants_error = last_text
-        .as_deref()
-        .is_some_and(|t| t.to_lowercase().contains("error"));
-    if wants_error {
-        let half = toks.len().div_ceil(2);
-        for t in &toks[..half] {
-            ev.push(json!({"type":"TEXT_MESSAGE_CONTENT","messageId":msg_id,"delta":t}));
-        }
-        ev.push(json!({"type":"RUN_ERROR","message":"the demo agent was asked for an error","code":"demo_error"}));
-        return ev;
-    }
-    for t in &toks {
-        ev.push(json!({"type":"TEXT_MESSAGE_CONTENT","messageId":msg_id,"delta":t}));
-    }
-    for i in 0..extra_deltas {
-        ev.push(json!({"type":"TEXT_MESSAGE_CONTENT","messageId":msg_id,"delta":format!(" w{i}")}));
-    }
-    ev.push(json!({"type":"TEXT_MESSAGE_END","messageId":msg_id}));
-
-    let echo = last_text.clone().unwrap_or_default();
-    let call_id = format!("tool-{run}-1");
-    ev.push(json!({"type":"TOOL_CALL_START","toolCallId":call_id,"toolCallName":"echo","parentMessageId":msg_id}));
-    let args = json!({"text": echo}).to_string();
-    for f in fragments(&args, 8) {
-        ev.push(json!({"type":"TOOL_CALL_ARGS","toolCallId":call_id,"delta":f}));
-    }
-    ev.push(json!({"type":"TOOL_CALL_END","toolCallId":call_id}));
-    ev.push(json!({"type":"TOOL_CALL_RESULT","messageId":format!("result-{run}-1"),"toolCallId":call_id,"content":format!("echo: {echo}"),"role":"tool"}));
-    ev.push(json!({"type":"RUN_FINISHED","threadId":thread,"runId":run}));
-    ev
+    Script::new(
+        DemoInput {
+            thread_id: input.thread_id.clone(),
+            run_id: input.run_id.clone(),
+            messages: input.messages.clone(),
+            state: input.state.clone(),
+            forwarded_props: None,
+        },
+        extra_deltas,
+    )
+    .collect()
 }
 
 fn frame(v: &Value) -> Bytes {
@@ -231,12 +397,24 @@ pub fn stream_for(
         )
     })?;
     let pace = pacing(input.forwarded_props.as_ref());
-    let events = script(&input, pace.extra_deltas);
+    let events = Script::new(input, pace.extra_deltas);
     Ok(paced(events, pace.delay))
 }
 
 /// The axum handler of the demo agent: `POST` a `RunAgentInput`, get SSE.
-pub async fn handler(body: Bytes) -> Response {
+/// It sits behind the gateway's auth and body limit like every route.
+pub async fn handler(
+    axum::extract::State(gw): axum::extract::State<std::sync::Arc<crate::Gateway>>,
+    headers: axum::http::HeaderMap,
+    body: Body,
+) -> Response {
+    if let Err(e) = gw.tenant(&headers) {
+        return e.into_response();
+    }
+    let body = match crate::run::read_body(&gw, body).await {
+        Ok(b) => b,
+        Err(e) => return e.into_response(),
+    };
     match stream_for(&body) {
         Err(e) => e.into_response(),
         Ok(stream) => Response::builder()
@@ -251,31 +429,25 @@ pub async fn handler(body: Bytes) -> Response {
     }
 }
 
-fn paced(
-    events: Vec<Value>,
-    delay: Duration,
-) -> impl futures::Stream<Item = Bytes> + Send + 'static {
+fn paced(events: Script, delay: Duration) -> impl futures::Stream<Item = Bytes> + Send + 'static {
     // Without a delay the whole run goes out in large writes.
-    futures::stream::unfold(
-        (events.into_iter(), 0usize),
-        move |(mut it, i)| async move {
-            if delay.is_zero() {
-                let mut buf = Vec::new();
-                for v in it.by_ref().take(256) {
-                    buf.extend_from_slice(&frame(&v));
-                }
-                if buf.is_empty() {
-                    return None;
-                }
-                return Some((Bytes::from(buf), (it, i + 1)));
+    futures::stream::unfold((events, 0usize), move |(mut it, i)| async move {
+        if delay.is_zero() {
+            let mut buf = Vec::new();
+            for v in it.by_ref().take(256) {
+                buf.extend_from_slice(&frame(&v));
             }
-            let v = it.next()?;
-            if i > 0 {
-                tokio::time::sleep(delay).await;
+            if buf.is_empty() {
+                return None;
             }
-            Some((frame(&v), (it, i + 1)))
-        },
-    )
+            return Some((Bytes::from(buf), (it, i + 1)));
+        }
+        let v = it.next()?;
+        if i > 0 {
+            tokio::time::sleep(delay).await;
+        }
+        Some((frame(&v), (it, i + 1)))
+    })
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::config::{AgentConfig, Auth, GatewayConfig, SessionMode, Upstream};
+use crate::config::{AgentConfig, Auth, GatewayConfig};
 use crate::error::{ApiError, ServerError};
 use crate::metrics::Metrics;
 use crate::tracker::OpenItems;
@@ -21,8 +21,13 @@ use crate::tracker::OpenItems;
 /// The tenant of every thread when auth is off.
 pub const DEFAULT_TENANT: &str = "default";
 
-/// The run in flight on a thread in this process, and how to wait for its end.
-type InFlight = (String, Arc<tokio::sync::Notify>);
+/// The run in flight on a thread in this process, how to wait for its end,
+/// and how to stop it.
+struct InFlight {
+    run: String,
+    ended: Arc<tokio::sync::Notify>,
+    stop: CancellationToken,
+}
 
 /// The gateway: everything a request handler needs.
 pub struct Gateway {
@@ -30,6 +35,8 @@ pub struct Gateway {
     pub(crate) config: GatewayConfig,
     pub(crate) agents: HashMap<String, AgentConfig>,
     pub(crate) http: reqwest::Client,
+    /// Clients of agents with their own CA file.
+    clients: HashMap<String, reqwest::Client>,
     pub(crate) metrics: Metrics,
     /// (tenant, thread) → run id of the run this process forwards now.
     active: Mutex<HashMap<(String, String), InFlight>>,
@@ -38,6 +45,8 @@ pub struct Gateway {
     pub(crate) close_runs: CancellationToken,
     /// Cancelled when the gateway starts shutting down (ends live streams).
     pub(crate) shutting_down: CancellationToken,
+    /// Time travel's recent positions (see `travel`).
+    pub(crate) positions: crate::travel::Positions,
 }
 
 impl Gateway {
@@ -48,11 +57,7 @@ impl Gateway {
         mut config: GatewayConfig,
     ) -> Result<Gateway, ServerError> {
         if config.agents.is_empty() {
-            config.agents.push(AgentConfig {
-                name: "demo".into(),
-                upstream: Upstream::Demo,
-                sessions: SessionMode::Client,
-            });
+            config.agents.push(crate::config::demo_agent("demo"));
         }
         let mut agents = HashMap::new();
         for a in &config.agents {
@@ -63,23 +68,34 @@ impl Gateway {
                 )));
             }
         }
-        let http = reqwest::Client::builder()
-            .connect_timeout(config.limits.upstream_connect_timeout)
-            .tcp_nodelay(true)
-            .pool_max_idle_per_host(256)
-            .build()
-            .map_err(|e| ServerError::Config(format!("HTTP client: {e}")))?;
+        let http = upstream_client(&config, None)?;
+        let mut clients = HashMap::new();
+        for a in &config.agents {
+            if let Some(ca) = &a.ca_file {
+                clients.insert(
+                    a.name.clone(),
+                    upstream_client(&config, Some((&a.name, ca)))?,
+                );
+            }
+        }
         Ok(Gateway {
             store,
             config,
             agents,
             http,
+            clients,
             metrics: Metrics::default(),
             active: Mutex::new(HashMap::new()),
             runs: TaskTracker::new(),
             close_runs: CancellationToken::new(),
             shutting_down: CancellationToken::new(),
+            positions: Default::default(),
         })
+    }
+
+    /// The HTTP client for an agent's upstream.
+    pub(crate) fn client_for(&self, agent: &str) -> &reqwest::Client {
+        self.clients.get(agent).unwrap_or(&self.http)
     }
 
     /// The configured agents.
@@ -142,6 +158,7 @@ impl Gateway {
         parent: Option<&str>,
     ) -> Result<RunSlot, ApiError> {
         let key = (tenant.to_owned(), thread.to_owned());
+        let stop = CancellationToken::new();
         let deadline = tokio::time::Instant::now() + self.config.limits.upstream_idle_timeout;
         loop {
             let wait = {
@@ -150,11 +167,19 @@ impl Gateway {
                     None => {
                         active.insert(
                             key.clone(),
-                            (run.to_owned(), Arc::new(tokio::sync::Notify::new())),
+                            InFlight {
+                                run: run.to_owned(),
+                                ended: Arc::new(tokio::sync::Notify::new()),
+                                stop: stop.clone(),
+                            },
                         );
                         break;
                     }
-                    Some((current, notify)) => {
+                    Some(InFlight {
+                        run: current,
+                        ended: notify,
+                        ..
+                    }) => {
                         if parent.is_none_or(|p| p == current) {
                             return Err(in_flight(current));
                         }
@@ -174,19 +199,145 @@ impl Gateway {
                 ));
             }
         }
+        let slot = RunSlot {
+            gw: self.clone(),
+            key,
+            run: run.to_owned(),
+            counted: false,
+            claimed: false,
+            released: false,
+            stop,
+        };
+        let mut slot = self.claim(slot).await?;
         self.metrics
             .runs_in_flight
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Ok(RunSlot {
+        slot.counted = true;
+        Ok(slot)
+    }
+
+    /// Claims the slot's thread in the store too, so that every process
+    /// sharing the store (replicas on PostgreSQL) sees it: 409 when another
+    /// one holds it. The slot (and so the local reservation) is released on
+    /// any error.
+    async fn claim(self: &Arc<Self>, mut slot: RunSlot) -> Result<RunSlot, ApiError> {
+        let (tenant, thread) = (&slot.key.0, &slot.key.1);
+        match self.store.claim_thread(tenant, thread, &slot.run).await {
+            Ok(None) => {
+                slot.claimed = true;
+                Ok(slot)
+            }
+            Ok(Some(holder)) => Err(in_flight(&holder)),
+            Err(e) => Err(store_error(e)),
+        }
+    }
+
+    /// Holds a thread for an operation that must not overlap a run of this
+    /// process (deleting it): 409 `run_in_flight` when a run holds it, even
+    /// one that has stored nothing yet; while held, new runs get 409.
+    pub(crate) async fn hold_thread(
+        self: &Arc<Self>,
+        tenant: &str,
+        thread: &str,
+    ) -> Result<RunSlot, ApiError> {
+        let key = (tenant.to_owned(), thread.to_owned());
+        {
+            let mut active = self.active.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(f) = active.get(&key) {
+                return Err(in_flight(&f.run));
+            }
+            active.insert(
+                key.clone(),
+                InFlight {
+                    run: String::new(),
+                    ended: Arc::new(tokio::sync::Notify::new()),
+                    stop: CancellationToken::new(),
+                },
+            );
+        }
+        let slot = RunSlot {
             gw: self.clone(),
             key,
-        })
+            run: String::new(),
+            counted: false,
+            claimed: false,
+            released: false,
+            stop: CancellationToken::new(),
+        };
+        self.claim(slot).await
+    }
+
+    /// Asks the run `run` of a thread to stop when this process forwards it;
+    /// returns how to wait for its end, or `None` when it is not ours.
+    pub(crate) fn stop_local(
+        &self,
+        tenant: &str,
+        thread: &str,
+        run: &str,
+    ) -> Option<Arc<tokio::sync::Notify>> {
+        if run.is_empty() {
+            return None;
+        }
+        let active = self.active.lock().unwrap_or_else(|p| p.into_inner());
+        let f = active
+            .get(&(tenant.to_owned(), thread.to_owned()))
+            .filter(|f| f.run == run)?;
+        f.stop.cancel();
+        Some(f.ended.clone())
     }
 
     /// Closes runs a previous process left `running`: each gets its open
     /// messages and tool calls ended and a `RUN_ERROR` with code
     /// `interrupted`; its status becomes `interrupted`. Returns how many.
     pub async fn recover(&self) -> Result<u64, ServerError> {
+        self.recover_pass(false).await.map(|(closed, _)| closed)
+    }
+
+    /// [`Gateway::recover`] at start-up, then again in the background while
+    /// runs are left `running` by an owner that still looked alive: on a
+    /// store shared by replicas (PostgreSQL), a gateway killed a moment ago
+    /// can still hold its session lock for a while (its database connection
+    /// ends after it), and its runs would otherwise stay `running` until the
+    /// next start. Runs of live replicas (and this gateway's own) are never
+    /// closed: their owners' locks are held. Retries every 250 ms for 30 s.
+    pub async fn recover_at_start(self: &Arc<Self>) -> Result<u64, ServerError> {
+        let (closed, left) = self.recover_pass(false).await?;
+        if left > 0 {
+            let gw = Arc::downgrade(self);
+            tokio::spawn(async move {
+                for _ in 0..120 {
+                    tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+                    let Some(gw) = gw.upgrade() else { return };
+                    if gw.shutting_down.is_cancelled() {
+                        return;
+                    }
+                    match gw.recover_pass(true).await {
+                        Ok((n, left)) => {
+                            if n > 0 {
+                                tracing::warn!(
+                                    runs = n,
+                                    "closed runs left in flight by a gateway that is gone as interrupted"
+                                );
+                            }
+                            if left == 0 {
+                                return;
+                            }
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "cannot recover runs left in flight");
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+        Ok(closed)
+    }
+
+    /// One recovery pass: how many runs it closed, and how many it left
+    /// `running` because their owner still looked alive. `later`: while this
+    /// gateway runs, so only other processes' runs may be closed.
+    async fn recover_pass(&self, later: bool) -> Result<(u64, u64), ServerError> {
         let err = |during: &'static str| {
             move |e: StoreError| ServerError::Store {
                 during,
@@ -218,20 +369,28 @@ impl Gateway {
             }
         }
         if stale.is_empty() {
-            return Ok(0);
+            return Ok((0, 0));
         }
-        self.store
-            .mark_interrupted()
-            .await
-            .map_err(err("marking runs interrupted"))?;
+        if later {
+            self.store.mark_interrupted_elsewhere().await
+        } else {
+            self.store.mark_interrupted().await
+        }
+        .map_err(err("marking runs interrupted"))?;
         let mut closed = 0;
+        let mut left = 0;
         for (tenant, run) in stale {
             // A store shared by replicas interrupts only the runs whose
             // owner is gone: a run another live gateway is streaming stays
             // `running` and is not ours to close.
             match self.store.run(&tenant, &run.thread_id, &run.run_id).await {
                 Ok(now) if now.status == RunStatus::Interrupted => {}
-                Ok(_) => continue,
+                Ok(now) => {
+                    if now.status == RunStatus::Running {
+                        left += 1;
+                    }
+                    continue;
+                }
                 Err(e) if e.kind() == agui_store::ErrorKind::NotFound => continue,
                 Err(e) => return Err(err("re-reading an interrupted run")(e)),
             }
@@ -267,7 +426,7 @@ impl Gateway {
         self.metrics
             .runs_interrupted
             .fetch_add(closed, std::sync::atomic::Ordering::Relaxed);
-        Ok(closed)
+        Ok((closed, left))
     }
 
     /// Starts shutting down: live streams end; runs may go on until
@@ -297,7 +456,52 @@ impl Gateway {
     }
 }
 
+/// The upstream HTTP client: HTTP/1.1 and HTTPS (rustls) trusting the
+/// system's roots and the bundled Mozilla roots, plus an agent's own CA file.
+fn upstream_client(
+    config: &GatewayConfig,
+    ca: Option<(&str, &std::path::Path)>,
+) -> Result<reqwest::Client, ServerError> {
+    let mut b = reqwest::Client::builder()
+        .use_rustls_tls()
+        .connect_timeout(config.limits.upstream_connect_timeout)
+        .tcp_nodelay(true)
+        .pool_max_idle_per_host(256);
+    if let Some((agent, path)) = ca {
+        let pem = std::fs::read(path).map_err(|e| {
+            ServerError::Config(format!(
+                "agent `{agent}`: cannot read its CA file {}: {e}",
+                path.display()
+            ))
+        })?;
+        let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|_| {
+            ServerError::Config(format!(
+                "agent `{agent}`: the CA file {} holds no valid PEM certificate",
+                path.display()
+            ))
+        })?;
+        if certs.is_empty() {
+            return Err(ServerError::Config(format!(
+                "agent `{agent}`: the CA file {} holds no PEM certificate",
+                path.display()
+            )));
+        }
+        for c in certs {
+            b = b.add_root_certificate(c);
+        }
+    }
+    b.build()
+        .map_err(|e| ServerError::Config(format!("HTTP client: {e}")))
+}
+
 fn in_flight(run: &str) -> ApiError {
+    if run.is_empty() {
+        return ApiError::new(
+            StatusCode::CONFLICT,
+            "run_in_flight",
+            "the thread is being deleted",
+        );
+    }
     ApiError::new(
         StatusCode::CONFLICT,
         "run_in_flight",
@@ -316,18 +520,81 @@ pub(crate) fn in_flight_error(run: &str) -> ApiError {
 pub struct RunSlot {
     gw: Arc<Gateway>,
     key: (String, String),
+    /// The run (empty for a hold).
+    run: String,
+    /// Counted in the `runs_in_flight` metric (a run, not a hold).
+    counted: bool,
+    /// Claimed in the store.
+    claimed: bool,
+    /// Released by [`RunSlot::release`].
+    released: bool,
+    /// Cancelled when the run must stop (`POST .../stop`).
+    pub(crate) stop: CancellationToken,
+}
+
+impl RunSlot {
+    /// Releases the store's claim (awaited), then the local reservation.
+    /// Call it before the run's client sees the end of its stream, so that
+    /// the client's next run finds the thread free.
+    pub(crate) async fn release(mut self) {
+        if self.claimed {
+            let (tenant, thread) = (&self.key.0, &self.key.1);
+            if let Err(e) = self
+                .gw
+                .store
+                .release_thread(tenant, thread, &self.run)
+                .await
+            {
+                tracing::error!(thread = %thread, run = %self.run, error = %e, "cannot release the thread's claim in the store");
+            }
+            self.claimed = false;
+        }
+        self.release_local();
+        self.released = true;
+    }
+
+    fn release_local(&mut self) {
+        let mut active = self.gw.active.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(f) = active.remove(&self.key) {
+            f.ended.notify_waiters();
+        }
+        drop(active);
+        if self.counted {
+            self.counted = false;
+            self.gw
+                .metrics
+                .runs_in_flight
+                .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
 }
 
 impl Drop for RunSlot {
+    /// A slot not released explicitly (a cancelled request, a panic):
+    /// releases the store's claim on a task of its own.
     fn drop(&mut self) {
-        let mut active = self.gw.active.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((_, notify)) = active.remove(&self.key) {
-            notify.notify_waiters();
+        if self.released {
+            return;
         }
-        self.gw
-            .metrics
-            .runs_in_flight
-            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        if self.claimed {
+            let store = self.gw.store.clone();
+            let (tenant, thread) = self.key.clone();
+            let run = self.run.clone();
+            let release = async move {
+                if let Err(e) = store.release_thread(&tenant, &thread, &run).await {
+                    tracing::error!(thread = %thread, run = %run, error = %e, "cannot release the thread's claim in the store");
+                }
+            };
+            match tokio::runtime::Handle::try_current() {
+                Ok(h) => {
+                    h.spawn(release);
+                }
+                Err(_) => tracing::warn!(
+                    "no runtime to release a thread's claim; it lapses with the process"
+                ),
+            }
+        }
+        self.release_local();
     }
 }
 

@@ -13,7 +13,7 @@ use agui_store::{Conversation, EventStream, RunRecord, RunStatus, StoredEvent, T
 use axum::Json;
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures::{FutureExt, StreamExt};
 use serde::Deserialize;
@@ -30,14 +30,18 @@ pub struct ListQuery {
     agent: Option<String>,
     cursor: Option<String>,
     limit: Option<usize>,
+    /// Only threads whose id starts with this (within each page).
+    prefix: Option<String>,
+    /// `latestRun`: add each thread's latest run (id and status).
+    include: Option<String>,
 }
 
-fn ts(t: agui_store::Timestamp) -> Value {
-    // Microseconds since the epoch → RFC 3339.
-    let secs = t.as_micros().div_euclid(1_000_000);
-    let micros = t.as_micros().rem_euclid(1_000_000) as u32;
-    match chrono::DateTime::from_timestamp(secs, micros * 1000) {
-        Some(d) => Value::String(d.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)),
+/// RFC 3339 UTC with milliseconds, the one time format of the API, the CLI's
+/// JSON output and the docs (the store keeps microseconds; the receive time
+/// of a batch is not more precise than that).
+pub(crate) fn ts(t: agui_store::Timestamp) -> Value {
+    match chrono::DateTime::from_timestamp_millis(t.as_micros().div_euclid(1000)) {
+        Some(d) => Value::String(d.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
         None => Value::Null,
     }
 }
@@ -49,6 +53,7 @@ fn thread_json(t: &agui_store::ThreadInfo) -> Value {
         "createdAt": ts(t.created_at),
         "updatedAt": ts(t.updated_at),
         "lastSeq": t.last_seq,
+        "eventCount": t.last_seq,
         "runCount": t.run_count,
         "bytes": t.bytes,
     })
@@ -76,6 +81,16 @@ pub async fn list_threads(
     Query(q): Query<ListQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let tenant = gw.tenant(&headers)?;
+    if q.limit == Some(0) {
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_limit",
+            format!(
+                "limit must be between 1 and {} (a larger one is capped)",
+                agui_store::MAX_PAGE
+            ),
+        ));
+    }
     let page = gw
         .store
         .list_threads(
@@ -88,8 +103,27 @@ pub async fn list_threads(
         )
         .await
         .map_err(store_error)?;
+    let latest = q.include.as_deref() == Some("latestRun");
+    let mut threads = Vec::with_capacity(page.threads.len());
+    for t in &page.threads {
+        if q.prefix
+            .as_ref()
+            .is_some_and(|p| !t.thread_id.starts_with(p.as_str()))
+        {
+            continue;
+        }
+        let mut v = thread_json(t);
+        if latest {
+            let runs = all_runs(&gw, &tenant, &t.thread_id).await?;
+            v["latestRun"] = match runs.last() {
+                Some(r) => json!({"runId": r.run_id, "status": r.status.as_str()}),
+                None => Value::Null,
+            };
+        }
+        threads.push(v);
+    }
     Ok(Json(json!({
-        "threads": page.threads.iter().map(thread_json).collect::<Vec<_>>(),
+        "threads": threads,
         "nextCursor": page.next_cursor,
     })))
 }
@@ -99,7 +133,7 @@ pub async fn get_thread(
     State(gw): State<Arc<Gateway>>,
     headers: HeaderMap,
     Path(thread): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let tenant = gw.tenant(&headers)?;
     let info = gw
         .store
@@ -109,12 +143,45 @@ pub async fn get_thread(
     let runs = all_runs(&gw, &tenant, &thread).await?;
     let mut out = thread_json(&info);
     out["runs"] = Value::Array(runs.iter().map(run_json).collect());
-    out["tree"] = Value::Array(run_tree(&runs));
-    Ok(Json(out))
+    // A placeholder, written by `run_tree` below: the tree is as deep as the
+    // thread's longest chain of runs, too deep for a `Value` (serializing
+    // and dropping one recurse) on a thread of a few thousand turns.
+    out["tree"] = Value::Null;
+    let channels = gw
+        .store
+        .channels(&tenant, &thread)
+        .await
+        .map_err(store_error)?;
+    out["participants"] = crate::session::participants(&gw, &runs, &channels);
+    let no_fields = serde_json::Map::new();
+    let fields = out.as_object().unwrap_or(&no_fields);
+    let mut body = String::with_capacity(256 + runs.len() * 320);
+    body.push('{');
+    for (i, (key, value)) in fields.into_iter().enumerate() {
+        if i > 0 {
+            body.push(',');
+        }
+        body.push_str(&json_text(&Value::String(key.clone())));
+        body.push(':');
+        if key == "tree" {
+            run_tree(&runs, &mut body);
+        } else {
+            body.push_str(&json_text(value));
+        }
+    }
+    body.push('}');
+    Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
 }
 
-/// The runs as a forest: each node is a run with its `children`.
-fn run_tree(runs: &[RunRecord]) -> Vec<Value> {
+fn json_text(v: &Value) -> String {
+    serde_json::to_string(v).unwrap_or_else(|_| "null".to_owned())
+}
+
+/// Writes the runs as a forest, each node a run with its `children`:
+/// `[{"runId", "status", "eventCount", "children": [...]}, ...]`. Without
+/// recursion (a stack of its own), so a chain of any length is written in
+/// full and cannot overflow the stack.
+fn run_tree(runs: &[RunRecord], out: &mut String) {
     let ids: std::collections::HashSet<&str> = runs.iter().map(|r| r.run_id.as_str()).collect();
     let mut children: HashMap<&str, Vec<&RunRecord>> = HashMap::new();
     let mut roots = Vec::new();
@@ -124,18 +191,34 @@ fn run_tree(runs: &[RunRecord]) -> Vec<Value> {
             _ => roots.push(r),
         }
     }
-    fn node(r: &RunRecord, children: &HashMap<&str, Vec<&RunRecord>>, depth: usize) -> Value {
-        let kids = if depth > 10_000 {
-            Vec::new()
-        } else {
-            children
-                .get(r.run_id.as_str())
-                .map(|c| c.iter().map(|k| node(k, children, depth + 1)).collect())
-                .unwrap_or_default()
+    // Each entry: a list of sibling nodes and how many are written. A node
+    // is opened when written and closed when its children list is done.
+    // Runs on a parent cycle are not reachable from a root and are left out,
+    // and every run is written at most once (each has one parent).
+    let mut stack: Vec<(&[&RunRecord], usize)> = vec![(&roots, 0)];
+    out.push('[');
+    while let Some((list, next)) = stack.last_mut() {
+        let Some(r) = list.get(*next).copied() else {
+            stack.pop();
+            out.push_str(if stack.is_empty() { "]" } else { "]}" });
+            continue;
         };
-        json!({"runId": r.run_id, "status": r.status.as_str(), "children": kids})
+        if *next > 0 {
+            out.push(',');
+        }
+        *next += 1;
+        out.push_str("{\"runId\":");
+        out.push_str(&json_text(&Value::String(r.run_id.clone())));
+        out.push_str(",\"status\":\"");
+        out.push_str(r.status.as_str());
+        out.push_str("\",\"eventCount\":");
+        out.push_str(&r.event_count.to_string());
+        out.push_str(",\"children\":[");
+        let kids = children
+            .get(r.run_id.as_str())
+            .map_or(&[][..], Vec::as_slice);
+        stack.push((kids, 0));
     }
-    roots.iter().map(|r| node(r, &children, 0)).collect()
 }
 
 /// `DELETE /threads/{id}`.
@@ -145,21 +228,35 @@ pub async fn delete_thread(
     Path(thread): Path<String>,
 ) -> Result<Response, ApiError> {
     let tenant = gw.tenant(&headers)?;
-    let runs = all_runs(&gw, &tenant, &thread).await?;
+    // A run of this process holds the thread from its request on, before it
+    // stored anything; the hold also keeps new runs off while deleting.
+    let hold = gw.hold_thread(&tenant, &thread).await?;
+    let runs = match all_runs(&gw, &tenant, &thread).await {
+        Ok(r) => r,
+        Err(e) => {
+            hold.release().await;
+            return Err(e);
+        }
+    };
     if let Some(r) = runs.iter().find(|r| r.status == RunStatus::Running) {
+        hold.release().await;
         return Err(crate::gateway::in_flight_error(&r.run_id));
     }
-    gw.store
-        .delete_thread(&tenant, &thread)
-        .await
-        .map_err(store_error)?;
+    let deleted = gw.store.delete_thread(&tenant, &thread).await;
+    hold.release().await;
+    deleted.map_err(store_error)?;
+    gw.positions.forget(&tenant, &thread);
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-/// `?run=` query.
+/// `?run=&event=&seq=` query.
 #[derive(Deserialize)]
 pub struct RunQuery {
     run: Option<String>,
+    /// After this event of the run (0 is its `RUN_STARTED`).
+    event: Option<usize>,
+    /// After the event with this sequence number.
+    seq: Option<u64>,
 }
 
 /// The conversation at the end of a run, as JSON `{messages, state}`.
@@ -168,13 +265,70 @@ async fn conversation_at(
     tenant: &str,
     thread: &str,
     run: &str,
-) -> Result<(Value, Value), ApiError> {
-    let restored = gw
-        .store
-        .restore(tenant, thread, run)
-        .await
-        .map_err(store_error)?;
-    Ok(split(&restored.json))
+) -> Result<(Value, Value, Vec<String>), ApiError> {
+    let restored = restore(gw, tenant, thread, run).await?;
+    let (messages, state) = split(&restored.json);
+    Ok((messages, state, restored.warnings))
+}
+
+/// A run's conversation, as far as its stored events allow.
+pub(crate) struct Restored {
+    /// `{"messages":[...],"state":...}`.
+    pub json: String,
+    /// The last sequence number covered.
+    pub last_seq: u64,
+    /// Why events were skipped (empty when the store's restore succeeded).
+    pub warnings: Vec<String>,
+}
+
+/// Restores a run's conversation through the store; when the stored log
+/// holds events the reducer refuses (written by versions that stored
+/// upstream events unchecked), replays the run's branch here, skipping each
+/// refused event with a warning, so such a thread restores as far as it
+/// goes instead of failing for good.
+pub(crate) async fn restore(
+    gw: &Gateway,
+    tenant: &str,
+    thread: &str,
+    run: &str,
+) -> Result<Restored, ApiError> {
+    match gw.store.restore(tenant, thread, run).await {
+        Ok(r) => Ok(Restored {
+            json: r.json,
+            last_seq: r.last_seq,
+            warnings: Vec::new(),
+        }),
+        Err(e) if e.kind() == agui_store::ErrorKind::Invalid => {
+            tracing::warn!(thread, run, error = %e, "the stored events cannot all be reduced; restoring as far as they go");
+            let events = gw
+                .store
+                .read_branch(tenant, thread, run)
+                .await
+                .map_err(store_error)?;
+            let mut reducer = agui_history::reduce::Reducer::new(Conversation::default());
+            let mut warnings = Vec::new();
+            let mut last_seq = 0;
+            for e in &events {
+                last_seq = e.seq;
+                if let Err(err) = reducer.apply(&e.event) {
+                    tracing::warn!(thread, run, seq = e.seq, error = %err, "skipping a stored event the reducer refuses");
+                    warnings.push(format!(
+                        "event {} ({}) was skipped: the AG-UI client cannot apply it",
+                        e.seq,
+                        e.event.type_name()
+                    ));
+                }
+            }
+            let json = serde_json::to_string(&reducer.into_conversation())
+                .map_err(|_| ApiError::store())?;
+            Ok(Restored {
+                json,
+                last_seq,
+                warnings,
+            })
+        }
+        Err(e) => Err(store_error(e)),
+    }
 }
 
 /// `{messages, state}` out of a restored conversation's JSON.
@@ -197,17 +351,28 @@ pub async fn get_messages(
         .thread(&tenant, &thread)
         .await
         .map_err(store_error)?;
-    let run = match q.run {
-        Some(r) => r,
-        None => match all_runs(&gw, &tenant, &thread).await?.last() {
-            Some(r) => r.run_id.clone(),
-            None => return Ok(Json(json!({"messages": [], "state": null, "runId": null}))),
-        },
+    let runs = all_runs(&gw, &tenant, &thread).await?;
+    let position = crate::travel::resolve_position(&runs, q.run.as_deref(), q.event, q.seq)?;
+    let Some((record, event)) = position else {
+        return Ok(Json(json!({"messages": [], "state": null, "runId": null})));
     };
-    let (messages, state) = conversation_at(&gw, &tenant, &thread, &run).await?;
-    Ok(Json(
-        json!({"messages": messages, "state": state, "runId": run}),
-    ))
+    let run = record.run_id.clone();
+    let Some(n) = event else {
+        let (messages, state, warnings) = conversation_at(&gw, &tenant, &thread, &run).await?;
+        let mut out = json!({"messages": messages, "state": state, "runId": run});
+        if !warnings.is_empty() {
+            out["warnings"] = json!(warnings);
+        }
+        return Ok(Json(out));
+    };
+    let conv = crate::travel::conversation_after(&gw, &tenant, &thread, &runs, record, n).await?;
+    Ok(Json(json!({
+        "messages": conv.get("messages").cloned().unwrap_or_else(|| json!([])),
+        "state": conv.get("state").cloned().unwrap_or(Value::Null),
+        "runId": run,
+        "event": n,
+        "seq": record.first_seq + n as u64,
+    })))
 }
 
 /// `GET /threads/{id}/events` query.
@@ -274,7 +439,7 @@ pub async fn get_events(
         // Everything from `after` on, then live: one subscription.
         let sub = gw
             .store
-            .subscribe(&tenant, &thread, after + 1)
+            .subscribe(&tenant, &thread, after.saturating_add(1))
             .await
             .map_err(store_error)?;
         let body = follow(
@@ -343,7 +508,7 @@ pub async fn get_events(
         Some(_) => {
             let sub = gw
                 .store
-                .subscribe(&tenant, &thread, last_seq + 1)
+                .subscribe(&tenant, &thread, last_seq.saturating_add(1))
                 .await
                 .map_err(store_error)?;
             Ok(sse_response(follow(
@@ -417,7 +582,14 @@ fn follow(
                     refresh(&mut s.running, &mut s.head, &s.gw, &s.tenant, &s.thread).await;
                     continue;
                 }
-                Ok(None) | Ok(Some(Err(_))) => return None,
+                Ok(None) => return None,
+                Ok(Some(Err(e))) => {
+                    // A damaged chunk or a failing store mid-stream: the
+                    // client must see the stream end in error, not quietly.
+                    tracing::error!(tenant = %s.tenant, thread = %s.thread, after = s.last, error = %e, source = ?std::error::Error::source(&e), "cannot read the thread's stored events; ending the stream with an error frame");
+                    s.done = true;
+                    return Some((Ok(error_frame(&e)), s));
+                }
                 Ok(Some(Ok(first))) => {
                     let mut buf = Vec::new();
                     let mut ended = false;
@@ -432,7 +604,13 @@ fn follow(
                     for _ in 0..1024 {
                         match s.sub.next().now_or_never() {
                             Some(Some(Ok(e))) => take(&e, &mut buf, &mut s.last),
-                            Some(_) => {
+                            Some(Some(Err(e))) => {
+                                tracing::error!(tenant = %s.tenant, thread = %s.thread, after = s.last, error = %e, source = ?std::error::Error::source(&e), "cannot read the thread's stored events; ending the stream with an error frame");
+                                buf.extend_from_slice(&error_frame(&e));
+                                s.done = true;
+                                break;
+                            }
+                            Some(None) => {
                                 s.done = true;
                                 break;
                             }
@@ -449,6 +627,17 @@ fn follow(
         }
     });
     Body::from_stream(stream)
+}
+
+/// An SSE `event: error` frame: the stream ends because the stored events
+/// cannot be read (the cause is logged, not sent).
+fn error_frame(e: &agui_store::StoreError) -> Bytes {
+    let code = match e.kind() {
+        agui_store::ErrorKind::Unavailable => "store_unavailable",
+        _ => "store_error",
+    };
+    let body = json!({"error": {"code": code, "message": "the stored events cannot be read; see the gateway log"}});
+    Bytes::from(format!("event: error\ndata: {body}\n\n"))
 }
 
 async fn refresh(running: &mut bool, head: &mut u64, gw: &Gateway, tenant: &str, thread: &str) {
@@ -481,7 +670,7 @@ pub async fn connect(
     if !gw.agents.contains_key(&name) {
         return Err(unknown_agent(&name));
     }
-    let bytes = read_body(body, gw.config.limits.max_body_bytes).await?;
+    let bytes = read_body(&gw, body).await?;
     let input = crate::input::parse(&bytes)?;
     let thread = input.thread_id.clone();
     let runs = match gw.store.thread(&tenant, &thread).await {
@@ -512,11 +701,7 @@ pub async fn connect(
     );
     let mut last_seq = 0;
     if let Some(b) = &base {
-        let restored = gw
-            .store
-            .restore(&tenant, &thread, b)
-            .await
-            .map_err(store_error)?;
+        let restored = restore(&gw, &tenant, &thread, b).await?;
         last_seq = restored.last_seq;
         let (messages, state) = split(&restored.json);
         put(

@@ -76,7 +76,7 @@ pub fn parse(body: &[u8]) -> Result<RunInput, ApiError> {
             ),
         )
     })?;
-    let Value::Object(object) = value else {
+    let Value::Object(mut object) = value else {
         return Err(invalid(
             "(body)",
             &format!("must be a JSON object, found {}", kind(&value)),
@@ -85,7 +85,13 @@ pub fn parse(body: &[u8]) -> Result<RunInput, ApiError> {
     let thread_id = id_field(&object, "threadId", true)?.unwrap_or_default();
     let run_id = id_field(&object, "runId", true)?.unwrap_or_default();
     let parent_run_id = match object.get("parentRunId") {
-        Some(Value::Null) => None,
+        Some(Value::Null) => {
+            // Read as absent, and forwarded as absent: the official client
+            // refuses a `RUN_STARTED.input` with `parentRunId: null`, and
+            // the stored `RUN_STARTED` carries the input sent upstream.
+            object.shift_remove("parentRunId");
+            None
+        }
         _ => id_field(&object, "parentRunId", false)?,
     };
     match object.get("messages") {
@@ -135,6 +141,14 @@ pub fn parse(body: &[u8]) -> Result<RunInput, ApiError> {
             ));
         }
     }
+    // The legacy nulls the official client reads as absent (`forwardedProps`,
+    // `tools[].parameters`, ...) are forwarded as absent: the stored
+    // `RUN_STARTED.input` then passes the schema the gateway checks.
+    let mut value = Value::Object(object);
+    agui_protocol::model::strip_legacy_input_nulls(&mut value);
+    let Value::Object(object) = value else {
+        return Err(invalid("(body)", "must be a JSON object"));
+    };
     Ok(RunInput {
         object,
         thread_id,
@@ -164,32 +178,7 @@ impl RunInput {
     /// id), then the client's new ones, in order. The stored state is used
     /// when the client sent none (absent, `null` or `{}`).
     pub fn merge_stored(&mut self, stored_messages: &[Value], stored_state: Option<&Value>) {
-        let client: Vec<Value> = self.messages().to_vec();
-        let id_of = |m: &Value| m.get("id").and_then(Value::as_str).map(str::to_owned);
-        let mut merged: Vec<Value> = Vec::with_capacity(stored_messages.len() + client.len());
-        let mut index: std::collections::HashMap<String, usize> = Default::default();
-        for m in stored_messages {
-            match id_of(m) {
-                Some(id) if index.contains_key(&id) => {}
-                Some(id) => {
-                    index.insert(id, merged.len());
-                    merged.push(m.clone());
-                }
-                None => merged.push(m.clone()),
-            }
-        }
-        for m in client {
-            match id_of(&m) {
-                Some(id) => match index.get(&id) {
-                    Some(&pos) => merged[pos] = m,
-                    None => {
-                        index.insert(id, merged.len());
-                        merged.push(m);
-                    }
-                },
-                None => merged.push(m),
-            }
-        }
+        let merged = merge_messages(stored_messages, self.messages());
         self.object.insert("messages".into(), Value::Array(merged));
         let client_state_empty = match self.object.get("state") {
             None | Some(Value::Null) => true,
@@ -199,6 +188,72 @@ impl RunInput {
         if let (true, Some(s)) = (client_state_empty, stored_state) {
             self.object.insert("state".into(), s.clone());
         }
+    }
+}
+
+fn id_of(m: &Value) -> Option<&str> {
+    m.get("id").and_then(Value::as_str)
+}
+
+/// `history` with `messages` merged in by id: the first message with the id
+/// of a history message replaces it in place, the others follow in order.
+/// Duplicate ids in `history` keep their first copy.
+pub fn merge_messages(history: &[Value], messages: &[Value]) -> Vec<Value> {
+    let mut merged: Vec<Value> = Vec::with_capacity(history.len() + messages.len());
+    let mut index: std::collections::HashMap<&str, usize> = Default::default();
+    for m in history {
+        match id_of(m) {
+            Some(id) if index.contains_key(id) => {}
+            Some(id) => {
+                index.insert(id, merged.len());
+                merged.push(m.clone());
+            }
+            None => merged.push(m.clone()),
+        }
+    }
+    // A history message is replaced by the first message with its id; a
+    // message is never dropped, even one whose id repeats among `messages`
+    // (it then follows, as sent).
+    let mut taken: std::collections::HashSet<&str> = Default::default();
+    for m in messages {
+        match id_of(m) {
+            Some(id) if !taken.insert(id) => merged.push(m.clone()),
+            Some(id) => match index.get(id) {
+                Some(&pos) => merged[pos] = m.clone(),
+                None => merged.push(m.clone()),
+            },
+            None => merged.push(m.clone()),
+        }
+    }
+    merged
+}
+
+/// The normalized form of a run's input messages for `RUN_STARTED.input`:
+/// the messages not already in the branch history `history` (same id, same
+/// JSON). The exact upstream messages are `merge_messages(history, result)`.
+/// When they cannot be rebuilt that way (a client that sent a history
+/// reordered or cut against the stored one), the messages are kept whole.
+pub fn normalize(history: &[Value], messages: &[Value]) -> Vec<Value> {
+    if history.is_empty() {
+        return messages.to_vec();
+    }
+    let known: std::collections::HashMap<&str, &Value> = history
+        .iter()
+        .filter_map(|m| Some((id_of(m)?, m)))
+        .collect();
+    let fresh: Vec<Value> = messages
+        .iter()
+        .filter(|m| {
+            id_of(m)
+                .and_then(|id| known.get(id))
+                .is_none_or(|h| *h != *m)
+        })
+        .cloned()
+        .collect();
+    if merge_messages(history, &fresh) == messages {
+        fresh
+    } else {
+        messages.to_vec()
     }
 }
 
@@ -240,6 +295,73 @@ mod tests {
         );
         let e = parse(br#"{"threadId":"t","runId":"r","messages":[],"tools":1}"#).unwrap_err();
         assert!(e.message.contains("tools"), "{}", e.message);
+    }
+
+    #[test]
+    fn normalized_messages_rebuild_the_exact_input() {
+        let h = vec![
+            json!({"id":"u1","role":"user","content":"a"}),
+            json!({"id":"a1","role":"assistant","content":"b"}),
+        ];
+        let u2 = json!({"id":"u2","role":"user","content":"c"});
+        // A full client: only the new message is kept.
+        let full = vec![h[0].clone(), h[1].clone(), u2.clone()];
+        assert_eq!(normalize(&h, &full), vec![u2.clone()]);
+        assert_eq!(merge_messages(&h, &normalize(&h, &full)), full);
+        // An edited message stays (it differs from the stored copy).
+        let edited = vec![
+            h[0].clone(),
+            json!({"id":"a1","role":"assistant","content":"B"}),
+            u2.clone(),
+        ];
+        let n = normalize(&h, &edited);
+        assert_eq!(n.len(), 2);
+        assert_eq!(merge_messages(&h, &n), edited);
+        // A client that dropped the history cannot be rebuilt: kept whole.
+        let cut = vec![u2.clone()];
+        assert_eq!(normalize(&h, &cut), cut);
+        // Reordered: kept whole too.
+        let swapped = vec![h[1].clone(), h[0].clone(), u2];
+        assert_eq!(normalize(&h, &swapped), swapped);
+        assert_eq!(normalize(&[], &swapped), swapped);
+    }
+
+    #[test]
+    fn a_null_parent_run_id_is_read_and_forwarded_as_absent() {
+        let i = parse(br#"{"threadId":"t","parentRunId":null,"runId":"r","messages":[]}"#).unwrap();
+        assert_eq!(i.parent_run_id, None);
+        assert_eq!(i.to_json(), r#"{"threadId":"t","runId":"r","messages":[]}"#);
+    }
+
+    #[test]
+    fn legacy_nulls_are_forwarded_as_absent() {
+        let i = parse(br#"{"threadId":"t","runId":"r","messages":[],"tools":[{"name":"x","description":"d","parameters":null}],"forwardedProps":null,"state":null}"#).unwrap();
+        assert_eq!(
+            i.to_json(),
+            r#"{"threadId":"t","runId":"r","messages":[],"tools":[{"name":"x","description":"d"}],"state":null}"#
+        );
+    }
+
+    #[test]
+    fn merge_keeps_every_client_message_when_the_client_repeats_an_id() {
+        // Found by the run_input fuzz target: the second client message
+        // with a repeated id replaced the first, which was lost.
+        let mut i = parse(br#"{"threadId":"t","runId":"r","messages":[{"id":"a","role":"user","content":"1"},{"id":"a","role":"user","content":"2"},{"id":"b","role":"user","content":"3"}]}"#).unwrap();
+        let client = i.messages().to_vec();
+        let stored = vec![
+            json!({"id":"a","role":"user","content":"old"}),
+            json!({"id":"s","role":"assistant","content":"S"}),
+        ];
+        i.merge_stored(&stored, None);
+        let contents: Vec<&str> = i
+            .messages()
+            .iter()
+            .map(|m| m["content"].as_str().unwrap())
+            .collect();
+        assert_eq!(contents, vec!["1", "S", "2", "3"]);
+        for m in &client {
+            assert!(i.messages().contains(m));
+        }
     }
 
     #[test]

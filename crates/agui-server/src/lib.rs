@@ -11,11 +11,19 @@
 //! never names a backend.
 
 mod app;
+mod copilotkit;
 mod gateway;
 mod history;
-mod input;
+#[doc(hidden)]
+pub mod input;
 mod run;
+mod session;
+mod stop;
 mod tracker;
+mod travel;
+pub mod ui;
+pub mod upstream;
+mod upstream_thread;
 
 pub mod config;
 pub mod demo;
@@ -24,6 +32,9 @@ pub mod metrics;
 pub mod sse;
 
 pub use app::{router, serve};
-pub use config::{AgentConfig, Auth, GatewayConfig, Limits, ServeFile, SessionMode, Upstream};
+pub use config::{
+    AgentConfig, Auth, GatewayConfig, Limits, OnDisconnect, ServeFile, SessionMode, Upstream,
+    UpstreamThread,
+};
 pub use error::{ApiError, ServerError};
 pub use gateway::{DEFAULT_TENANT, Gateway};

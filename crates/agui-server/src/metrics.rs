@@ -62,6 +62,9 @@ pub struct Metrics {
     pub runs_closed_by_gateway: AtomicU64,
     /// Runs closed as interrupted at start-up.
     pub runs_interrupted: AtomicU64,
+    /// Runs stopped (`POST .../stop`, or a dropped client under
+    /// `on_disconnect = cancel`).
+    pub runs_cancelled: AtomicU64,
     /// Runs refused (409 etc. are counted in requests instead).
     pub events_stored: AtomicU64,
     /// JSON bytes stored.
@@ -72,6 +75,8 @@ pub struct Metrics {
     pub store_errors: AtomicU64,
     /// Attach / connect streams open now.
     pub subscribers: AtomicU64,
+    /// Connections refused over the connection cap.
+    pub connections_refused: AtomicU64,
     /// Time of each append (a batch).
     pub append_latency: Histogram,
     /// Time from the upstream request to its response headers.
@@ -104,6 +109,7 @@ impl Metrics {
             ("error", &self.runs_error),
             ("closed_by_gateway", &self.runs_closed_by_gateway),
             ("interrupted", &self.runs_interrupted),
+            ("cancelled", &self.runs_cancelled),
         ] {
             let _ = writeln!(
                 out,
@@ -138,6 +144,13 @@ impl Metrics {
             "counter",
             "Store failures.",
             self.store_errors.load(Relaxed),
+        );
+        g(
+            &mut out,
+            "agui_connections_refused_total",
+            "counter",
+            "Connections refused over the connection cap.",
+            self.connections_refused.load(Relaxed),
         );
         g(
             &mut out,

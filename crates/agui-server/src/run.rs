@@ -19,26 +19,53 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures::stream::BoxStream;
 use futures::{FutureExt, StreamExt};
-use serde::Deserialize;
-use serde_json::value::RawValue;
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
-use crate::config::{AgentConfig, SessionMode, Upstream};
+use crate::config::{AgentConfig, OnDisconnect, SessionMode, Upstream, UpstreamThread};
 use crate::error::ApiError;
 use crate::gateway::{AgentOpt, Gateway, RunSlot, in_flight_error, run_error, store_error};
 use crate::input::{self, RunInput};
-use crate::sse::{DecodeError, SseDecoder, put_frame};
-use crate::tracker::OpenItems;
+use crate::sse::put_frame;
+use crate::upstream::{Close, RunIds, UpstreamReader};
 
-/// Reads a request body up to the limit, with a JSON 413 beyond it.
-pub(crate) async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
-    axum::body::to_bytes(body, limit).await.map_err(|_| {
-        ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "body_too_large",
-            format!("the request body is larger than {limit} bytes"),
-        )
-    })
+/// Reads a request body up to the size limit and within the body read
+/// timeout: a JSON 413 beyond the size, 408 `body_timeout` beyond the time.
+pub(crate) async fn read_body(gw: &Gateway, body: Body) -> Result<Bytes, ApiError> {
+    let limit = gw.config.limits.max_body_bytes;
+    let timeout = gw.config.limits.body_read_timeout;
+    match tokio::time::timeout(timeout, axum::body::to_bytes(body, limit)).await {
+        Err(_) => Err(ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "body_timeout",
+            format!(
+                "the request body did not arrive within {} ms",
+                timeout.as_millis()
+            ),
+        )),
+        Ok(Err(e)) => {
+            // A body over the limit, or a connection that broke mid-body.
+            let mut too_large = false;
+            let mut cause: Option<&dyn std::error::Error> = Some(&e);
+            while let Some(c) = cause {
+                too_large |= c.to_string().contains("length limit");
+                cause = c.source();
+            }
+            if too_large {
+                Err(ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "body_too_large",
+                    format!("the request body is larger than {limit} bytes"),
+                ))
+            } else {
+                Err(ApiError::bad_request(
+                    "body_unreadable",
+                    "the request body could not be read",
+                ))
+            }
+        }
+        Ok(Ok(b)) => Ok(b),
+    }
 }
 
 /// An SSE response over pre-framed chunks.
@@ -62,11 +89,13 @@ pub async fn run_handler(
     body: Body,
 ) -> Result<Response, ApiError> {
     let tenant = gw.tenant(&headers)?;
-    let agent = gw
-        .agents
-        .get(&name)
-        .cloned()
-        .ok_or_else(|| unknown_agent(&name))?;
+    let Some(agent) = gw.agents.get(&name).cloned() else {
+        // Name the thread too: on a thread imported without this agent
+        // (restore case reduced), its runs are refused until it is configured.
+        let bytes = read_body(&gw, body).await?;
+        let thread = input::parse(&bytes).ok().map(|i| i.thread_id);
+        return Err(unknown_agent_on(&name, thread.as_deref()));
+    };
     if gw.shutting_down.is_cancelled() {
         return Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -74,7 +103,7 @@ pub async fn run_handler(
             "the gateway is shutting down",
         ));
     }
-    let bytes = read_body(body, gw.config.limits.max_body_bytes).await?;
+    let bytes = read_body(&gw, body).await?;
     let mut input = input::parse(&bytes)?;
     let slot = gw
         .reserve(
@@ -84,31 +113,114 @@ pub async fn run_handler(
             input.parent_run_id.as_deref(),
         )
         .await?;
-    let prep = prepare(&gw, &tenant, &agent, &mut input).await?;
+    let prep = match prepare(&gw, &tenant, &agent, &mut input).await {
+        Ok(p) => p,
+        Err(e) => {
+            slot.release().await;
+            return Err(e);
+        }
+    };
+    // The input the run would store in its `RUN_STARTED` (the gateway's own
+    // when the upstream sends none or one that is refused) must be one the
+    // official client accepts, or the stored log would fail it: checked
+    // here, before anything is stored or sent upstream.
+    let probe = RunIds {
+        thread: input.thread_id.clone(),
+        run: input.run_id.clone(),
+        parent: prep.parent.clone(),
+        input_json: input.to_json(),
+        stored_input_json: prep.stored_input_json.clone(),
+        upstream_thread: prep.upstream_thread.clone(),
+    };
+    if let Err(e) = agui_protocol::model::parse_event(&probe.synthetic_started()) {
+        slot.release().await;
+        let reason = e.to_string();
+        let reason = reason.strip_prefix("RUN_STARTED: ").unwrap_or(&reason);
+        let reason = reason.strip_prefix("input.").unwrap_or(reason);
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_input",
+            format!("RunAgentInput {reason}"),
+        ));
+    }
     let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
+    let upstream_headers = upstream_headers(&gw, &agent, &headers);
     let ctx = RunCtx {
         gw: gw.clone(),
         tenant,
+        upstream_headers,
         agent,
         thread: input.thread_id.clone(),
         run_id: input.run_id.clone(),
         parent: prep.parent,
-        input_json: input.to_json(),
+        input_json: probe.input_json,
+        stored_input_json: prep.stored_input_json,
+        prelude: prep.prelude,
+        upstream_thread: prep.upstream_thread,
         head: prep.head,
-        _slot: slot,
+        stop: slot.stop.clone(),
+        slot: Some(slot),
     };
     gw.runs.spawn(drive(ctx, tx));
     let stream = tokio_stream::wrappers::UnboundedReceiverStream::new(rx).map(Ok::<_, Infallible>);
     Ok(sse_response(Body::from_stream(stream)))
 }
 
+/// The headers of the upstream request besides `Content-Type` and `Accept`:
+/// the client's headers on the allow-lists (gateway-wide and the agent's),
+/// then the agent's configured headers, which win over a forwarded one of
+/// the same name. Values are marked sensitive so no debug output shows them.
+pub(crate) fn upstream_headers(gw: &Gateway, agent: &AgentConfig, client: &HeaderMap) -> HeaderMap {
+    let mut out = HeaderMap::new();
+    for name in gw
+        .config
+        .forward_headers
+        .iter()
+        .chain(&agent.forward_headers)
+    {
+        if out.contains_key(name) {
+            continue;
+        }
+        for v in client.get_all(name) {
+            let mut v = v.clone();
+            v.set_sensitive(true);
+            out.append(name.clone(), v);
+        }
+    }
+    for (name, _) in &agent.upstream_headers.0 {
+        out.remove(name);
+    }
+    for (name, value) in &agent.upstream_headers.0 {
+        out.append(name.clone(), value.clone());
+    }
+    out
+}
+
 pub(crate) fn unknown_agent(name: &str) -> ApiError {
-    ApiError::not_found(format!("no agent named {name:?} is configured"))
+    unknown_agent_on(name, None)
+}
+
+/// 404 `unknown_agent`, naming the thread when the request named one.
+pub(crate) fn unknown_agent_on(name: &str, thread: Option<&str>) -> ApiError {
+    let message = match thread {
+        Some(t) => format!(
+            "no agent named {name:?} is configured on this gateway; thread {t:?} cannot run it until it is"
+        ),
+        None => format!("no agent named {name:?} is configured"),
+    };
+    ApiError::new(StatusCode::NOT_FOUND, "unknown_agent", message)
 }
 
 struct Prepared {
+    /// The thread id the upstream sees.
+    upstream_thread: String,
     parent: Option<String>,
     head: u64,
+    /// `RUN_STARTED.input` as stored: messages normalized against the
+    /// branch history.
+    stored_input_json: String,
+    /// Snapshots for a thin client, sent after `RUN_STARTED`.
+    prelude: Option<Bytes>,
 }
 
 /// Checks the thread and resolves lineage (and, in server mode, the
@@ -127,8 +239,9 @@ async fn prepare(
         Err(e) => return Err(store_error(e)),
     };
     let mut parent = input.parent_run_id.clone();
+    let mut runs = Vec::new();
     if head > 0 {
-        let runs = all_runs(gw, tenant, &thread).await?;
+        runs = all_runs(gw, tenant, &thread).await?;
         if let Some(r) = runs.iter().find(|r| r.status == RunStatus::Running) {
             return Err(in_flight_error(&r.run_id));
         }
@@ -152,20 +265,89 @@ async fn prepare(
     } else if let Some(p) = &parent {
         return Err(unknown_parent(p));
     }
-    if let (SessionMode::Server, Some(p)) = (agent.sessions, &parent) {
-        let restored = store
-            .restore(tenant, &thread, p)
-            .await
-            .map_err(store_error)?;
-        let conv: serde_json::Value = serde_json::from_str(&restored.json).unwrap_or_default();
-        let msgs = conv
-            .get("messages")
-            .and_then(|m| m.as_array())
-            .cloned()
-            .unwrap_or_default();
-        input.merge_stored(&msgs, conv.get("state"));
+    // The branch history the run continues (empty for a thread's first run).
+    let (history, stored_state) = match &parent {
+        Some(p) => {
+            let restored = crate::history::restore(gw, tenant, &thread, p).await?;
+            let mut conv: serde_json::Value =
+                serde_json::from_str(&restored.json).unwrap_or_default();
+            let msgs = match conv.get_mut("messages").map(serde_json::Value::take) {
+                Some(serde_json::Value::Array(m)) => m,
+                _ => Vec::new(),
+            };
+            (msgs, conv.get("state").cloned())
+        }
+        None => (Vec::new(), None),
+    };
+    // Per-branch upstream threads: a fork goes upstream under an id of its
+    // own, with its branch's whole history.
+    let (upstream_thread, fork) = match agent.upstream_thread {
+        UpstreamThread::Shared => (thread.clone(), false),
+        UpstreamThread::PerBranch => {
+            crate::upstream_thread::for_new_run(&thread, &runs, &input.run_id, parent.as_deref())
+        }
+    };
+    let mut prelude = None;
+    if fork && agent.sessions == SessionMode::Client {
+        input.merge_stored(&history, None);
     }
-    Ok(Prepared { parent, head })
+    if agent.sessions == SessionMode::Server && parent.is_some() {
+        let client_ids: Vec<String> = input
+            .messages()
+            .iter()
+            .filter_map(|m| m.get("id")?.as_str().map(str::to_owned))
+            .collect();
+        input.merge_stored(&history, stored_state.as_ref());
+        let merged = input.messages();
+        let same_order = merged.len() == client_ids.len()
+            && merged
+                .iter()
+                .zip(&client_ids)
+                .all(|(m, id)| m.get("id").and_then(|v| v.as_str()) == Some(id));
+        if !same_order {
+            prelude = Some(thin_client_prelude(merged));
+        }
+    }
+    // What RUN_STARTED records: only the messages the branch history lacks.
+    let mut stored = input.object.clone();
+    stored.insert(
+        "messages".into(),
+        serde_json::Value::Array(input::normalize(&history, input.messages())),
+    );
+    let stored_input_json = serde_json::to_string(&stored).unwrap_or_else(|_| input.to_json());
+    if upstream_thread != thread {
+        input.object.insert(
+            "threadId".into(),
+            serde_json::Value::String(upstream_thread.clone()),
+        );
+    }
+    Ok(Prepared {
+        upstream_thread,
+        parent,
+        head,
+        stored_input_json,
+        prelude,
+    })
+}
+
+/// What a client that sent less than the conversation (a thin client in
+/// server-session mode) gets right after `RUN_STARTED`: an empty
+/// `MESSAGES_SNAPSHOT`, then one of the merged conversation. The official
+/// clients keep the local order of messages a snapshot lists and append the
+/// others, so clearing first puts the conversation in its stored order. Sent
+/// to this client only (unnumbered, not stored): the stored log already
+/// holds the conversation.
+fn thin_client_prelude(merged: &[serde_json::Value]) -> Bytes {
+    let mut buf = Vec::new();
+    for v in [
+        serde_json::json!({"type": "MESSAGES_SNAPSHOT", "messages": []}),
+        serde_json::json!({"type": "MESSAGES_SNAPSHOT", "messages": merged}),
+    ] {
+        if let Ok(e) = Event::from_serialize(&v) {
+            put_frame(&mut buf, &e, None);
+        }
+    }
+    Bytes::from(buf)
 }
 
 fn unknown_parent(p: &str) -> ApiError {
@@ -208,145 +390,72 @@ pub(crate) async fn all_runs(
     Ok(out)
 }
 
-struct RunCtx {
-    gw: Arc<Gateway>,
-    tenant: String,
-    agent: AgentConfig,
-    thread: String,
-    run_id: String,
-    parent: Option<String>,
-    input_json: String,
-    head: u64,
-    _slot: RunSlot,
+pub(crate) struct RunCtx {
+    pub(crate) gw: Arc<Gateway>,
+    pub(crate) tenant: String,
+    /// Forwarded and configured headers for the upstream request (secret).
+    pub(crate) upstream_headers: HeaderMap,
+    pub(crate) agent: AgentConfig,
+    pub(crate) thread: String,
+    pub(crate) run_id: String,
+    pub(crate) parent: Option<String>,
+    /// The exact input sent upstream.
+    pub(crate) input_json: String,
+    /// `RUN_STARTED.input` as recorded (normalized messages).
+    pub(crate) stored_input_json: String,
+    /// Frames a thin client gets after `RUN_STARTED`.
+    pub(crate) prelude: Option<Bytes>,
+    /// The thread id the upstream sees (the user's unless per-branch).
+    pub(crate) upstream_thread: String,
+    pub(crate) head: u64,
+    /// Cancelled by `POST /threads/{id}/runs/{run}/stop` (or a dropped
+    /// client under `on_disconnect = cancel`).
+    pub(crate) stop: CancellationToken,
+    /// Released before the client's stream ends.
+    slot: Option<RunSlot>,
 }
 
-/// Why the gateway closes a run itself.
-struct Close {
-    code: &'static str,
-    message: String,
-}
-
-impl Close {
-    fn new(code: &'static str, message: impl Into<String>) -> Close {
-        Close {
-            code,
-            message: message.into(),
-        }
-    }
-}
-
-struct RunState {
-    seq: u64,
-    started: bool,
-    ended: bool,
-    count: u64,
-    open: OpenItems,
-    client: Option<mpsc::UnboundedSender<Bytes>>,
-    store_failed: bool,
-}
-
-#[derive(Deserialize)]
-struct StartedView<'a> {
-    #[serde(rename = "parentRunId", borrow, default, deserialize_with = "present")]
-    parent_run_id: Option<&'a RawValue>,
-    #[serde(borrow, default, deserialize_with = "present")]
-    input: Option<&'a RawValue>,
-}
-
-/// `Some` for any field present, `null` included (serde's `Option` would
-/// read a `null` as `None`, hiding a key that is there).
-fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
-    <&RawValue>::deserialize(d).map(Some)
+pub(crate) struct RunState {
+    pub(crate) seq: u64,
+    pub(crate) reader: UpstreamReader,
+    pub(crate) client: Option<mpsc::UnboundedSender<Bytes>>,
+    pub(crate) store_failed: bool,
+    /// Something else appended to the thread (a stop sent to another
+    /// replica): the run is not ours to write any more.
+    pub(crate) foreign: bool,
+    /// The client got the run's end (stored or relayed).
+    pub(crate) finished: bool,
+    /// Sequence numbers up to this one are (or are about to be) ours.
+    pub(crate) own_seq: Arc<std::sync::atomic::AtomicU64>,
+    /// Frames for this client only, sent right after `RUN_STARTED`.
+    pub(crate) prelude: Option<Bytes>,
 }
 
 impl RunCtx {
-    fn synthetic_started(&self) -> Event {
-        let mut text = format!(
-            "{{\"type\":\"RUN_STARTED\",\"threadId\":{},\"runId\":{}",
-            json_str(&self.thread),
-            json_str(&self.run_id)
-        );
-        if let Some(p) = &self.parent {
-            text.push_str(",\"parentRunId\":");
-            text.push_str(&json_str(p));
+    pub(crate) fn ids(&self) -> RunIds {
+        RunIds {
+            thread: self.thread.clone(),
+            run: self.run_id.clone(),
+            parent: self.parent.clone(),
+            input_json: self.input_json.clone(),
+            stored_input_json: self.stored_input_json.clone(),
+            upstream_thread: self.upstream_thread.clone(),
         }
-        text.push_str(",\"input\":");
-        text.push_str(&self.input_json);
-        text.push('}');
-        Event::from_json_string(text).unwrap_or_else(|_| run_error("internal", "internal error"))
-    }
-
-    /// Adds `parentRunId` and `input` to the upstream's `RUN_STARTED` when it
-    /// omitted them, keeping its text otherwise.
-    fn complete_started(&self, event: Event) -> Event {
-        let Ok(view) = event.view::<StartedView>() else {
-            return event;
-        };
-        // A field present as `null` counts as omitted (AG-UI's optional
-        // fields may be sent either way).
-        let missing = |v: Option<&RawValue>| v.is_none_or(|r| r.get() == "null");
-        let add_parent = missing(view.parent_run_id) && self.parent.is_some();
-        let add_input = missing(view.input);
-        if !add_parent && !add_input {
-            return event;
-        }
-        if view.parent_run_id.is_some() && add_parent || view.input.is_some() && add_input {
-            return self.replace_null_fields(event, add_parent, add_input);
-        }
-        let json = event.json();
-        let Some(body) = json.strip_suffix('}') else {
-            return event;
-        };
-        let mut text = String::with_capacity(json.len() + self.input_json.len() + 64);
-        text.push_str(body);
-        if let (true, Some(p)) = (add_parent, &self.parent) {
-            text.push_str(",\"parentRunId\":");
-            text.push_str(&json_str(p));
-        }
-        if add_input {
-            text.push_str(",\"input\":");
-            text.push_str(&self.input_json);
-        }
-        text.push('}');
-        Event::from_json_string(text).unwrap_or(event)
     }
 }
 
-impl RunCtx {
-    /// [`RunCtx::complete_started`] when a field to fill is present as
-    /// `null`: rewrites the object, keeping the other fields and their order.
-    fn replace_null_fields(&self, event: Event, add_parent: bool, add_input: bool) -> Event {
-        let Ok(mut map) =
-            serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(event.json())
-        else {
-            return event;
-        };
-        if add_parent && let Some(p) = &self.parent {
-            map.insert("parentRunId".into(), serde_json::Value::String(p.clone()));
-        }
-        if add_input {
-            match serde_json::from_str::<serde_json::Value>(&self.input_json) {
-                Ok(v) => {
-                    map.insert("input".into(), v);
-                }
-                Err(_) => return event,
-            }
-        }
-        Event::from_serialize(&map).unwrap_or(event)
-    }
-}
-
-fn json_str(s: &str) -> String {
-    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".to_owned())
-}
-
-/// The upstream's response body as a byte stream.
+/// The upstream's response body as a byte stream, and its content type.
 type ByteStream = BoxStream<'static, Result<Bytes, String>>;
 
-async fn open_upstream(ctx: &RunCtx) -> Result<ByteStream, Close> {
+async fn open_upstream(ctx: &RunCtx) -> Result<(ByteStream, Option<String>), Close> {
     match &ctx.agent.upstream {
         Upstream::Demo => crate::demo::stream_for(ctx.input_json.as_bytes())
-            .map(|s| s.map(Ok::<_, String>).boxed())
+            .map(|s| {
+                (
+                    s.map(Ok::<_, String>).boxed(),
+                    Some("text/event-stream".to_owned()),
+                )
+            })
             .map_err(|e| {
                 Close::new(
                     "upstream_error",
@@ -357,8 +466,9 @@ async fn open_upstream(ctx: &RunCtx) -> Result<ByteStream, Close> {
             let started = Instant::now();
             let req = ctx
                 .gw
-                .http
+                .client_for(&ctx.agent.name)
                 .post(url)
+                .headers(ctx.upstream_headers.clone())
                 .header(header::CONTENT_TYPE, "application/json")
                 .header(header::ACCEPT, "text/event-stream")
                 .body(ctx.input_json.clone())
@@ -404,47 +514,107 @@ async fn open_upstream(ctx: &RunCtx) -> Result<ByteStream, Close> {
                     ),
                 ));
             }
-            Ok(resp
-                .bytes_stream()
-                .map(|r| r.map_err(|e| e.to_string()))
-                .boxed())
+            let content_type = resp
+                .headers()
+                .get(header::CONTENT_TYPE)
+                .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+            Ok((
+                resp.bytes_stream()
+                    .map(|r| r.map_err(|e| e.to_string()))
+                    .boxed(),
+                content_type,
+            ))
         }
     }
 }
 
-async fn drive(ctx: RunCtx, tx: mpsc::UnboundedSender<Bytes>) {
+async fn drive(mut ctx: RunCtx, tx: mpsc::UnboundedSender<Bytes>) {
     let gw = ctx.gw.clone();
+    let limits = &gw.config.limits;
+    let own_seq = Arc::new(std::sync::atomic::AtomicU64::new(ctx.head));
+    // A stop sent to another replica shows as events this run did not write.
+    let _watch = crate::stop::watch_foreign(
+        &ctx.gw,
+        &ctx.tenant,
+        &ctx.thread,
+        ctx.head,
+        own_seq.clone(),
+        ctx.stop.clone(),
+    )
+    .await;
+    if ctx.agent.on_disconnect == OnDisconnect::Cancel {
+        let (client, stop) = (tx.clone(), ctx.stop.clone());
+        ctx.gw.runs.spawn(async move {
+            tokio::select! {
+                _ = client.closed() => stop.cancel(),
+                _ = stop.cancelled() => {}
+            }
+        });
+    }
     let mut st = RunState {
         seq: ctx.head,
-        started: false,
-        ended: false,
-        count: 0,
-        open: OpenItems::default(),
+        reader: UpstreamReader::new(
+            ctx.ids(),
+            limits.max_event_bytes,
+            limits.max_events_per_run,
+            None,
+        ),
         client: Some(tx),
         store_failed: false,
+        foreign: false,
+        finished: false,
+        own_seq,
+        prelude: ctx.prelude.take(),
     };
     tracing::info!(agent = %ctx.agent.name, thread = %ctx.thread, run = %ctx.run_id, "run started");
     let outcome = tokio::select! {
         r = open_upstream(&ctx) => r,
         _ = gw.close_runs.cancelled() => Err(Close::new("shutdown", "the gateway shut down before the upstream answered")),
+        _ = ctx.stop.cancelled() => Err(Close::new(STOPPED, "the run was stopped")),
     };
     let close = match outcome {
         Err(c) => Some(c),
-        Ok(body) => pump(&ctx, &mut st, body).await,
+        Ok((body, content_type)) => {
+            st.reader = UpstreamReader::new(
+                ctx.ids(),
+                limits.max_event_bytes,
+                limits.max_events_per_run,
+                content_type,
+            );
+            pump(&ctx, &mut st, body).await
+        }
     };
-    if let Some(c) = close {
-        if c.code != "shutdown" {
+    ctx.stop.cancel(); // ends the watchers
+    let close = match close {
+        Some(c) if c.code == STOPPED && !st.foreign => {
+            crate::stop::finish_cancelled(&ctx, &mut st).await;
+            None
+        }
+        c => c,
+    };
+    if st.foreign && !st.finished {
+        crate::stop::relay_foreign(&ctx, &mut st).await;
+    }
+    if let Some(c) = close.filter(|_| !st.foreign) {
+        if c.code != "shutdown" && c.code != "store_error" {
             gw.metrics.upstream_errors.fetch_add(1, Relaxed);
         }
         tracing::warn!(thread = %ctx.thread, run = %ctx.run_id, code = c.code, "{}", c.message);
         finish_with_error(&ctx, &mut st, c).await;
         gw.metrics.runs_closed_by_gateway.fetch_add(1, Relaxed);
     }
-    tracing::info!(thread = %ctx.thread, run = %ctx.run_id, events = st.count, "run ended");
+    if st.reader.started() && !st.store_failed {
+        crate::session::record_channel(&gw, &ctx.tenant, &ctx.thread, &ctx.agent, &ctx.run_id)
+            .await;
+    }
+    tracing::info!(thread = %ctx.thread, run = %ctx.run_id, events = st.reader.count(), "run ended");
+    // The thread is free before the client sees its stream end.
+    if let Some(slot) = ctx.slot.take() {
+        slot.release().await;
+    }
+    drop(st);
 }
 
-/// Reads the upstream to its end. Returns why the gateway must close the
-/// run, or `None` when the upstream ended it.
 /// Chunks read ahead of the store at most, per run.
 const READ_AHEAD_CHUNKS: usize = 256;
 
@@ -481,17 +651,20 @@ fn read_ahead(mut body: ByteStream) -> ByteStream {
         .boxed()
 }
 
+/// Reads the upstream to its end. Returns why the gateway must close the
+/// run, or `None` when the upstream ended it.
 async fn pump(ctx: &RunCtx, st: &mut RunState, body: ByteStream) -> Option<Close> {
     let mut body = read_ahead(body);
-    let limits = &ctx.gw.config.limits;
-    let mut decoder = SseDecoder::new(limits.max_event_bytes);
     let mut events: Vec<Event> = Vec::new();
-    let idle = limits.upstream_idle_timeout;
+    let idle = ctx.gw.config.limits.upstream_idle_timeout;
     loop {
         let next = tokio::select! {
             n = tokio::time::timeout(idle, body.next()) => n,
             _ = ctx.gw.close_runs.cancelled() => return Some(Close::new("shutdown", "the gateway shut down while the run was in flight")),
+            _ = ctx.stop.cancelled() => return Some(Close::new(STOPPED, "the run was stopped")),
         };
+        // Why the reading stops, once what was read is stored.
+        let mut stop: Option<Close> = None;
         let mut done = false;
         match next {
             Err(_) => {
@@ -500,53 +673,55 @@ async fn pump(ctx: &RunCtx, st: &mut RunState, body: ByteStream) -> Option<Close
                     format!("the upstream agent was silent for {} ms", idle.as_millis()),
                 ));
             }
-            Ok(Some(Err(_))) => {
-                return Some(Close::new(
-                    "upstream_error",
-                    "the connection to the upstream agent failed mid-stream",
-                ));
-            }
+            Ok(Some(Err(_))) => stop = Some(st.reader.broken()),
             Ok(Some(Ok(chunk))) => {
-                if let Err(e) = decoder.push(&chunk, &mut events) {
-                    return Some(decode_close(e, st, ctx, &mut events).await);
-                }
-                // Take whatever else arrived meanwhile, to store it in one batch.
-                for _ in 0..READ_AHEAD_CHUNKS {
-                    match body.next().now_or_never() {
-                        Some(Some(Ok(more))) => {
-                            if let Err(e) = decoder.push(&more, &mut events) {
-                                return Some(decode_close(e, st, ctx, &mut events).await);
+                if let Err(c) = st.reader.push(&chunk, &mut events) {
+                    stop = Some(c);
+                } else {
+                    // Take whatever else arrived meanwhile, to store it in one batch.
+                    for _ in 0..READ_AHEAD_CHUNKS {
+                        match body.next().now_or_never() {
+                            Some(Some(Ok(more))) => {
+                                if let Err(c) = st.reader.push(&more, &mut events) {
+                                    stop = Some(c);
+                                    break;
+                                }
                             }
+                            Some(Some(Err(_))) => {
+                                stop = Some(st.reader.broken());
+                                break;
+                            }
+                            Some(None) => {
+                                done = true;
+                                break;
+                            }
+                            None => break,
                         }
-                        Some(Some(Err(_))) => {
-                            flush_events(ctx, st, &mut events).await;
-                            return Some(Close::new(
-                                "upstream_error",
-                                "the connection to the upstream agent failed mid-stream",
-                            ));
-                        }
-                        Some(None) => {
-                            done = true;
-                            break;
-                        }
-                        None => break,
                     }
                 }
             }
             Ok(None) => done = true,
         }
-        let finished = if done {
-            decoder.finish(&mut events)
-        } else {
-            Ok(())
-        };
-        if let Err(e) = finished {
-            return Some(decode_close(e, st, ctx, &mut events).await);
+        if done && stop.is_none() && !st.reader.ended() {
+            stop = st.reader.finish(&mut events).err();
         }
-        if let Some(c) = flush_events(ctx, st, &mut events).await {
-            return Some(c);
+        // Keep the good events read before whatever stops the run.
+        if !events.is_empty() {
+            store_and_send(ctx, st, std::mem::take(&mut events)).await;
         }
-        if st.ended {
+        if st.foreign {
+            return Some(Close::new(STOPPED, "the run was stopped elsewhere"));
+        }
+        if st.store_failed {
+            return Some(Close::new(
+                "store_error",
+                "the gateway could not store the run",
+            ));
+        }
+        if stop.is_some() {
+            return stop;
+        }
+        if st.reader.ended() {
             return None;
         }
         if done {
@@ -558,110 +733,40 @@ async fn pump(ctx: &RunCtx, st: &mut RunState, body: ByteStream) -> Option<Close
     }
 }
 
-async fn decode_close(
-    e: DecodeError,
-    st: &mut RunState,
-    ctx: &RunCtx,
-    events: &mut Vec<Event>,
-) -> Close {
-    // Keep the good events decoded before the bad one.
-    flush_events(ctx, st, events).await;
-    match e {
-        DecodeError::TooLarge { limit } => Close::new(
-            "event_too_large",
-            format!("the upstream agent sent an event larger than {limit} bytes"),
-        ),
-        DecodeError::NotAnEvent { index, .. } | DecodeError::NotUtf8 { index } => Close::new(
-            "upstream_garbage",
-            format!("the upstream agent sent frame {index}, which is not an AG-UI event"),
-        ),
-    }
-}
-
-/// Checks, completes and stores decoded events, then sends them.
-async fn flush_events(ctx: &RunCtx, st: &mut RunState, events: &mut Vec<Event>) -> Option<Close> {
-    if events.is_empty() || st.ended {
-        events.clear();
-        return None;
-    }
-    let mut batch = Vec::with_capacity(events.len() + 1);
-    let mut close = None;
-    for e in events.drain(..) {
-        if st.ended {
-            break; // anything after the run's end is not part of it
-        }
-        if st.count >= ctx.gw.config.limits.max_events_per_run {
-            close = Some(Close::new(
-                "event_limit",
-                format!(
-                    "the run exceeded {} events",
-                    ctx.gw.config.limits.max_events_per_run
-                ),
-            ));
-            break;
-        }
-        let e = if !st.started {
-            st.started = true;
-            if *e.event_type() == EventType::RunStarted {
-                ctx.complete_started(e)
-            } else {
-                batch.push(ctx.synthetic_started());
-                st.count += 1;
-                e
-            }
-        } else if *e.event_type() == EventType::RunStarted {
-            close = Some(Close::new(
-                "upstream_protocol",
-                "the upstream agent started a second run in the same stream",
-            ));
-            break;
-        } else {
-            e
-        };
-        if e.event_type().is_run_terminal() {
-            st.ended = true;
-        }
-        st.open.track(&e);
-        st.count += 1;
-        batch.push(e);
-    }
-    if !batch.is_empty() {
-        store_and_send(ctx, st, batch).await;
-    }
-    if st.store_failed {
-        return Some(Close::new(
-            "store_error",
-            "the gateway could not store the run",
-        ));
-    }
-    close
-}
-
 /// Appends a batch, then sends it to the client (if still connected).
-async fn store_and_send(ctx: &RunCtx, st: &mut RunState, batch: Vec<Event>) {
+pub(crate) async fn store_and_send(ctx: &RunCtx, st: &mut RunState, batch: Vec<Event>) {
     if st.store_failed {
         return;
     }
     let gw = &ctx.gw;
     let t0 = Instant::now();
     let bytes: usize = batch.iter().map(Event::len_bytes).sum();
-    let req = AppendRequest::new(batch.clone())
+    let n = batch.len();
+    st.own_seq
+        .store(st.seq + n as u64, std::sync::atomic::Ordering::SeqCst);
+    let req = AppendRequest::new(batch)
         .expect_seq(st.seq)
         .agent_opt(Some(ctx.agent.name.clone()));
-    match gw.store.append(&ctx.tenant, &ctx.thread, req).await {
+    match gw.store.append(&ctx.tenant, &ctx.thread, req.clone()).await {
         Ok(appended) => {
             gw.metrics.append_latency.observe(t0.elapsed());
-            gw.metrics
-                .events_stored
-                .fetch_add(batch.len() as u64, Relaxed);
+            gw.metrics.events_stored.fetch_add(n as u64, Relaxed);
             gw.metrics.bytes_stored.fetch_add(bytes as u64, Relaxed);
             st.seq = appended.last_seq;
-            let mut buf = Vec::with_capacity(bytes + batch.len() * 24);
-            for (e, seq) in batch.iter().zip(appended.seqs()) {
+            let mut buf = Vec::with_capacity(bytes + n * 24);
+            for (e, seq) in req.events.iter().zip(appended.seqs()) {
                 put_frame(&mut buf, e, Some(seq));
+                if *e.event_type() == EventType::RunStarted
+                    && let Some(p) = st.prelude.take()
+                {
+                    buf.extend_from_slice(&p);
+                }
+                if e.event_type().is_run_terminal() {
+                    st.finished = true;
+                }
             }
             send(st, Bytes::from(buf));
-            for e in &batch {
+            for e in &req.events {
                 match e.event_type() {
                     EventType::RunFinished => {
                         gw.metrics.runs_finished.fetch_add(1, Relaxed);
@@ -673,15 +778,22 @@ async fn store_and_send(ctx: &RunCtx, st: &mut RunState, batch: Vec<Event>) {
                 }
             }
         }
+        Err(e) if e.kind() == ErrorKind::Conflict => {
+            // Another writer appended to the thread: a stop through another
+            // replica. The run is no longer ours to write.
+            tracing::info!(thread = %ctx.thread, run = %ctx.run_id, "another writer appended to the thread (a stop through another process)");
+            st.foreign = true;
+            st.store_failed = true;
+        }
         Err(e) => {
             gw.metrics.store_errors.fetch_add(1, Relaxed);
-            tracing::error!(thread = %ctx.thread, run = %ctx.run_id, error = %e, source = ?std::error::Error::source(&e), "cannot store the run's events");
+            tracing::error!(thread = %ctx.thread, run = %ctx.run_id, events = n, error = %e, source = ?std::error::Error::source(&e), "cannot store the run's events; the run ends with RUN_ERROR store_error");
             st.store_failed = true;
         }
     }
 }
 
-fn send(st: &mut RunState, bytes: Bytes) {
+pub(crate) fn send(st: &mut RunState, bytes: Bytes) {
     if let Some(tx) = &st.client
         && tx.send(bytes).is_err()
     {
@@ -691,35 +803,36 @@ fn send(st: &mut RunState, bytes: Bytes) {
 }
 
 /// Ends what is open and records a `RUN_ERROR`; the client receives it.
+/// When the store failed, nothing more is stored: the client gets an
+/// unnumbered `RUN_ERROR` (`store_error`) after the frames it already has,
+/// whichever batch failed (the terminal one included).
 async fn finish_with_error(ctx: &RunCtx, st: &mut RunState, close: Close) {
-    if st.ended {
-        return;
-    }
-    let mut batch = Vec::new();
-    if !st.started {
-        st.started = true;
-        batch.push(ctx.synthetic_started());
-    }
-    batch.extend(st.open.closers());
-    batch.push(run_error(close.code, &close.message));
-    st.ended = true;
-    if st.store_failed {
-        // Nothing more can be stored: tell the client what happened, unnumbered.
-        let mut buf = Vec::new();
-        for e in &batch {
-            if *e.event_type() != EventType::RunStarted {
-                put_frame(&mut buf, e, None);
-            }
+    if !st.store_failed {
+        if st.reader.ended() {
+            return;
         }
-        send(st, Bytes::from(buf));
-        return;
+        let mut batch = Vec::new();
+        if !st.reader.started() {
+            let s = st.reader.ids().synthetic_started();
+            st.reader.own(&s);
+            batch.push(s);
+        }
+        batch.extend(st.reader.closers());
+        let err = run_error(close.code, &close.message);
+        st.reader.own(&err);
+        batch.push(err);
+        store_and_send(ctx, st, batch).await;
+        if !st.store_failed {
+            return;
+        }
     }
-    store_and_send(ctx, st, batch).await;
-    if st.store_failed {
-        let e = run_error("store_error", "the gateway could not store the run");
-        send(st, crate::sse::frame(&e, None));
-    }
+    let e = run_error("store_error", "the gateway could not store the run");
+    send(st, crate::sse::frame(&e, None));
 }
+
+/// The close code of a stopped run (it ends with `RUN_FINISHED`, outcome
+/// `cancelled`, not with a `RUN_ERROR`).
+pub(crate) const STOPPED: &str = "stopped";
 
 /// How long a stream waits before checking again whether it should end.
 pub(crate) const POLL: Duration = Duration::from_millis(500);

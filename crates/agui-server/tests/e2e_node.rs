@@ -1,5 +1,6 @@
-//! The official `@ag-ui/client` 1.0.0 `HttpAgent` (installed from npm by
-//! `scripts/e2e-setup` into `e2e/node_modules`) talking to the gateway.
+//! The official `@ag-ui/client` 1.0.0 `HttpAgent`, and 0.0.59 (under the npm
+//! alias `ag-ui-client-0059`), installed from npm by `scripts/e2e-setup` into
+//! `e2e/node_modules`, talking to the gateway.
 //!
 //! These tests need Node.js and the installed client. They find them through
 //! `AGUI_E2E_DIR` (default: the repository's `e2e/`) and fail with a clear
@@ -20,21 +21,28 @@ fn e2e_dir() -> PathBuf {
     let dir = std::env::var_os("AGUI_E2E_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../e2e"));
-    let client = dir.join("node_modules/@ag-ui/client/package.json");
-    assert!(
-        client.is_file(),
-        "the official @ag-ui/client is not installed in {} (AGUI_E2E_DIR); run scripts/e2e-setup",
-        dir.display()
-    );
+    for pkg in CLIENTS.iter().chain(&["@copilotkit/core"]) {
+        let client = dir.join(format!("node_modules/{pkg}/package.json"));
+        assert!(
+            client.is_file(),
+            "the official client {pkg} is not installed in {} (AGUI_E2E_DIR); run scripts/e2e-setup",
+            dir.display()
+        );
+    }
     dir
 }
 
 /// Runs the node client with a plan; returns its JSON report.
 async fn node(plan: Value) -> Value {
+    node_script("node/client.mjs", plan).await
+}
+
+/// Runs one of the e2e node scripts with a plan; returns its JSON report.
+async fn node_script(script: &'static str, plan: Value) -> Value {
     let dir = e2e_dir();
     let out = tokio::task::spawn_blocking(move || {
         Command::new(std::env::var("AGUI_NODE").unwrap_or_else(|_| "node".into()))
-            .arg(dir.join("node/client.mjs"))
+            .arg(dir.join(script))
             .arg(plan.to_string())
             .current_dir(&dir)
             .output()
@@ -154,14 +162,22 @@ async fn server_session_thin_client_sends_only_new_messages() {
     assert_eq!(users, vec!["alpha", "beta", "gamma"]);
     // The upstream saw the whole conversation on the last turn.
     assert_eq!(hist["state"]["turn"], 3);
-    // And the thin client ends up holding it too (the official reducer
-    // appends RUN_STARTED.input's messages after the ones it holds).
-    let by_id = |v: &Value| {
-        let mut m: Vec<Value> = v.as_array().unwrap().clone();
-        m.sort_by_key(|x| x["id"].as_str().unwrap().to_owned());
-        Value::Array(m)
+    // And the thin client ends up holding it too, in the same order (the
+    // gateway sends it the merged conversation after RUN_STARTED).
+    assert_eq!(r["messages"], hist["messages"]);
+    // A full client of the same agent holds the same, in the same order.
+    let full = node(json!({"op":"conversation","url":url,"threadId":"s2","turns":turns(&[("r1","alpha"),("r2","beta"),("r3","gamma")])})).await;
+    all_ok(&full);
+    let (_, hist2) = get_json(&format!("{}/threads/s2/messages", g.base)).await;
+    assert_eq!(full["messages"], hist2["messages"]);
+    let roles = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|m| format!("{}:{}", m["role"], m["content"]))
+            .collect()
     };
-    assert_eq!(by_id(&r["messages"]), by_id(&hist["messages"]));
+    assert_eq!(roles(&r["messages"]), roles(&full["messages"]));
     g.shutdown().await;
 }
 
@@ -215,4 +231,193 @@ async fn restore_after_a_gateway_restart_and_interrupted_runs() {
     let r4 = node(json!({"op":"conversation","url":format!("{}/agents/demo/run", g2.base),"threadId":"rs","turns":turns(&[("r4","after restart")])})).await;
     all_ok(&r4);
     g2.shutdown().await;
+}
+
+/// The two official client versions the gateway is tested with: 1.0.0 and
+/// 0.0.59 (installed under an npm alias; CopilotKit's packages depend on it).
+const CLIENTS: [&str; 2] = ["@ag-ui/client", "ag-ui-client-0059"];
+
+#[tokio::test]
+async fn both_client_versions_converse_reconnect_and_branch() {
+    let g = start(GatewayConfig {
+        agents: vec![
+            parse_agent_flag("demo=demo", SessionMode::Client).unwrap(),
+            parse_agent_flag("thin=demo", SessionMode::Server).unwrap(),
+        ],
+        ..GatewayConfig::default()
+    })
+    .await;
+    let url = format!("{}/agents/demo/run", g.base);
+    let mut finals = Vec::new();
+    for (i, pkg) in CLIENTS.iter().enumerate() {
+        let t = format!("v{i}");
+        // Converse: the client ends holding the stored conversation.
+        let conv = node(json!({"client":pkg,"op":"conversation","url":url,"threadId":t,"turns":turns(&[("r1","one"),("r2","two")])})).await;
+        all_ok(&conv);
+        let (_, hist) = get_json(&format!("{}/threads/{t}/messages", g.base)).await;
+        assert_eq!(conv["messages"], hist["messages"], "{pkg}");
+        assert_eq!(conv["state"], hist["state"], "{pkg}");
+        assert_eq!(hist["messages"].as_array().unwrap().len(), 6, "{pkg}");
+        // Reconnect: a fresh client restores it through /connect.
+        let c =
+            node(json!({"client":pkg,"op":"connect","url":url,"threadId":t,"runId":"reconnect"}))
+                .await;
+        assert_eq!(c["messages"], hist["messages"], "{pkg}");
+        assert_eq!(c["state"], hist["state"], "{pkg}");
+        // Branch from r1 through the client: run 2 is not in the branch.
+        let (_, at1) = get_json(&format!("{}/threads/{t}/messages?run=r1", g.base)).await;
+        let b = node(json!({"client":pkg,"op":"branch","url":url,"threadId":t,"parentRunId":"r1","runId":"b1","messages":at1["messages"],"state":at1["state"],"text":"another two"})).await;
+        all_ok(&b);
+        let (_, atb) = get_json(&format!("{}/threads/{t}/messages?run=b1", g.base)).await;
+        assert_eq!(b["messages"], atb["messages"], "{pkg}");
+        assert_eq!(b["state"], atb["state"], "{pkg}");
+        let text = atb["messages"].to_string();
+        assert!(
+            text.contains("another two") && text.contains("one"),
+            "{pkg}: {text}"
+        );
+        assert!(
+            !text.contains("msg-r2-1") && !text.contains("\"two\""),
+            "{pkg}: {text}"
+        );
+        let (_, thread) = get_json(&format!("{}/threads/{t}", g.base)).await;
+        let b1 = thread["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["runId"] == "b1")
+            .unwrap()
+            .clone();
+        assert_eq!(b1["parentRunId"], "r1", "{pkg}");
+        // A thin client in server-session mode holds the conversation in
+        // its stored order.
+        let thin = node(json!({"client":pkg,"op":"conversation","url":format!("{}/agents/thin/run", g.base),"threadId":format!("thin{i}"),"thin":true,"turns":turns(&[("r1","alpha"),("r2","beta"),("r3","gamma")])})).await;
+        all_ok(&thin);
+        let (_, th) = get_json(&format!("{}/threads/thin{i}/messages", g.base)).await;
+        assert_eq!(thin["messages"], th["messages"], "{pkg}");
+        finals.push((
+            conv["messages"].clone(),
+            c["messages"].clone(),
+            b["messages"].clone(),
+        ));
+    }
+    // Both versions end with the same conversations (the demo agent's ids
+    // depend only on run ids; the user message ids on the thread id).
+    let strip = |v: &Value| v.to_string().replace("v0", "vX").replace("v1", "vX");
+    assert_eq!(strip(&finals[0].0), strip(&finals[1].0));
+    assert_eq!(strip(&finals[0].2), strip(&finals[1].2));
+    g.shutdown().await;
+}
+
+/// CopilotKit's own client core, unchanged, with its `runtimeUrl` set to the
+/// gateway's CopilotKit prefix: a two-turn conversation, a fresh core (a
+/// reload) restoring it through connect, then a fresh core attaching to a
+/// run in flight and stopping it with CopilotKit's stop.
+#[tokio::test]
+async fn copilotkit_client_converses_restores_attaches_and_stops() {
+    let g = start(GatewayConfig {
+        copilotkit_prefix: Some("/copilotkit".into()),
+        ..GatewayConfig::default()
+    })
+    .await;
+    let rt = format!("{}/copilotkit", g.base);
+    let ck = |plan: Value| node_script("node/copilotkit.mjs", plan);
+    let conv = ck(json!({"op":"conversation","runtimeUrl":rt,"agent":"demo","threadId":"ck","texts":["hello","what is up"]})).await;
+    let (_, hist) = get_json(&format!("{}/threads/ck/messages", g.base)).await;
+    assert_eq!(conv["messages"], hist["messages"]);
+    assert_eq!(conv["state"], hist["state"]);
+    assert_eq!(hist["state"]["turn"], 2);
+    let (_, thread) = get_json(&format!("{}/threads/ck", g.base)).await;
+    assert_eq!(thread["runs"].as_array().unwrap().len(), 2, "{thread}");
+    // A reload: a fresh core restores the conversation through connect.
+    let restored = ck(json!({"op":"restore","runtimeUrl":rt,"agent":"demo","threadId":"ck"})).await;
+    assert_eq!(restored["messages"], hist["messages"]);
+    assert_eq!(restored["state"], hist["state"]);
+    // A slow run in flight (started by another client); a fresh core
+    // attaches to it and stops it.
+    let mut msgs = hist["messages"].as_array().unwrap().clone();
+    msgs.push(json!({"id":"ck-u3","role":"user","content":"tell me a long story"}));
+    let body = json!({"threadId":"ck","runId":"slow","messages":msgs,"state":hist["state"],"tools":[],"context":[],"forwardedProps":{"demo":{"delayMs":200,"extraDeltas":200}}});
+    let resp = client()
+        .post(format!("{rt}/agent/demo/run"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let seen = read_frames(resp, 2).await;
+    assert_eq!(seen[0].ty(), "RUN_STARTED");
+    let stopped =
+        ck(json!({"op":"attach_and_stop","runtimeUrl":rt,"agent":"demo","threadId":"ck"})).await;
+    assert_eq!(stopped["sawPartial"], true, "{stopped}");
+    let (_, thread) = get_json(&format!("{}/threads/ck", g.base)).await;
+    let slow = thread["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["runId"] == "slow")
+        .unwrap()
+        .clone();
+    assert_eq!(slow["status"], "cancelled", "{thread}");
+    let (_, after) = get_json(&format!("{}/threads/ck/messages", g.base)).await;
+    assert_eq!(stopped["messages"], after["messages"]);
+    // The stopped answer is kept as far as it went, and ended.
+    let last = after["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(last["role"], "assistant", "{after}");
+    // Discovery lists the configured agents.
+    let (status, info) = get_json(&format!("{rt}/info")).await;
+    assert_eq!(status, 200);
+    assert!(info["agents"]["demo"].is_object(), "{info}");
+    g.shutdown().await;
+}
+
+/// A run stopped mid-stream, seen by each client version: 1.0.0 accepts the
+/// `cancelled` outcome; 0.0.59's schema refuses it, after applying the
+/// closing events, so its state still holds the stopped answer as stored.
+#[tokio::test]
+async fn a_stopped_run_as_each_client_version_sees_it() {
+    let g = start(GatewayConfig::default()).await;
+    let url = format!("{}/agents/demo/run", g.base);
+    for (i, pkg) in CLIENTS.iter().enumerate() {
+        let t = format!("stop{i}");
+        let plan = json!({"client":pkg,"op":"conversation","url":url,"threadId":t,"turns":[
+            {"runId":"r1","text":"a long answer please","forwardedProps":{"demo":{"delayMs":100,"extraDeltas":200}}}]});
+        let client_run = tokio::spawn(node(plan));
+        // Wait for the run's answer to start streaming, then stop it.
+        let mut streaming = false;
+        for _ in 0..200 {
+            let (_, events) = get_json(&format!("{}/threads/{t}/messages", g.base)).await;
+            if events["messages"]
+                .as_array()
+                .is_some_and(|m| m.iter().any(|m| m["role"] == "assistant"))
+            {
+                streaming = true;
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+        }
+        assert!(streaming, "{pkg}: the run never streamed");
+        let stop = client()
+            .post(format!("{}/threads/{t}/runs/r1/stop", g.base))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(stop.status().as_u16(), 200, "{pkg}");
+        let report = client_run.await.unwrap();
+        let (_, hist) = get_json(&format!("{}/threads/{t}/messages", g.base)).await;
+        let (_, thread) = get_json(&format!("{}/threads/{t}", g.base)).await;
+        assert_eq!(thread["runs"][0]["status"], "cancelled", "{pkg}");
+        assert_eq!(report["messages"], hist["messages"], "{pkg}: {report}");
+        let ok = report["turns"][0]["ok"].as_bool().unwrap();
+        match *pkg {
+            "@ag-ui/client" => assert!(ok, "1.0.0 refused the stopped run: {report}"),
+            _ => assert!(!ok, "0.0.59 accepted the cancelled outcome: {report}"),
+        }
+    }
+    g.shutdown().await;
 }

@@ -314,7 +314,7 @@ async fn request_errors_are_json_with_codes() {
     check(
         post("/agents/nope/run", b"{}".to_vec()).await.unwrap(),
         404,
-        "not_found",
+        "unknown_agent",
     )
     .await;
     check(
@@ -678,6 +678,19 @@ async fn threads_page_by_cursor_and_filter_by_agent() {
     let (_, only_b) = get_json(&format!("{}/threads?agent=b", g.base)).await;
     assert_eq!(only_b["threads"].as_array().unwrap().len(), 1);
     assert_eq!(only_b["threads"][0]["threadId"], "t3");
+    // limit=0 is not "everything": a 422 that names the field.
+    let (status, zero) = get_json(&format!("{}/threads?limit=0", g.base)).await;
+    assert_eq!(status, 422, "{zero}");
+    assert_eq!(zero["error"]["code"], "invalid_limit");
+    // One vocabulary: counts by name, times RFC 3339 UTC with milliseconds.
+    let t = &only_b["threads"][0];
+    assert_eq!(t["eventCount"], t["lastSeq"]);
+    assert_eq!(t["runCount"], 1);
+    let created = t["createdAt"].as_str().unwrap();
+    assert_eq!(created.len(), "2026-01-01T00:00:00.000Z".len(), "{created}");
+    let (_, thread) = get_json(&format!("{}/threads/t3", g.base)).await;
+    let started = thread["runs"][0]["startedAt"].as_str().unwrap();
+    assert_eq!(started.len(), created.len(), "{started}");
     g.shutdown().await;
 }
 

@@ -197,20 +197,20 @@ fn main() {
 
         let s = store.stats().await.expect("stats");
         println!(
-            "size at rest: {} raw JSON bytes, {} stored bytes ({:.2}x)",
+            "size at rest: {} raw JSON bytes, {} stored bytes ({:.2} stored bytes per raw byte)",
             s.raw_bytes,
             s.stored_bytes,
-            s.compression_ratio()
+            s.stored_per_raw_byte()
         );
         let t = Instant::now();
         store.seal().await.expect("seal");
         let sealed_in = t.elapsed();
         let s = store.stats().await.expect("stats");
         println!(
-            "size sealed: {} raw JSON bytes, {} stored bytes ({:.2}x; sealing the active segment took {sealed_in:?})",
+            "size sealed: {} raw JSON bytes, {} stored bytes ({:.2} stored bytes per raw byte; sealing the active segment took {sealed_in:?})",
             s.raw_bytes,
             s.stored_bytes,
-            s.compression_ratio()
+            s.stored_per_raw_byte()
         );
         store.close().await.expect("close");
         drop(store);

@@ -34,11 +34,17 @@ pub enum FileError {
     #[error("a record would exceed 1 GiB")]
     TooLarge,
     /// Another process holds the store's lock.
-    #[error("the store directory {0} is locked by another process")]
-    Locked(String),
+    #[error("the store directory {dir} is locked by another process{note}", dir = .0, note = pid_note(*.1))]
+    Locked(String, Option<u32>),
     /// The store URL or options are not usable.
     #[error("{0}")]
     BadUrl(&'static str),
+    /// A read-only open found no store (no directory, or no segment in it).
+    #[error("no store in {0}")]
+    NoStore(String),
+    /// A write on a store opened read-only.
+    #[error("the store was opened read-only")]
+    ReadOnly,
 }
 
 impl FileError {
@@ -62,7 +68,9 @@ impl FileError {
             },
             FileError::Damaged { .. } | FileError::Malformed(_) => ErrorKind::Corrupt,
             FileError::TooLarge | FileError::BadUrl(_) => ErrorKind::Invalid,
-            FileError::Locked(_) => ErrorKind::Unavailable,
+            FileError::Locked(..) => ErrorKind::Unavailable,
+            FileError::NoStore(_) => ErrorKind::NotFound,
+            FileError::ReadOnly => ErrorKind::Unsupported,
         }
     }
 
@@ -71,16 +79,25 @@ impl FileError {
             FileError::Io { op, .. } => op,
             FileError::Damaged { .. } | FileError::Malformed(_) => "stored data is damaged",
             FileError::TooLarge => "a batch or checkpoint larger than 1 GiB is not accepted",
-            FileError::Locked(_) => "the store is in use by another process",
+            FileError::Locked(..) => "the store is in use by another process",
             FileError::BadUrl(why) => why,
+            FileError::NoStore(_) => "no file store in this directory",
+            FileError::ReadOnly => "the store was opened read-only",
         }
     }
+}
+
+fn pid_note(pid: Option<u32>) -> String {
+    pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
 }
 
 impl From<FileError> for StoreError {
     fn from(e: FileError) -> StoreError {
         let message = match &e {
             FileError::Io { op, .. } => format!("the file store cannot {op}"),
+            FileError::Locked(_, pid) => {
+                format!("the store is in use by another process{}", pid_note(*pid))
+            }
             other => other.public().to_owned(),
         };
         StoreError::new(e.kind(), message).with_source(e)
@@ -102,7 +119,7 @@ mod tests {
         let s: StoreError = e.into();
         assert_eq!(s.kind(), ErrorKind::Unavailable);
         assert!(!s.to_string().contains("/secret"), "{s}");
-        let s: StoreError = FileError::Locked("/secret/x".into()).into();
+        let s: StoreError = FileError::Locked("/secret/x".into(), Some(7)).into();
         assert!(!s.to_string().contains("/secret"));
         let s: StoreError = FileError::Damaged {
             segment: 1,

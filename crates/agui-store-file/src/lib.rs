@@ -48,6 +48,8 @@
 //! | 3 thread deleted | tenant, thread |
 //! | 4 runs interrupted | time (i64 µs): every run still `running` became `interrupted` |
 //! | 5 checkpoint removed | tenant, thread, run |
+//! | 6 channel | tenant, thread, agent, update time (i64 µs), the channel's state (u32 length + JSON object text); replaces the agent's earlier one |
+//! | 7 thread renamed | tenant, old thread id, new thread id: everything of the thread (batches, runs, checkpoints, channels) now answers to the new id; later records name the new id |
 //!
 //! One append is one batch record, so a batch is atomic: on open, a record
 //! is either complete with a valid checksum or it is not there.
@@ -142,6 +144,14 @@ pub struct FileOptions {
     pub block_bytes: usize,
     /// Decompressed blocks kept in memory.
     pub cached_blocks: usize,
+    /// Open an existing store without its lock and without changing a
+    /// byte (see [`open_read_only`]).
+    pub read_only: bool,
+    /// When the log is damaged in the middle (not a torn tail), cut it at
+    /// the first damaged record instead of refusing to open: the records
+    /// from there on are dropped (later segments are moved to `damaged/`),
+    /// and a warning says how many.
+    pub repair: bool,
 }
 
 impl Default for FileOptions {
@@ -152,6 +162,8 @@ impl Default for FileOptions {
             zstd_level: 6,
             block_bytes: 1 << 20,
             cached_blocks: 16,
+            read_only: false,
+            repair: false,
         }
     }
 }
@@ -195,6 +207,13 @@ pub fn parse_url(url: &str) -> Result<(PathBuf, FileOptions)> {
                     .filter(|n| (1..=22).contains(n))
                     .ok_or_else(|| StoreError::invalid("zstd_level must be 1 to 22"))?;
             }
+            "repair" => {
+                opts.repair = match v {
+                    "" | "1" | "true" => true,
+                    "0" | "false" => false,
+                    _ => return Err(StoreError::invalid("repair must be true or false")),
+                }
+            }
             _ => return Err(StoreError::invalid("unknown option in a file:// URL")),
         }
     }
@@ -205,6 +224,18 @@ pub fn parse_url(url: &str) -> Result<(PathBuf, FileOptions)> {
 /// documentation for the URL's options.
 pub async fn open(url: &str) -> Result<FileStore> {
     let (dir, opts) = parse_url(url)?;
+    FileStore::open(dir, opts).await
+}
+
+/// Opens an existing `file:///DIR` store read-only: without its lock (so
+/// beside a running gateway), creating nothing, cutting nothing (a torn
+/// tail, perhaps a write in progress, is left alone and not read). Every
+/// write fails with `Unsupported`. `NotFound` when the directory does not
+/// exist or holds no segment.
+pub async fn open_read_only(url: &str) -> Result<FileStore> {
+    let (dir, mut opts) = parse_url(url)?;
+    opts.read_only = true;
+    opts.repair = false;
     FileStore::open(dir, opts).await
 }
 
@@ -258,24 +289,131 @@ fn closed() -> StoreError {
 fn take_lock(dir: &Path) -> Result<std::fs::File, FileError> {
     use std::os::fd::AsRawFd;
     let path = dir.join("LOCK");
-    let file = std::fs::OpenOptions::new()
+    use std::io::{Read, Seek, Write};
+    let mut file = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
+        .read(true)
         .write(true)
         .open(&path)
         .map_err(|e| FileError::io("open the lock file", &path, e))?;
     // SAFETY: flock on a descriptor this function owns; no memory involved.
     let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
     if rc != 0 {
-        return Err(FileError::Locked(dir.display().to_string()));
+        let mut text = String::new();
+        let _ = file.read_to_string(&mut text);
+        return Err(FileError::Locked(
+            dir.display().to_string(),
+            text.trim().parse().ok(),
+        ));
     }
+    // Best effort: the holder's pid only improves a refused opener's message.
+    let _ = file
+        .set_len(0)
+        .and_then(|()| file.rewind())
+        .and_then(|()| writeln!(file, "{}", std::process::id()));
     Ok(file)
 }
 
 fn open_blocking(dir: PathBuf, opts: FileOptions) -> Result<FileStore, FileError> {
-    std::fs::create_dir_all(&dir)
-        .map_err(|e| FileError::io("create the store directory", &dir, e))?;
-    let lock_file = take_lock(&dir)?;
+    let ro = opts.read_only;
+    if ro {
+        if !dir.is_dir() {
+            return Err(FileError::NoStore(dir.display().to_string()));
+        }
+    } else {
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| FileError::io("create the store directory", &dir, e))?;
+    }
+    let mut lock_file = if ro { None } else { Some(take_lock(&dir)?) };
+    let mut cuts = 0;
+    loop {
+        match open_locked(&dir, &opts, &mut lock_file) {
+            Err(FileError::Damaged {
+                segment,
+                offset,
+                why,
+            }) if opts.repair && !ro && cuts < 8 => {
+                cuts += 1;
+                repair_cut(&dir, segment, offset, why)?;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Cuts the log at a damaged record (`--repair`): the segment is cut before
+/// it, every later segment is moved to `damaged/` (kept for inspection).
+fn repair_cut(dir: &Path, segment: u64, offset: u64, why: &str) -> Result<(), FileError> {
+    let plain = dir.join(segment::plain_name(segment));
+    let sealed = dir.join(segment::sealed_name(segment));
+    let (mut bytes, mut records) = if sealed.exists() {
+        segment::cut_sealed(&sealed, segment, offset)?
+    } else {
+        let data = std::fs::read(&plain).map_err(|e| FileError::io("read a segment", &plain, e))?;
+        let cut = usize::try_from(offset)
+            .unwrap_or(usize::MAX)
+            .min(data.len());
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&plain)
+            .map_err(|e| FileError::io("open a segment", &plain, e))?;
+        f.set_len(cut as u64)
+            .and_then(|()| f.sync_all())
+            .map_err(|e| FileError::io("cut a damaged segment", &plain, e))?;
+        (
+            (data.len() - cut) as u64,
+            segment::count_records(&data[cut..]),
+        )
+    };
+    let aside = dir.join("damaged");
+    let mut moved = 0;
+    let entries =
+        std::fs::read_dir(dir).map_err(|e| FileError::io("list the store directory", dir, e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| FileError::io("list the store directory", dir, e))?;
+        let name = entry.file_name();
+        let Some((id, is_sealed)) = name.to_str().and_then(segment::parse_name) else {
+            continue;
+        };
+        if id <= segment {
+            continue;
+        }
+        let path = entry.path();
+        let data = std::fs::read(&path).map_err(|e| FileError::io("read a segment", &path, e))?;
+        bytes += data.len() as u64;
+        records += if is_sealed {
+            0 // counted below when its blocks decompress
+        } else {
+            segment::count_records(data.get(segment::MAGIC_PLAIN.len()..).unwrap_or_default())
+        };
+        std::fs::create_dir_all(&aside)
+            .map_err(|e| FileError::io("create the damaged/ directory", &aside, e))?;
+        let to = aside.join(&name);
+        std::fs::rename(&path, &to).map_err(|e| FileError::io("move a segment aside", &to, e))?;
+        moved += 1;
+    }
+    segment::sync_dir(dir)?;
+    tracing::warn!(
+        segment = format_args!("{segment:016x}"),
+        offset,
+        reason = why,
+        bytes_dropped = bytes,
+        records_dropped = records,
+        segments_moved_aside = moved,
+        "repair: cut the file store's log at a damaged record"
+    );
+    Ok(())
+}
+
+fn open_locked(
+    dir: &Path,
+    opts: &FileOptions,
+    lock_file: &mut Option<std::fs::File>,
+) -> Result<FileStore, FileError> {
+    let ro = opts.read_only;
+    let dir = dir.to_path_buf();
+    let opts = opts.clone();
     let mut found: BTreeMap<u64, (bool, bool)> = BTreeMap::new();
     let entries =
         std::fs::read_dir(&dir).map_err(|e| FileError::io("list the store directory", &dir, e))?;
@@ -283,7 +421,7 @@ fn open_blocking(dir: PathBuf, opts: FileOptions) -> Result<FileStore, FileError
         let entry = entry.map_err(|e| FileError::io("list the store directory", &dir, e))?;
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
-        if name.ends_with(".zseg.tmp") {
+        if name.ends_with(".zseg.tmp") && !ro {
             // A seal cut short: the plain segment is still there.
             let p = entry.path();
             std::fs::remove_file(&p)
@@ -298,6 +436,9 @@ fn open_blocking(dir: PathBuf, opts: FileOptions) -> Result<FileStore, FileError
                 e.0 = true;
             }
         }
+    }
+    if ro && found.is_empty() {
+        return Err(FileError::NoStore(dir.display().to_string()));
     }
     let last_id = found.keys().next_back().copied();
     let mut state = State::default();
@@ -317,7 +458,7 @@ fn open_blocking(dir: PathBuf, opts: FileOptions) -> Result<FileStore, FileError
             let path = dir.join(segment::sealed_name(id));
             let seg = segment::scan_sealed(&path, id, |s| replay(s, &mut state))?;
             segments.insert(id, Arc::new(seg));
-            if plain {
+            if plain && !ro {
                 // Sealing finished but the original was not removed yet.
                 let p = dir.join(segment::plain_name(id));
                 std::fs::remove_file(&p).map_err(|e| FileError::io("remove a segment", &p, e))?;
@@ -337,11 +478,21 @@ fn open_blocking(dir: PathBuf, opts: FileOptions) -> Result<FileStore, FileError
         }
         if scan.valid_len == 0 {
             // Its creation was cut short: nothing was ever appended to it.
-            std::fs::remove_file(&path).map_err(|e| FileError::io("remove a segment", &path, e))?;
-            segment::sync_dir(&dir)?;
+            if !ro {
+                std::fs::remove_file(&path)
+                    .map_err(|e| FileError::io("remove a segment", &path, e))?;
+                segment::sync_dir(&dir)?;
+            }
             continue;
         }
-        if scan.torn {
+        if scan.torn && !ro {
+            tracing::warn!(
+                segment = format_args!("{id:016x}"),
+                bytes_dropped = scan.file_len - scan.valid_len,
+                records_dropped = scan.torn_records,
+                kept_bytes = scan.valid_len,
+                "cut a torn tail of the file store's log (a write cut by a crash)"
+            );
             let f = std::fs::OpenOptions::new()
                 .write(true)
                 .open(&path)
@@ -360,6 +511,9 @@ fn open_blocking(dir: PathBuf, opts: FileOptions) -> Result<FileStore, FileError
                 path: path.clone(),
             }),
         );
+        if ro {
+            continue;
+        }
         if is_last && scan.valid_len < opts.segment_bytes {
             active = Some(Active::reopen(&dir, id, scan.valid_len)?);
         } else {
@@ -367,14 +521,15 @@ fn open_blocking(dir: PathBuf, opts: FileOptions) -> Result<FileStore, FileError
         }
     }
     let active = match active {
-        Some(a) => a,
+        _ if ro => None,
+        Some(a) => Some(a),
         None => {
             let a = Active::create(&dir, last_id.map_or(1, |i| i + 1))?;
             segments.insert(a.id, Arc::new(a.segment()?));
-            a
+            Some(a)
         }
     };
-    let synced = (active.id, active.len);
+    let synced = active.as_ref().map_or((0, 0), |a| (a.id, a.len));
     let shared = Arc::new(Shared {
         dir,
         cache: BlockCache::new(opts.cached_blocks),
@@ -394,14 +549,14 @@ fn open_blocking(dir: PathBuf, opts: FileOptions) -> Result<FileStore, FileError
         inner: Arc::new(Inner {
             shared,
             state: RwLock::new(state),
-            writer: Mutex::new(Some(active)),
+            writer: Mutex::new(active),
             sync_lock: Mutex::new(()),
             synced: Mutex::new(synced),
             hub: Hub::new(),
             closed: AtomicBool::new(false),
             cache: ConversationCache::new(),
             sealer: Mutex::new(Some((tx, handle))),
-            lock: Mutex::new(Some(lock_file)),
+            lock: Mutex::new(lock_file.take()),
         }),
     })
 }
@@ -467,6 +622,7 @@ impl FileStore {
         thread: &str,
         run_id: &str,
     ) -> Result<bool> {
+        self.check_writable()?;
         let (tenant, thread, run) = (tenant.to_owned(), thread.to_owned(), run_id.to_owned());
         self.blocking(move |i| {
             let mut w = lock(&i.writer);
@@ -492,6 +648,7 @@ impl FileStore {
     /// until every full segment is sealed: afterwards the whole log is
     /// compressed. Appends continue in a new segment meanwhile.
     pub async fn seal(&self) -> Result<()> {
+        self.check_writable()?;
         self.blocking(|i| {
             {
                 let mut w = lock(&i.writer);
@@ -516,6 +673,19 @@ impl FileStore {
             return Err(closed());
         }
         Ok(())
+    }
+
+    /// `Unsupported` on a store opened read-only.
+    fn check_writable(&self) -> Result<()> {
+        if self.inner.shared.opts.read_only {
+            return Err(FileError::ReadOnly.into());
+        }
+        Ok(())
+    }
+
+    /// True when opened with [`open_read_only`].
+    pub fn is_read_only(&self) -> bool {
+        self.inner.shared.opts.read_only
     }
 
     /// Runs `f` on a blocking thread.
@@ -755,6 +925,7 @@ fn checkpoint_blob(payload: &[u8]) -> Vec<u8> {
 #[async_trait]
 impl EventStore for FileStore {
     async fn append(&self, tenant: &str, thread: &str, req: AppendRequest) -> Result<Appended> {
+        self.check_writable()?;
         check_id("tenant", tenant)?;
         check_id("thread", thread)?;
         if req.events.is_empty() {
@@ -907,6 +1078,7 @@ impl EventStore for FileStore {
     }
 
     async fn delete_thread(&self, tenant: &str, thread: &str) -> Result<()> {
+        self.check_writable()?;
         let (t, th) = (tenant.to_owned(), thread.to_owned());
         self.blocking(move |i| {
             let mut w = lock(&i.writer);
@@ -920,6 +1092,83 @@ impl EventStore for FileStore {
             write_lock(&i.state).delete(&t, &th);
             i.hub.close_thread(&t, &th);
             i.cache.forget(&t, &th);
+            drop(w);
+            i.sync_through(loc.seg, loc.off + u64::from(loc.len))?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn rename_thread(&self, tenant: &str, from: &str, to: &str) -> Result<()> {
+        self.check_writable()?;
+        check_id("thread", to)?;
+        let (t, f, n) = (tenant.to_owned(), from.to_owned(), to.to_owned());
+        self.blocking(move |i| {
+            let mut w = lock(&i.writer);
+            let active = w.as_mut().ok_or_else(closed)?;
+            {
+                let st = read_lock(&i.state);
+                if st.thread(&t, &f).is_none() {
+                    return Err(StoreError::not_found("thread"));
+                }
+                if f == n {
+                    return Ok(());
+                }
+                if st.thread(&t, &n).is_some() {
+                    return Err(StoreError::thread_exists(&n));
+                }
+            }
+            let mut rec = record::Writer::new(record::RENAME);
+            rec.str(&t).str(&f).str(&n);
+            let loc = i.write(active, &rec.frame()?)?;
+            write_lock(&i.state).rename(&t, &f, &n);
+            for id in [&f, &n] {
+                i.hub.close_thread(&t, id);
+                i.cache.forget(&t, id);
+            }
+            drop(w);
+            i.sync_through(loc.seg, loc.off + u64::from(loc.len))?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn channels(&self, tenant: &str, thread: &str) -> Result<Vec<agui_store::Channel>> {
+        self.check_open()?;
+        Ok(read_lock(&self.inner.state)
+            .thread(tenant, thread)
+            .map(|t| t.channels.values().cloned().collect())
+            .unwrap_or_default())
+    }
+
+    async fn put_channel(
+        &self,
+        tenant: &str,
+        thread: &str,
+        channel: agui_store::Channel,
+    ) -> Result<()> {
+        check_id("tenant", tenant)?;
+        check_id("thread", thread)?;
+        channel.check()?;
+        let (t, th) = (tenant.to_owned(), thread.to_owned());
+        self.blocking(move |i| {
+            if channel.state.len() > record::MAX_PAYLOAD / 2 {
+                return Err(FileError::TooLarge.into());
+            }
+            let mut rec = record::Writer::new(record::CHANNEL);
+            rec.str(&t)
+                .str(&th)
+                .str(&channel.agent)
+                .i64(channel.updated_at.0)
+                .str(&channel.state);
+            let frame = rec.frame()?;
+            let mut w = lock(&i.writer);
+            let active = w.as_mut().ok_or_else(closed)?;
+            if read_lock(&i.state).thread(&t, &th).is_none() {
+                return Err(StoreError::not_found("thread"));
+            }
+            let loc = i.write(active, &frame)?;
+            write_lock(&i.state).set_channel(&t, &th, channel);
             drop(w);
             i.sync_through(loc.seg, loc.off + u64::from(loc.len))?;
             Ok(())
@@ -970,6 +1219,7 @@ impl EventStore for FileStore {
         run_id: &str,
         blob: Vec<u8>,
     ) -> Result<()> {
+        self.check_writable()?;
         let (t, th, run) = (tenant.to_owned(), thread.to_owned(), run_id.to_owned());
         self.blocking(move |i| {
             if blob.len() > record::MAX_PAYLOAD / 2 {
@@ -1003,6 +1253,7 @@ impl EventStore for FileStore {
     }
 
     async fn mark_interrupted(&self) -> Result<u64> {
+        self.check_writable()?;
         self.blocking(|i| {
             let mut w = lock(&i.writer);
             let active = w.as_mut().ok_or_else(closed)?;
@@ -1056,6 +1307,9 @@ impl EventStore for FileStore {
     }
 
     async fn flush(&self) -> Result<()> {
+        if self.is_read_only() {
+            return self.check_open();
+        }
         self.blocking(|i| {
             let cur = lock(&i.writer)
                 .as_ref()

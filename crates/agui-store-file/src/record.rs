@@ -11,6 +11,7 @@
 //! | 3 delete thread | tenant, thread |
 //! | 4 interrupted | time (i64): every run still running becomes interrupted |
 //! | 5 checkpoint removed | tenant, thread, run |
+//! | 6 channel | tenant, thread, agent, updated_at (i64), state (JSON object text) |
 
 use agui_protocol::Event;
 
@@ -26,6 +27,8 @@ pub const CHECKPOINT: u8 = 2;
 pub const DELETE: u8 = 3;
 pub const INTERRUPTED: u8 = 4;
 pub const UNCHECKPOINT: u8 = 5;
+pub const CHANNEL: u8 = 6;
+pub const RENAME: u8 = 7;
 
 /// Builds a payload.
 #[derive(Default)]

@@ -291,6 +291,24 @@ pub struct PlainScan {
     pub valid_len: u64,
     /// True when bytes after `valid_len` were dropped (a torn tail).
     pub torn: bool,
+    /// The file's length (the torn tail is `valid_len..file_len`).
+    pub file_len: u64,
+    /// Records (complete or not) in the torn tail.
+    pub torn_records: u64,
+}
+
+/// How many records (the last one possibly incomplete) `bytes` holds,
+/// following the length fields of their headers.
+pub fn count_records(mut bytes: &[u8]) -> u64 {
+    let mut n = 0;
+    while !bytes.is_empty() {
+        n += 1;
+        match record::read_frame(bytes) {
+            Frame::Ok(_, len) | Frame::Damaged(_, len) => bytes = &bytes[len..],
+            Frame::Incomplete => break,
+        }
+    }
+    n
 }
 
 /// A record met by a scan: its location, payload and whether its checksum
@@ -317,6 +335,8 @@ pub fn scan_plain(
             return Ok(PlainScan {
                 valid_len: 0,
                 torn: true,
+                file_len: data.len() as u64,
+                torn_records: 0,
             });
         }
         return Err(FileError::Damaged {
@@ -346,10 +366,74 @@ pub fn scan_plain(
         })?;
         pos += n;
     }
+    if pos < data.len() {
+        // A torn tail has nothing intact after it. An intact record further
+        // on means the log is damaged in the middle: cutting there would
+        // drop records that were written whole.
+        let resumes =
+            (pos + 1..data.len()).any(|p| matches!(record::read_frame(&data[p..]), Frame::Ok(..)));
+        if resumes {
+            return Err(FileError::Damaged {
+                segment: id,
+                offset: pos as u64,
+                why: "a damaged record with intact records after it",
+            });
+        }
+    }
     Ok(PlainScan {
         valid_len: pos as u64,
         torn: pos < data.len(),
+        file_len: data.len() as u64,
+        torn_records: count_records(&data[pos..]),
     })
+}
+
+/// Cuts sealed segment file `path` before the block holding logical offset
+/// `offset` (every block from it on is dropped). Returns the bytes and
+/// records dropped (records counted when their blocks still decompress).
+pub fn cut_sealed(path: &Path, id: u64, offset: u64) -> Result<(u64, u64), FileError> {
+    let data = std::fs::read(path).map_err(|e| FileError::io("read a segment", path, e))?;
+    let mut pos = MAGIC_SEALED.len();
+    let mut records = 0u64;
+    let mut cut = None;
+    while pos + BLOCK_HEADER <= data.len() {
+        let h = &data[pos..pos + BLOCK_HEADER];
+        let mut l = [0u8; 8];
+        l.copy_from_slice(&h[..8]);
+        let word = |i: usize| u32::from_le_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
+        let b = Block {
+            logical: u64::from_le_bytes(l),
+            raw_len: word(8),
+            comp_len: word(12),
+            crc: word(16),
+            file_off: (pos + BLOCK_HEADER) as u64,
+        };
+        let end = pos + BLOCK_HEADER + b.comp_len as usize;
+        let holds = b.logical.saturating_add(u64::from(b.raw_len)) > offset;
+        if cut.is_none() && holds {
+            cut = Some(pos);
+        }
+        if cut.is_some()
+            && let Some(raw) = data
+                .get(pos + BLOCK_HEADER..end)
+                .and_then(|comp| decompress_block(id, &b, comp).ok())
+        {
+            records += count_records(&raw);
+        }
+        if end > data.len() {
+            break;
+        }
+        pos = end;
+    }
+    let cut = cut.unwrap_or(pos).max(MAGIC_SEALED.len());
+    let f = OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(|e| FileError::io("open a segment", path, e))?;
+    f.set_len(cut as u64)
+        .and_then(|()| f.sync_all())
+        .map_err(|e| FileError::io("cut a damaged segment", path, e))?;
+    Ok((data.len() as u64 - cut as u64, records))
 }
 
 /// Opens a sealed segment: reads and checks every block, calls `f` on

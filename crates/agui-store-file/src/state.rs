@@ -31,6 +31,8 @@ pub struct ThreadState {
     pub runs: Vec<RunRecord>,
     pub run_pos: HashMap<String, usize>,
     pub checkpoints: HashMap<String, Loc>,
+    /// Channels by agent (small: kept in memory, replayed from the log).
+    pub channels: BTreeMap<String, agui_store::Channel>,
 }
 
 impl ThreadState {
@@ -130,6 +132,7 @@ impl State {
                 runs: Vec::new(),
                 run_pos: HashMap::new(),
                 checkpoints: HashMap::new(),
+                channels: BTreeMap::new(),
             });
         if !t.batches.is_empty() || t.head.last_seq > 0 {
             ten.by_activity
@@ -201,6 +204,13 @@ impl State {
         }
     }
 
+    /// Sets one agent's channel of an existing thread.
+    pub fn set_channel(&mut self, tenant: &str, thread: &str, channel: agui_store::Channel) {
+        if let Some(t) = self.thread_mut(tenant, thread) {
+            t.channels.insert(channel.agent.clone(), channel);
+        }
+    }
+
     /// Removes a thread; false when it did not exist.
     pub fn delete(&mut self, tenant: &str, thread: &str) -> bool {
         let Some(ten) = self.tenants.get_mut(tenant) else {
@@ -214,6 +224,29 @@ impl State {
         if ten.threads.is_empty() {
             self.tenants.remove(tenant);
         }
+        true
+    }
+
+    /// Gives thread `from` the id `to` (the caller checked that `to` does
+    /// not exist); false when `from` did not exist.
+    pub fn rename(&mut self, tenant: &str, from: &str, to: &str) -> bool {
+        let Some(ten) = self.tenants.get_mut(tenant) else {
+            return false;
+        };
+        if from == to {
+            return ten.threads.contains_key(from);
+        }
+        let Some(mut t) = ten.threads.remove(from) else {
+            return false;
+        };
+        ten.by_activity
+            .remove(&(Reverse(t.updated_at()), from.to_owned()));
+        for r in &mut t.runs {
+            r.thread_id = to.to_owned();
+        }
+        ten.by_activity
+            .insert((Reverse(t.updated_at()), to.to_owned()));
+        ten.threads.insert(to.to_owned(), t);
         true
     }
 
@@ -314,6 +347,38 @@ impl State {
                 })()
                 .map_err(|_| ReplayError("a delete record does not decode"))?;
                 self.delete(tenant, thread);
+            }
+            record::RENAME => {
+                let mut r = Reader::new(payload);
+                let (tenant, from, to) = (|| -> Result<_, crate::error::FileError> {
+                    r.u8()?;
+                    let v = (r.str()?, r.str()?, r.str()?);
+                    r.end()?;
+                    Ok(v)
+                })()
+                .map_err(|_| ReplayError("a rename record does not decode"))?;
+                if self.thread(tenant, to).is_some() || !self.rename(tenant, from, to) {
+                    return Err(ReplayError("a rename record does not apply"));
+                }
+            }
+            record::CHANNEL => {
+                let mut r = Reader::new(payload);
+                let (tenant, thread, channel) = (|| -> Result<_, crate::error::FileError> {
+                    r.u8()?;
+                    let (tenant, thread) = (r.str()?, r.str()?);
+                    let agent = r.str()?.to_owned();
+                    let updated_at = Timestamp(r.i64()?);
+                    let state = r.str()?.to_owned();
+                    r.end()?;
+                    let channel = agui_store::Channel {
+                        agent,
+                        state,
+                        updated_at,
+                    };
+                    Ok((tenant, thread, channel))
+                })()
+                .map_err(|_| ReplayError("a channel record does not decode"))?;
+                self.set_channel(tenant, thread, channel);
             }
             record::INTERRUPTED => {
                 let mut r = Reader::new(payload);

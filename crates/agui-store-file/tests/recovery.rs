@@ -336,3 +336,158 @@ fn urls_parse_with_options_and_reject_nonsense() {
         );
     }
 }
+
+/// A store of one thread with five batches of two events, closed; returns
+/// the events and the segment.
+async fn five_batches(dir: &Path) -> (Vec<(u64, String)>, PathBuf) {
+    let s = FileStore::open(dir, FileOptions::default()).await.unwrap();
+    for k in 0..5 {
+        s.append(
+            T,
+            "th",
+            AppendRequest::new(vec![custom(k), custom(k + 100)]),
+        )
+        .await
+        .unwrap();
+    }
+    let events = all(&s, "th")
+        .await
+        .into_iter()
+        .map(|e| (e.seq, e.event.json().to_owned()))
+        .collect();
+    s.close().await.unwrap();
+    (events, files(dir, ".seg").pop().unwrap())
+}
+
+#[tokio::test]
+async fn a_cut_in_the_middle_of_the_log_refuses_to_open_unless_repair_is_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let (before, seg) = five_batches(dir.path()).await;
+    let recs = records(&seg);
+    // The second batch's length field now points past the end of the file:
+    // the records after it are intact, so this is no torn tail.
+    let mut data = std::fs::read(&seg).unwrap();
+    let (off, _, _) = recs[1];
+    data[off..off + 4].copy_from_slice(&u32::MAX.to_le_bytes()[..4]);
+    data[off + 3] = 0x01;
+    std::fs::write(&seg, &data).unwrap();
+    let e = FileStore::open(dir.path(), FileOptions::default())
+        .await
+        .err()
+        .expect("a cut in the middle refuses to open");
+    assert_eq!(e.kind(), ErrorKind::Corrupt);
+    assert_eq!(std::fs::read(&seg).unwrap(), data, "nothing was cut");
+    // Read-only opens refuse too.
+    let url = format!("file://{}", dir.path().display());
+    let e = agui_store_file::open_read_only(&url).await.err().unwrap();
+    assert_eq!(e.kind(), ErrorKind::Corrupt);
+    // With repair: cut at the damaged record; the first batch survives.
+    let s = agui_store_file::open(&format!("{url}?repair=true"))
+        .await
+        .unwrap();
+    let got: Vec<(u64, String)> = all(&s, "th")
+        .await
+        .into_iter()
+        .map(|e| (e.seq, e.event.json().to_owned()))
+        .collect();
+    assert_eq!(got, before[..2]);
+    assert_eq!(std::fs::metadata(&seg).unwrap().len(), off as u64);
+    // And the store goes on from there.
+    s.append(T, "th", AppendRequest::new(vec![custom(7)]).expect_seq(2))
+        .await
+        .unwrap();
+    s.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn repair_moves_later_segments_aside() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = FileOptions {
+        segment_bytes: 1,
+        ..FileOptions::default()
+    };
+    let s = FileStore::open(dir.path(), opts.clone()).await.unwrap();
+    for k in 0..4 {
+        s.append(T, "th", AppendRequest::new(vec![custom(k)]))
+            .await
+            .unwrap();
+    }
+    s.close().await.unwrap();
+    drop(s);
+    // One record per segment (they may be sealed by now): damage the
+    // second segment whatever its form.
+    let mut segs: Vec<PathBuf> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let n = p.to_string_lossy();
+            n.ends_with(".seg") || n.ends_with(".zseg")
+        })
+        .collect();
+    segs.sort();
+    assert!(segs.len() >= 4, "{segs:?}");
+    let second = &segs[1];
+    let mut data = std::fs::read(second).unwrap();
+    let last = data.len() - 2;
+    data[last] ^= 0x5a;
+    std::fs::write(second, &data).unwrap();
+    let e = FileStore::open(dir.path(), opts.clone())
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(e.kind(), ErrorKind::Corrupt);
+    let s = FileStore::open(
+        dir.path(),
+        FileOptions {
+            repair: true,
+            ..opts
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(all(&s, "th").await.len(), 1, "only the first batch is kept");
+    let aside = std::fs::read_dir(dir.path().join("damaged"))
+        .unwrap()
+        .count();
+    assert!(aside >= 2, "later segments are kept aside, not deleted");
+    s.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn read_only_opens_create_nothing_and_work_beside_the_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("typo");
+    let e = agui_store_file::open_read_only(&format!("file://{}", missing.display()))
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(e.kind(), ErrorKind::NotFound);
+    assert!(!missing.exists(), "no directory was created");
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let e = agui_store_file::open_read_only(&format!("file://{}", empty.display()))
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(e.kind(), ErrorKind::NotFound);
+    assert_eq!(std::fs::read_dir(&empty).unwrap().count(), 0);
+    // Beside a running writer (which holds the lock).
+    let store = dir.path().join("store");
+    let w = FileStore::open(&store, FileOptions::default())
+        .await
+        .unwrap();
+    w.append(T, "th", AppendRequest::new(vec![custom(1), custom(2)]))
+        .await
+        .unwrap();
+    let r = agui_store_file::open_read_only(&format!("file://{}", store.display()))
+        .await
+        .unwrap();
+    assert_eq!(all(&r, "th").await.len(), 2);
+    let e = r
+        .append(T, "th", AppendRequest::new(vec![custom(3)]))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unsupported);
+    r.close().await.unwrap();
+    w.close().await.unwrap();
+}

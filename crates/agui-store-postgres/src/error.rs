@@ -13,7 +13,12 @@ pub(crate) fn pg(err: tokio_postgres::Error) -> StoreError {
         None => ErrorKind::Unavailable,
         Some(code) => classify(code),
     };
+    // Class 28: the server refused the login (no such role, wrong password,
+    // no pg_hba entry). Retrying with other settings may succeed; the
+    // native error, kept as the source, names the role.
+    let refused = err.code().is_some_and(|c| c.code().starts_with("28"));
     let message = match kind {
+        ErrorKind::Unavailable if refused => "the database refused the login",
         ErrorKind::Unavailable => "the database is unavailable",
         ErrorKind::Conflict => "a concurrent write got there first",
         ErrorKind::Invalid => "the database refused the data",
@@ -40,9 +45,10 @@ fn classify(code: &SqlState) -> ErrorKind {
         return ErrorKind::Corrupt;
     }
     match c.get(..2) {
-        // connection, insufficient resources, program limits, operator
+        // connection, invalid authorization (a missing role, a wrong
+        // password), insufficient resources, program limits, operator
         // intervention, system errors
-        Some("08" | "53" | "54" | "57" | "58") => ErrorKind::Unavailable,
+        Some("08" | "28" | "53" | "54" | "57" | "58") => ErrorKind::Unavailable,
         // data exceptions
         Some("22") => ErrorKind::Invalid,
         Some("XX") => ErrorKind::Internal,
@@ -75,6 +81,15 @@ mod tests {
         );
         assert_eq!(classify(&SqlState::ADMIN_SHUTDOWN), ErrorKind::Unavailable);
         assert_eq!(classify(&SqlState::DISK_FULL), ErrorKind::Unavailable);
+        assert_eq!(
+            classify(&SqlState::INVALID_AUTHORIZATION_SPECIFICATION),
+            ErrorKind::Unavailable,
+            "a missing role"
+        );
+        assert_eq!(
+            classify(&SqlState::INVALID_PASSWORD),
+            ErrorKind::Unavailable
+        );
         assert_eq!(
             classify(&SqlState::NUMERIC_VALUE_OUT_OF_RANGE),
             ErrorKind::Invalid

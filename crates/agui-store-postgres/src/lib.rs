@@ -77,9 +77,10 @@ use agui_store::cursor::{RunCursor, ThreadCursor};
 use agui_store::index::{BatchPlan, ThreadHead, plan_batch};
 use agui_store::subscribe::{EventStream, Hub, PageReader, catch_up_then_live};
 use agui_store::{
-    AppendRequest, Appended, ConversationCache, Durability, EventPage, EventStore, Restored,
-    Result, RunFilter, RunPage, RunRecord, RunStatus, StoreError, StoreStats, StoredEvent,
-    ThreadFilter, ThreadInfo, ThreadPage, Timestamp, check_id, checkpoint, page_size, restore_run,
+    AppendRequest, Appended, ConversationCache, Durability, ErrorKind, EventPage, EventStore,
+    Restored, Result, RunFilter, RunPage, RunRecord, RunStatus, StoreError, StoreStats,
+    StoredEvent, ThreadFilter, ThreadInfo, ThreadPage, Timestamp, check_id, checkpoint, page_size,
+    restore_run,
 };
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
@@ -111,6 +112,9 @@ pub struct PgOptions {
     pub schema: String,
     /// Connections in the pool (besides the one listening connection).
     pub pool_size: usize,
+    /// Fail with `NotFound` instead of creating the schema when it holds no
+    /// store (for read-only commands, which must not create anything).
+    pub must_exist: bool,
 }
 
 impl PgOptions {
@@ -147,6 +151,7 @@ impl PgOptions {
             conn,
             schema,
             pool_size: 16,
+            must_exist: false,
         })
     }
 }
@@ -155,6 +160,14 @@ impl PgOptions {
 /// optionally `?schema=NAME`), creating and migrating its schema.
 pub async fn open(url: &str) -> Result<PgStore> {
     PgStore::open_with(PgOptions::from_url(url)?).await
+}
+
+/// Opens the PostgreSQL store at `url` only if its schema already holds a
+/// store: `NotFound` otherwise, with nothing created.
+pub async fn open_existing(url: &str) -> Result<PgStore> {
+    let mut opts = PgOptions::from_url(url)?;
+    opts.must_exist = true;
+    PgStore::open_with(opts).await
 }
 
 /// The PostgreSQL store. Cloning gives another handle on the same pool.
@@ -206,6 +219,7 @@ fn status_code(s: RunStatus) -> i16 {
         RunStatus::Finished => 1,
         RunStatus::Error => 2,
         RunStatus::Interrupted => 3,
+        RunStatus::Cancelled => 4,
     }
 }
 
@@ -215,6 +229,7 @@ fn status_from(code: i16) -> Result<RunStatus> {
         1 => RunStatus::Finished,
         2 => RunStatus::Error,
         3 => RunStatus::Interrupted,
+        4 => RunStatus::Cancelled,
         _ => return Err(StoreError::corrupt("a stored run status is unknown")),
     })
 }
@@ -600,6 +615,22 @@ impl PgStore {
             .map_err(|e| {
                 StoreError::internal("the connection pool cannot be built").with_source(e)
             })?;
+        if opts.must_exist {
+            let c = pool.get().await.map_err(pool_err_open)?;
+            let row = c
+                .query_one(
+                    "SELECT to_regclass(quote_ident($1) || '.schema_version') IS NOT NULL",
+                    &[&opts.schema],
+                )
+                .await
+                .map_err(pg)?;
+            if !get::<bool>(&row, 0)? {
+                return Err(StoreError::new(
+                    ErrorKind::NotFound,
+                    format!("no agui store in schema {:?}", opts.schema),
+                ));
+            }
+        }
         migrate(&pool, &opts.schema).await?;
         let session: i32 = {
             let c = pool.get().await.map_err(pool_err_open)?;
@@ -780,9 +811,10 @@ async fn migrate(pool: &Pool, schema: &str) -> Result<()> {
     tx.commit().await.map_err(pg)
 }
 
+/// A pool error at start-up, said once: the pool's own mapping already
+/// names what failed (wrapping it again repeated `unavailable: ...`).
 fn pool_err_open(e: deadpool_postgres::PoolError) -> StoreError {
-    let inner = pool(e);
-    StoreError::new(inner.kind(), "the database cannot be reached").with_source(inner)
+    pool(e)
 }
 
 type Ready = tokio::sync::oneshot::Receiver<Result<()>>;
@@ -1340,6 +1372,128 @@ impl EventStore for PgStore {
         Ok(())
     }
 
+    async fn rename_thread(&self, tenant: &str, from: &str, to: &str) -> Result<()> {
+        check_id("thread", to)?;
+        let mut c = self.conn().await?;
+        let tx = c.transaction().await.map_err(pg)?;
+        // Both rows locked in a fixed order (by id), so that two renames
+        // cannot deadlock.
+        let rows = tx
+            .query(
+                "SELECT thread, last_seq, id FROM threads \
+                 WHERE tenant = $1 AND thread IN ($2, $3) ORDER BY id FOR UPDATE",
+                &[&tenant.as_bytes(), &from.as_bytes(), &to.as_bytes()],
+            )
+            .await
+            .map_err(pg)?;
+        let mut source = None;
+        let mut target: Option<i64> = None;
+        for row in &rows {
+            let name: Vec<u8> = get(row, 0)?;
+            let last_seq: i64 = get(row, 1)?;
+            if name == from.as_bytes() && last_seq > 0 {
+                source = Some(get::<i64>(row, 2)?);
+            }
+            if name == to.as_bytes() {
+                target = Some(last_seq);
+            }
+        }
+        let Some(id) = source else {
+            return Err(StoreError::not_found("thread"));
+        };
+        if from == to {
+            return Ok(());
+        }
+        match target {
+            Some(n) if n > 0 => return Err(StoreError::thread_exists(to)),
+            // A head row without events (an append that failed): nothing
+            // of it is visible; it gives way.
+            Some(_) => {
+                tx.execute(
+                    "DELETE FROM threads WHERE tenant = $1 AND thread = $2",
+                    &[&tenant.as_bytes(), &to.as_bytes()],
+                )
+                .await
+                .map_err(pg)?;
+            }
+            None => {}
+        }
+        for sql in [
+            "UPDATE threads SET thread = $2 WHERE id = $1",
+            "UPDATE runs SET thread = $2 WHERE thread_id = $1",
+        ] {
+            tx.execute(sql, &[&id, &to.as_bytes()]).await.map_err(pg)?;
+        }
+        for id in [from, to] {
+            let notice = format!("D {}", notice_key(tenant, id));
+            tx.execute("SELECT pg_notify($1, $2)", &[&self.inner.channel, &notice])
+                .await
+                .map_err(pg)?;
+        }
+        tx.commit().await.map_err(pg)?;
+        for id in [from, to] {
+            self.inner.hub.close_thread(tenant, id);
+            self.inner.cache.forget(tenant, id);
+            self.forget_head(tenant, id);
+        }
+        Ok(())
+    }
+
+    async fn channels(&self, tenant: &str, thread: &str) -> Result<Vec<agui_store::Channel>> {
+        let c = self.conn().await?;
+        let rows = c
+            .query(
+                "SELECT c.agent, c.state, c.updated_at FROM channels c \
+                 JOIN threads t ON t.id = c.thread_id \
+                 WHERE t.tenant = $1 AND t.thread = $2 AND t.last_seq > 0 ORDER BY c.agent",
+                &[&tenant.as_bytes(), &thread.as_bytes()],
+            )
+            .await
+            .map_err(pg)?;
+        rows.iter()
+            .map(|r| {
+                Ok(agui_store::Channel {
+                    agent: text(get(r, 0)?)?,
+                    state: text(get(r, 1)?)?,
+                    updated_at: Timestamp(get(r, 2)?),
+                })
+            })
+            .collect()
+    }
+
+    async fn put_channel(
+        &self,
+        tenant: &str,
+        thread: &str,
+        channel: agui_store::Channel,
+    ) -> Result<()> {
+        check_id("tenant", tenant)?;
+        check_id("thread", thread)?;
+        channel.check()?;
+        let c = self.conn().await?;
+        let n = c
+            .execute(
+                "INSERT INTO channels (thread_id, agent, state, updated_at) \
+                 SELECT t.id, $3, $4, $5 FROM threads t \
+                 WHERE t.tenant = $1 AND t.thread = $2 AND t.last_seq > 0 \
+                 ON CONFLICT (thread_id, agent) DO UPDATE \
+                 SET state = EXCLUDED.state, updated_at = EXCLUDED.updated_at",
+                &[
+                    &tenant.as_bytes(),
+                    &thread.as_bytes(),
+                    &channel.agent.as_bytes(),
+                    &channel.state.as_bytes(),
+                    &channel.updated_at.0,
+                ],
+            )
+            .await
+            .map_err(pg)?;
+        if n == 0 {
+            return Err(StoreError::not_found("thread"));
+        }
+        Ok(())
+    }
+
     async fn tenants(&self) -> Result<Vec<String>> {
         let c = self.conn().await?;
         let rows = c
@@ -1442,38 +1596,85 @@ impl EventStore for PgStore {
         Ok(catch_up_then_live(rx, from_seq, read))
     }
 
+    /// Claims a thread in the `claims` table for this store's session,
+    /// after dropping a claim whose session is gone (no connection holds its
+    /// advisory lock any more).
+    async fn claim_thread(&self, tenant: &str, thread: &str, run: &str) -> Result<Option<String>> {
+        let c = self.conn().await?;
+        let (t, th) = (tenant.as_bytes(), thread.as_bytes());
+        for _ in 0..3 {
+            c.execute(
+                "WITH live AS (SELECT l.objid::bigint AS s FROM pg_locks l \
+                   WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 \
+                   AND l.classid::bigint = $3 AND l.database = \
+                     (SELECT oid FROM pg_database WHERE datname = current_database())) \
+                 DELETE FROM claims WHERE tenant = $1 AND thread = $2 AND owner <> $4 \
+                   AND owner NOT IN (SELECT s FROM live)",
+                &[
+                    &t,
+                    &th,
+                    &i64::from(self.inner.lock_space),
+                    &self.inner.session,
+                ],
+            )
+            .await
+            .map_err(pg)?;
+            let inserted = c
+                .execute(
+                    "INSERT INTO claims (tenant, thread, run, owner) VALUES ($1, $2, $3, $4) \
+                     ON CONFLICT (tenant, thread) DO NOTHING",
+                    &[&t, &th, &run.as_bytes(), &self.inner.session],
+                )
+                .await
+                .map_err(pg)?;
+            if inserted == 1 {
+                return Ok(None);
+            }
+            let holder = c
+                .query_opt(
+                    "SELECT run FROM claims WHERE tenant = $1 AND thread = $2",
+                    &[&t, &th],
+                )
+                .await
+                .map_err(pg)?;
+            if let Some(row) = holder {
+                let run: Vec<u8> = get(&row, 0)?;
+                return Ok(Some(String::from_utf8_lossy(&run).into_owned()));
+            }
+            // Released meanwhile: try again.
+        }
+        Err(StoreError::unavailable(
+            "the thread's claim keeps changing hands",
+        ))
+    }
+
+    async fn release_thread(&self, tenant: &str, thread: &str, run: &str) -> Result<()> {
+        let c = self.conn().await?;
+        c.execute(
+            "DELETE FROM claims WHERE tenant = $1 AND thread = $2 AND run = $3 AND owner = $4",
+            &[
+                &tenant.as_bytes(),
+                &thread.as_bytes(),
+                &run.as_bytes(),
+                &self.inner.session,
+            ],
+        )
+        .await
+        .map_err(pg)?;
+        Ok(())
+    }
+
     /// Marks `running` runs `interrupted`, but only those whose owner is
     /// gone: no owner recorded, this very store (the caller is starting up),
     /// or a session whose advisory lock no connection holds any more (its
     /// process exited or lost the database). Runs that live replicas are
     /// streaming are left alone.
     async fn mark_interrupted(&self) -> Result<u64> {
-        let c = self.conn().await?;
-        let now = Timestamp::now().0;
-        let row = c
-            .query_one(
-                "WITH live AS (SELECT l.objid::bigint AS s FROM pg_locks l \
-                   WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 \
-                   AND l.classid::bigint = $2 AND l.database = \
-                     (SELECT oid FROM pg_database WHERE datname = current_database())), \
-                 x AS (UPDATE runs SET status = 3, finished_at = $1 WHERE status = 0 \
-                   AND (owner IS NULL OR owner = $3 OR owner NOT IN (SELECT s FROM live)) \
-                   RETURNING thread_id, run_id), \
-                 y AS (UPDATE threads t SET last_run_status = 3 FROM x \
-                   WHERE t.id = x.thread_id AND t.last_run = x.run_id AND t.last_run_status = 0) \
-                 SELECT count(*) FROM x",
-                &[&now, &i64::from(self.inner.lock_space), &self.inner.session],
-            )
-            .await
-            .map_err(pg)?;
-        let n: i64 = get(&row, 0)?;
-        // Last-run statuses changed: plan against fresh heads.
-        self.inner
-            .heads
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clear();
-        to_u64(n)
+        self.interrupt_runs_of_gone_owners(true).await
+    }
+
+    async fn mark_interrupted_elsewhere(&self) -> Result<u64> {
+        self.interrupt_runs_of_gone_owners(false).await
     }
 
     async fn stats(&self) -> Result<StoreStats> {
@@ -1583,6 +1784,44 @@ impl EventStore for PgStore {
         }
         self.inner.pool.close();
         flushed
+    }
+}
+
+impl PgStore {
+    /// `mark_interrupted` (`include_own`: this store's runs too, at
+    /// start-up) and `mark_interrupted_elsewhere` (not them: while it runs).
+    async fn interrupt_runs_of_gone_owners(&self, include_own: bool) -> Result<u64> {
+        let c = self.conn().await?;
+        let now = Timestamp::now().0;
+        let row = c
+            .query_one(
+                "WITH live AS (SELECT l.objid::bigint AS s FROM pg_locks l \
+                   WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 \
+                   AND l.classid::bigint = $2 AND l.database = \
+                     (SELECT oid FROM pg_database WHERE datname = current_database())), \
+                 x AS (UPDATE runs SET status = 3, finished_at = $1 WHERE status = 0 \
+                   AND (owner IS NULL OR ($3 AND owner = $4) OR owner NOT IN (SELECT s FROM live)) \
+                   RETURNING thread_id, run_id), \
+                 y AS (UPDATE threads t SET last_run_status = 3 FROM x \
+                   WHERE t.id = x.thread_id AND t.last_run = x.run_id AND t.last_run_status = 0) \
+                 SELECT count(*) FROM x",
+                &[
+                    &now,
+                    &i64::from(self.inner.lock_space),
+                    &include_own,
+                    &self.inner.session,
+                ],
+            )
+            .await
+            .map_err(pg)?;
+        let n: i64 = get(&row, 0)?;
+        // Last-run statuses changed: plan against fresh heads.
+        self.inner
+            .heads
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+        to_u64(n)
     }
 }
 

@@ -100,6 +100,29 @@ CREATE SEQUENCE sessions AS INT MINVALUE 1 CYCLE;
     r#"
 ALTER TABLE checkpoints ADD COLUMN base_run BYTEA;
 "#,
+    // 5: per-agent channel state of a thread (`EventStore::put_channel`),
+    // removed with its thread.
+    r#"
+CREATE TABLE channels (
+    thread_id  BIGINT NOT NULL REFERENCES threads (id) ON DELETE CASCADE,
+    agent      BYTEA  NOT NULL,
+    state      BYTEA  NOT NULL,
+    updated_at BIGINT NOT NULL,
+    PRIMARY KEY (thread_id, agent)
+);
+"#,
+    // 6: threads claimed by a run in flight (or a delete) of a live session,
+    // before anything of the run is stored: every replica's gateway sees
+    // them (`claim_thread`). A claim whose session is gone lapses.
+    r#"
+CREATE TABLE claims (
+    tenant BYTEA NOT NULL,
+    thread BYTEA NOT NULL,
+    run    BYTEA NOT NULL,
+    owner  INT   NOT NULL,
+    PRIMARY KEY (tenant, thread)
+);
+"#,
 ];
 
 /// Whether a schema name is safe to splice into SQL as a quoted identifier:

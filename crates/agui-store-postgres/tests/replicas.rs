@@ -357,3 +357,37 @@ async fn start_up_interrupts_only_runs_whose_replica_is_gone() {
         agui_store::RunStatus::Interrupted
     );
 }
+
+#[tokio::test]
+async fn a_thread_claimed_by_one_replica_is_seen_by_the_other_until_released_or_gone() {
+    let Some(url) = common::url() else { return };
+    let schema = Schema::new(url);
+    let (a, b) = (schema.open().await.unwrap(), schema.open().await.unwrap());
+    // Nothing of the run is stored yet: the claim alone makes it visible.
+    assert_eq!(a.claim_thread("t", "x", "r1").await.unwrap(), None);
+    assert_eq!(
+        b.claim_thread("t", "x", "").await.unwrap().as_deref(),
+        Some("r1")
+    );
+    // Other threads and tenants are free.
+    assert_eq!(b.claim_thread("t", "y", "r2").await.unwrap(), None);
+    assert_eq!(b.claim_thread("u", "x", "r3").await.unwrap(), None);
+    // Releasing someone else's run changes nothing; the holder's does.
+    b.release_thread("t", "x", "r1").await.unwrap();
+    assert!(b.claim_thread("t", "x", "r4").await.unwrap().is_some());
+    a.release_thread("t", "x", "r1").await.unwrap();
+    assert_eq!(b.claim_thread("t", "x", "r4").await.unwrap(), None);
+    // A replica that goes away loses its claims.
+    assert_eq!(a.claim_thread("t", "z", "r5").await.unwrap(), None);
+    a.close().await.unwrap();
+    drop(a);
+    let mut free = false;
+    for _ in 0..100 {
+        if b.claim_thread("t", "z", "r6").await.unwrap().is_none() {
+            free = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(free, "the claim of a closed replica did not lapse");
+}

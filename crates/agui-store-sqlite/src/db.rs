@@ -60,6 +60,13 @@ CREATE TABLE IF NOT EXISTS checkpoints (
     blob      BLOB NOT NULL,
     PRIMARY KEY (thread_id, run_id)
 );
+CREATE TABLE IF NOT EXISTS channels (
+    thread_id  INTEGER NOT NULL,
+    agent      BLOB NOT NULL,
+    state      BLOB NOT NULL,
+    updated_at INTEGER NOT NULL,
+    PRIMARY KEY (thread_id, agent)
+);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 INSERT OR IGNORE INTO meta (key, value) VALUES ('schema', 'agui-store-sqlite/1');
 ";
@@ -74,15 +81,15 @@ pub fn connect(path: &Path, write: bool) -> Result<Connection, StoreError> {
     } else {
         OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX
     };
-    let conn = Connection::open_with_flags(path, flags).map_err(|e| map(e, "open the store"))?;
+    let conn = Connection::open_with_flags(path, flags).map_err(|e| map(e, "be opened"))?;
     conn.busy_timeout(Duration::from_secs(30))
-        .map_err(|e| map(e, "open the store"))?;
+        .map_err(|e| map(e, "be opened"))?;
     conn.set_prepared_statement_cache_capacity(64);
     if write {
         conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(|e| map(e, "open the store"))?;
+            .map_err(|e| map(e, "be opened"))?;
         conn.pragma_update(None, "synchronous", "NORMAL")
-            .map_err(|e| map(e, "open the store"))?;
+            .map_err(|e| map(e, "be opened"))?;
         conn.execute_batch(SCHEMA)
             .map_err(|e| map(e, "create the schema"))?;
         let version: String = conn
@@ -98,8 +105,44 @@ pub fn connect(path: &Path, write: bool) -> Result<Connection, StoreError> {
         }
     }
     conn.pragma_update(None, "cache_size", -32_768)
-        .map_err(|e| map(e, "open the store"))?;
+        .map_err(|e| map(e, "be opened"))?;
     Ok(conn)
+}
+
+/// Checks that `path` is an existing agui database, without creating or
+/// changing anything: `NotFound` when there is no file or no agui schema in
+/// it, `Unsupported` when another version of the store wrote it.
+pub fn probe_read_only(path: &Path) -> Result<(), StoreError> {
+    if !path.is_file() {
+        return Err(StoreError::new(
+            ErrorKind::NotFound,
+            "no SQLite database at this path",
+        ));
+    }
+    let conn = connect(path, false)?;
+    let version: Option<String> = conn
+        .query_row("SELECT value FROM meta WHERE key = 'schema'", [], |r| {
+            r.get(0)
+        })
+        .map(Some)
+        .or_else(|e| match &e {
+            rusqlite::Error::SqliteFailure(_, Some(msg)) if msg.contains("no such table") => {
+                Ok(None)
+            }
+            rusqlite::Error::QueryReturnedNoRows => Ok(None),
+            _ => Err(map(e, "read the schema version")),
+        })?;
+    match version.as_deref() {
+        None => Err(StoreError::new(
+            ErrorKind::NotFound,
+            "the SQLite database holds no agui store",
+        )),
+        Some("agui-store-sqlite/1") => Ok(()),
+        Some(_) => Err(StoreError::new(
+            ErrorKind::Unsupported,
+            "the database was written by another version of the store",
+        )),
+    }
 }
 
 /// Maps a native error onto the portable kinds. The public message says
@@ -135,6 +178,7 @@ pub fn status_code(s: RunStatus) -> i64 {
         RunStatus::Finished => 1,
         RunStatus::Error => 2,
         RunStatus::Interrupted => 3,
+        RunStatus::Cancelled => 4,
     }
 }
 
@@ -145,6 +189,7 @@ pub fn status_from(code: i64) -> Result<RunStatus, StoreError> {
         1 => RunStatus::Finished,
         2 => RunStatus::Error,
         3 => RunStatus::Interrupted,
+        4 => RunStatus::Cancelled,
         _ => return Err(StoreError::corrupt("a stored run status is unknown")),
     })
 }

@@ -24,6 +24,7 @@
 
 mod chunk;
 mod db;
+mod lock;
 mod writer;
 
 use std::path::{Path, PathBuf};
@@ -40,6 +41,7 @@ use agui_store::{
 };
 use async_trait::async_trait;
 use futures::FutureExt;
+use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, OptionalExtension, params};
 use tokio::sync::oneshot;
 
@@ -63,6 +65,10 @@ struct Inner {
     hub: Arc<Hub>,
     closed: AtomicBool,
     cache: ConversationCache,
+    /// Opened with [`SqliteStore::open_read_only`]: no writer, no lock.
+    read_only: bool,
+    /// The process lock of a writable store, released at close.
+    lock: Mutex<Option<lock::ProcessLock>>,
 }
 
 /// Reads the path of a `sqlite://` URL: `sqlite:///abs/path.db` or
@@ -84,12 +90,26 @@ pub async fn open(url: &str) -> Result<SqliteStore> {
     SqliteStore::open_path(&path).await
 }
 
+/// Opens an existing `sqlite:///PATH` read-only (see
+/// [`SqliteStore::open_read_only`]).
+pub async fn open_read_only(url: &str) -> Result<SqliteStore> {
+    let path = path_of(url)?;
+    SqliteStore::open_read_only(&path).await
+}
+
 impl SqliteStore {
     /// Opens (creating if needed) the database at `path`. Opening after a
     /// crash recovers the WAL; runs left `running` stay so until
     /// [`EventStore::mark_interrupted`].
+    ///
+    /// The store holds an exclusive process lock on `PATH.lock` while open:
+    /// a second writable open of the same file, from any process, fails
+    /// with `Unavailable` naming the holder's process id (two writers would
+    /// each take the other's live runs for crashed ones). Use
+    /// [`SqliteStore::open_read_only`] beside a running writer.
     pub async fn open_path(path: &Path) -> Result<SqliteStore> {
         let path = path.to_path_buf();
+        let held = lock::acquire(&path)?;
         let hub = Arc::new(Hub::new());
         let writer_hub = hub.clone();
         let open_path = path.clone();
@@ -110,8 +130,41 @@ impl SqliteStore {
                 hub,
                 closed: AtomicBool::new(false),
                 cache: ConversationCache::new(),
+                read_only: false,
+                lock: Mutex::new(Some(held)),
             }),
         })
+    }
+
+    /// Opens an existing database read-only: no lock, no writer, nothing
+    /// created, so it works beside a running gateway. `NotFound` when there
+    /// is no file at `path` or it holds no agui store. Every write (and a
+    /// restore that would store a rebuilt checkpoint) fails with
+    /// `Unsupported`.
+    pub async fn open_read_only(path: &Path) -> Result<SqliteStore> {
+        let path = path.to_path_buf();
+        let probe = path.clone();
+        tokio::task::spawn_blocking(move || db::probe_read_only(&probe))
+            .await
+            .map_err(|_| StoreError::internal("the store could not be opened"))??;
+        Ok(SqliteStore {
+            inner: Arc::new(Inner {
+                path,
+                tx: Mutex::new(None),
+                writer: Mutex::new(None),
+                readers: Mutex::new(Vec::new()),
+                hub: Arc::new(Hub::new()),
+                closed: AtomicBool::new(false),
+                cache: ConversationCache::new(),
+                read_only: true,
+                lock: Mutex::new(None),
+            }),
+        })
+    }
+
+    /// True when opened with [`SqliteStore::open_read_only`].
+    pub fn is_read_only(&self) -> bool {
+        self.inner.read_only
     }
 
     /// The database file.
@@ -128,6 +181,12 @@ impl SqliteStore {
 
     async fn write<T>(&self, make: impl FnOnce(oneshot::Sender<Result<T>>) -> Op) -> Result<T> {
         self.check_open()?;
+        if self.inner.read_only {
+            return Err(StoreError::new(
+                agui_store::ErrorKind::Unsupported,
+                "the store was opened read-only",
+            ));
+        }
         let (reply, rx) = oneshot::channel();
         {
             let tx = self.inner.tx.lock().unwrap_or_else(|p| p.into_inner());
@@ -369,34 +428,69 @@ impl EventStore for SqliteStore {
         let filter = filter.clone();
         self.read_with(move |c| {
             let limit = page_size(filter.limit);
-            let sql = format!(
+            // Only the filters given go into the statement (an `?N IS NULL
+            // OR ...` term would keep SQLite from using the thread's index).
+            // With a thread, `+r.tenant` keeps the planner off the runs'
+            // tenant-and-time index: the thread's own index is the short way
+            // (0.05 ms against 3 ms on a store of 10,000 threads).
+            let tenant_term = if filter.thread_id.is_some() {
+                "+r.tenant = ?1 AND t.tenant = ?1"
+            } else {
+                "r.tenant = ?1"
+            };
+            let mut sql = format!(
                 "SELECT {RUN_COLUMNS} FROM runs r JOIN threads t ON t.id = r.thread_id
-                 WHERE r.tenant = ?1
-                   AND (?2 IS NULL OR t.thread = ?2)
-                   AND (?3 IS NULL OR r.parent_run_id = ?3)
-                   AND (?4 IS NULL OR r.status = ?4)
-                   AND (?5 IS NULL OR r.started_at >= ?5)
-                   AND (?6 IS NULL OR r.started_at < ?6)
-                   AND (?7 IS NULL OR (r.started_at, t.thread, r.first_seq) > (?7, ?8, ?9))
-                 ORDER BY r.started_at, t.thread, r.first_seq
-                 LIMIT ?10"
+                 WHERE {tenant_term}"
             );
+            let mut args: Vec<SqlValue> = vec![SqlValue::Blob(tenant.as_bytes().to_vec())];
+            let mut and = |term: &str, values: Vec<SqlValue>| {
+                // Each `?` of the term becomes the number of its value.
+                sql.push_str(" AND ");
+                let mut pieces = term.split('?');
+                sql.push_str(pieces.next().unwrap_or_default());
+                for (piece, v) in pieces.zip(values) {
+                    args.push(v);
+                    sql.push_str(&format!("?{}{piece}", args.len()));
+                }
+            };
+            if let Some(t) = &filter.thread_id {
+                and("t.thread = ?", vec![SqlValue::Blob(t.as_bytes().to_vec())]);
+            }
+            if let Some(p) = &filter.parent_run_id {
+                and(
+                    "r.parent_run_id = ?",
+                    vec![SqlValue::Blob(p.as_bytes().to_vec())],
+                );
+            }
+            if let Some(s) = filter.status {
+                and("r.status = ?", vec![SqlValue::Integer(status_code(s))]);
+            }
+            if let Some(t) = filter.started_from {
+                and("r.started_at >= ?", vec![SqlValue::Integer(t.0)]);
+            }
+            if let Some(t) = filter.started_before {
+                and("r.started_at < ?", vec![SqlValue::Integer(t.0)]);
+            }
+            if let Some(a) = &after {
+                and(
+                    "(r.started_at, t.thread, r.first_seq) > (?, ?, ?)",
+                    vec![
+                        SqlValue::Integer(a.started_at.0),
+                        SqlValue::Blob(a.thread_id.as_bytes().to_vec()),
+                        SqlValue::Integer(a.first_seq as i64),
+                    ],
+                );
+            }
+            args.push(SqlValue::Integer((limit + 1) as i64));
+            sql.push_str(&format!(
+                " ORDER BY r.started_at, t.thread, r.first_seq LIMIT ?{}",
+                args.len()
+            ));
             let mut st = c
                 .prepare_cached(&sql)
                 .map_err(|e| map(e, "read the run index"))?;
             let mut rows = st
-                .query(params![
-                    tenant.as_bytes(),
-                    filter.thread_id.as_deref().map(str::as_bytes),
-                    filter.parent_run_id.as_deref().map(str::as_bytes),
-                    filter.status.map(status_code),
-                    filter.started_from.map(|t| t.0),
-                    filter.started_before.map(|t| t.0),
-                    after.as_ref().map(|a| a.started_at.0),
-                    after.as_ref().map(|a| a.thread_id.as_bytes()),
-                    after.as_ref().map(|a| a.first_seq as i64),
-                    (limit + 1) as i64
-                ])
+                .query(rusqlite::params_from_iter(args))
                 .map_err(|e| map(e, "read the run index"))?;
             let mut runs = Vec::new();
             while let Some(row) = rows.next().map_err(|e| map(e, "read the run index"))? {
@@ -495,6 +589,68 @@ impl EventStore for SqliteStore {
         self.write(|reply| Op::Delete {
             tenant,
             thread,
+            reply,
+        })
+        .await
+    }
+
+    async fn rename_thread(&self, tenant: &str, from: &str, to: &str) -> Result<()> {
+        check_id("thread", to)?;
+        let (t, f, n) = (tenant.to_owned(), from.to_owned(), to.to_owned());
+        self.write(|reply| Op::Rename {
+            tenant: t,
+            from: f,
+            to: n,
+            reply,
+        })
+        .await?;
+        for id in [from, to] {
+            self.inner.hub.close_thread(tenant, id);
+            self.inner.cache.forget(tenant, id);
+        }
+        Ok(())
+    }
+
+    async fn channels(&self, tenant: &str, thread: &str) -> Result<Vec<agui_store::Channel>> {
+        let (tenant, thread) = (tenant.to_owned(), thread.to_owned());
+        self.read_with(move |c| {
+            let Some((id, _)) = thread_row(c, &tenant, &thread)? else {
+                return Ok(Vec::new());
+            };
+            let doing = "read channels";
+            let mut st = c
+                .prepare_cached(
+                    "SELECT agent, state, updated_at FROM channels WHERE thread_id = ?1 ORDER BY agent",
+                )
+                .map_err(|e| map(e, doing))?;
+            let mut rows = st.query(params![id]).map_err(|e| map(e, doing))?;
+            let mut out = Vec::new();
+            while let Some(row) = rows.next().map_err(|e| map(e, doing))? {
+                out.push(agui_store::Channel {
+                    agent: text(row.get(0).map_err(|e| map(e, doing))?)?,
+                    state: text(row.get(1).map_err(|e| map(e, doing))?)?,
+                    updated_at: agui_store::Timestamp(row.get(2).map_err(|e| map(e, doing))?),
+                });
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn put_channel(
+        &self,
+        tenant: &str,
+        thread: &str,
+        channel: agui_store::Channel,
+    ) -> Result<()> {
+        check_id("tenant", tenant)?;
+        check_id("thread", thread)?;
+        channel.check()?;
+        let (tenant, thread) = (tenant.to_owned(), thread.to_owned());
+        self.write(|reply| Op::PutChannel {
+            tenant,
+            thread,
+            channel,
             reply,
         })
         .await
@@ -661,6 +817,9 @@ impl EventStore for SqliteStore {
     }
 
     async fn flush(&self) -> Result<()> {
+        if self.inner.read_only {
+            return self.check_open();
+        }
         self.write(|reply| Op::Flush { reply }).await
     }
 
@@ -694,6 +853,14 @@ impl EventStore for SqliteStore {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clear();
+        // Only now may another process open the file for writing.
+        drop(
+            self.inner
+                .lock
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take(),
+        );
         Ok(())
     }
 }

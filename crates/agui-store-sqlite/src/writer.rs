@@ -47,6 +47,18 @@ pub enum Op {
         thread: String,
         reply: oneshot::Sender<Result<()>>,
     },
+    PutChannel {
+        tenant: String,
+        thread: String,
+        channel: agui_store::Channel,
+        reply: oneshot::Sender<Result<()>>,
+    },
+    Rename {
+        tenant: String,
+        from: String,
+        to: String,
+        reply: oneshot::Sender<Result<()>>,
+    },
     MarkInterrupted {
         reply: oneshot::Sender<Result<u64>>,
     },
@@ -62,8 +74,11 @@ impl Op {
                 req.durability == Durability::Append
                     || req.events.iter().any(|e| e.event_type().is_run_terminal())
             }
-            Op::Flush { .. } | Op::MarkInterrupted { .. } | Op::Delete { .. } => true,
-            Op::SaveCheckpoint { .. } => false,
+            Op::Flush { .. }
+            | Op::MarkInterrupted { .. }
+            | Op::Delete { .. }
+            | Op::Rename { .. } => true,
+            Op::SaveCheckpoint { .. } | Op::PutChannel { .. } => false,
         }
     }
 }
@@ -293,6 +308,16 @@ impl Writer {
                 result: self.save_checkpoint(&tenant, &thread, &run_id, &blob),
                 closed: None,
             },
+            Op::PutChannel {
+                tenant,
+                thread,
+                channel,
+                reply,
+            } => Done::Unit {
+                reply,
+                result: self.put_channel(&tenant, &thread, &channel),
+                closed: None,
+            },
             Op::Delete {
                 tenant,
                 thread,
@@ -301,6 +326,25 @@ impl Writer {
                 let result = self.delete(&tenant, &thread);
                 let closed = result.is_ok().then(|| (tenant.clone(), thread.clone()));
                 local.insert((tenant, thread), None);
+                Done::Unit {
+                    reply,
+                    result,
+                    closed,
+                }
+            }
+            Op::Rename {
+                tenant,
+                from,
+                to,
+                reply,
+            } => {
+                let result = self.rename(&tenant, &from, &to, overlay);
+                let result = result.map(|head| {
+                    // The head moves with the thread (same row id).
+                    local.insert((tenant.clone(), from.clone()), None);
+                    local.insert((tenant.clone(), to), head);
+                });
+                let closed = result.is_ok().then_some((tenant, from));
                 Done::Unit {
                     reply,
                     result,
@@ -558,6 +602,60 @@ impl Writer {
         Ok(())
     }
 
+    fn put_channel(&self, tenant: &str, thread: &str, ch: &agui_store::Channel) -> Result<()> {
+        let id = self
+            .thread_id(tenant, thread)?
+            .ok_or_else(|| StoreError::not_found("thread"))?;
+        self.conn
+            .prepare_cached(
+                "INSERT INTO channels (thread_id, agent, state, updated_at) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (thread_id, agent) DO UPDATE
+                 SET state = excluded.state, updated_at = excluded.updated_at",
+            )
+            .and_then(|mut st| {
+                st.execute(params![
+                    id,
+                    ch.agent.as_bytes(),
+                    ch.state.as_bytes(),
+                    ch.updated_at.0
+                ])
+            })
+            .map_err(|e| map(e, "store a channel"))?;
+        Ok(())
+    }
+
+    /// Renames `from` to `to`; returns the moved head.
+    fn rename(
+        &self,
+        tenant: &str,
+        from: &str,
+        to: &str,
+        overlay: &HashMap<(String, String), Option<Head>>,
+    ) -> Result<Option<Head>> {
+        let key = (tenant.to_owned(), from.to_owned());
+        let head = match overlay.get(&key) {
+            Some(h) => h.clone(),
+            None => match self.heads.get(&key) {
+                Some(h) => Some(h.clone()),
+                None => self.load_head(tenant, from)?,
+            },
+        };
+        let Some(head) = head else {
+            return Err(StoreError::not_found("thread"));
+        };
+        if from == to {
+            return Ok(Some(head));
+        }
+        if self.thread_id(tenant, to)?.is_some() {
+            return Err(StoreError::thread_exists(to));
+        }
+        self.conn
+            .prepare_cached("UPDATE threads SET thread = ?1 WHERE id = ?2")
+            .and_then(|mut st| st.execute(params![to.as_bytes(), head.id]))
+            .map_err(|e| map(e, "rename a thread"))?;
+        Ok(Some(head))
+    }
+
     fn delete(&self, tenant: &str, thread: &str) -> Result<()> {
         let id = self
             .thread_id(tenant, thread)?
@@ -566,6 +664,7 @@ impl Writer {
             "DELETE FROM chunks WHERE thread_id = ?1",
             "DELETE FROM runs WHERE thread_id = ?1",
             "DELETE FROM checkpoints WHERE thread_id = ?1",
+            "DELETE FROM channels WHERE thread_id = ?1",
             "DELETE FROM threads WHERE id = ?1",
         ] {
             self.conn
@@ -604,13 +703,15 @@ fn failed(op: Op, err: StoreError) -> Done {
             result: Err(err),
             publish: None,
         },
-        Op::SaveCheckpoint { reply, .. } | Op::Delete { reply, .. } | Op::Flush { reply } => {
-            Done::Unit {
-                reply,
-                result: Err(err),
-                closed: None,
-            }
-        }
+        Op::SaveCheckpoint { reply, .. }
+        | Op::PutChannel { reply, .. }
+        | Op::Delete { reply, .. }
+        | Op::Rename { reply, .. }
+        | Op::Flush { reply } => Done::Unit {
+            reply,
+            result: Err(err),
+            closed: None,
+        },
         Op::MarkInterrupted { reply } => Done::Count {
             reply,
             result: Err(err),

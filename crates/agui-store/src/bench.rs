@@ -242,10 +242,10 @@ pub async fn run(
     report.raw_bytes = stats.raw_bytes;
     report.stored_bytes = stats.stored_bytes;
     log(&format!(
-        "size: {} raw JSON bytes, {} stored bytes ({:.2}x)",
+        "size: {} raw JSON bytes, {} stored bytes ({:.2} stored bytes per raw byte)",
         stats.raw_bytes,
         stats.stored_bytes,
-        stats.compression_ratio()
+        stats.stored_per_raw_byte()
     ));
     Ok(report)
 }

@@ -137,6 +137,15 @@ impl StoreError {
         }
     }
 
+    /// `Conflict`: a thread renamed to `thread`, which already has events or
+    /// channel state.
+    pub fn thread_exists(thread: &str) -> StoreError {
+        StoreError::new(
+            ErrorKind::Conflict,
+            format!("thread {thread:?} already has events or channel state"),
+        )
+    }
+
     /// What went wrong.
     pub fn kind(&self) -> ErrorKind {
         self.kind

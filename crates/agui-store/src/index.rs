@@ -11,7 +11,8 @@
 //!   events are `first_seq..=last_seq`, up to the next `RUN_STARTED`).
 //!   Events before the thread's first `RUN_STARTED` belong to no run (the
 //!   preamble, which every branch starts with).
-//! - `RUN_FINISHED` ends the open run as `finished`, `RUN_ERROR` as `error`.
+//! - `RUN_FINISHED` ends the open run as `finished` (as `cancelled` when its
+//!   `outcome.type` is `cancelled`), `RUN_ERROR` as `error`.
 //!   A run still `running` when the next run starts becomes `interrupted`.
 
 use std::borrow::Cow;
@@ -204,6 +205,7 @@ pub fn plan_batch(
                 upd.last_seq = seq;
                 if *status == RunStatus::Running {
                     let ended = match ty {
+                        EventType::RunFinished if is_cancelled(event) => Some(RunStatus::Cancelled),
                         EventType::RunFinished => Some(RunStatus::Finished),
                         EventType::RunError => Some(RunStatus::Error),
                         _ => None,
@@ -239,6 +241,32 @@ pub fn plan_batch(
         },
         bytes,
     })
+}
+
+#[derive(Deserialize)]
+struct FinishedView<'a> {
+    #[serde(borrow, default)]
+    outcome: Option<OutcomeView<'a>>,
+}
+
+#[derive(Deserialize)]
+struct OutcomeView<'a> {
+    #[serde(rename = "type", borrow, default)]
+    ty: Option<Cow<'a, str>>,
+}
+
+/// True for a `RUN_FINISHED` whose `outcome.type` is `cancelled`.
+fn is_cancelled(event: &Event) -> bool {
+    // Cheap pre-check: most runs finish without that word anywhere.
+    if !event.json().contains("cancelled") {
+        return false;
+    }
+    event
+        .view::<FinishedView>()
+        .ok()
+        .and_then(|v| v.outcome)
+        .and_then(|o| o.ty)
+        .is_some_and(|t| t == "cancelled")
 }
 
 /// The update of an existing run (created on first touch, with counters at
@@ -280,6 +308,33 @@ mod tests {
 
     fn none(_: &str) -> Result<bool> {
         Ok(false)
+    }
+
+    #[test]
+    fn a_cancelled_outcome_ends_the_run_as_cancelled() {
+        let events = vec![
+            ev(r#"{"type":"RUN_STARTED","threadId":"t","runId":"a"}"#),
+            ev(
+                r#"{"type":"RUN_FINISHED","threadId":"t","runId":"a","outcome":{"type":"cancelled"}}"#,
+            ),
+            ev(r#"{"type":"RUN_STARTED","threadId":"t","runId":"b"}"#),
+            ev(r#"{"type":"RUN_FINISHED","threadId":"t","runId":"b","result":"cancelled"}"#),
+            ev(r#"{"type":"RUN_STARTED","threadId":"t","runId":"c"}"#),
+            ev(
+                r#"{"type":"RUN_FINISHED","threadId":"t","runId":"c","outcome":{"type":"success"}}"#,
+            ),
+        ];
+        let p = plan_batch(&ThreadHead::default(), &events, None, Timestamp(5), none).unwrap();
+        let status: Vec<_> = p.runs.iter().map(|r| r.status).collect();
+        assert_eq!(
+            status,
+            [
+                RunStatus::Cancelled,
+                RunStatus::Finished,
+                RunStatus::Finished
+            ]
+        );
+        assert!(p.runs.iter().all(|r| r.ended));
     }
 
     #[test]

@@ -9,9 +9,11 @@
 //! - [`restore`]: building delta checkpoints at run end and restoring runs
 //!   through them.
 //! - [`subscribe`]: catch-up-then-live subscriptions without gap or duplicate.
+//! - [`channel`]: per-agent channel state of a thread.
 //! - [`MemoryStore`]: the in-memory backend (`memory://`).
 //! - [`migrate`]: copy threads between stores, resumably, with digests.
 //! - [`bench`]: the store benchmark, for any backend.
+//! - [`check`]: verify a whole store (checksums, run index, checkpoints).
 //! - [`sample`]: realistic event sequences.
 //! - `conformance` (feature `conformance`): the suite every backend runs, and
 //!   the crash harness.
@@ -24,6 +26,8 @@ mod store;
 mod types;
 
 pub mod bench;
+pub mod channel;
+pub mod check;
 pub mod checkpoint;
 pub mod cursor;
 pub mod index;
@@ -37,6 +41,7 @@ pub mod subscribe;
 pub mod conformance;
 
 pub use agui_history::reduce::Conversation;
+pub use channel::Channel;
 pub use error::{ErrorKind, Result, SeqConflict, StoreError};
 pub use memory::MemoryStore;
 pub use restore::{ConversationCache, checkpoint_run, restore_run};

@@ -16,7 +16,7 @@ use crate::types::{
     AppendRequest, Appended, EventPage, RunFilter, RunPage, RunRecord, RunStatus, StoreStats,
     StoredEvent, ThreadFilter, ThreadInfo, ThreadPage, Timestamp, check_id, page_size,
 };
-use crate::{ConversationCache, EventStore};
+use crate::{Channel, ConversationCache, EventStore};
 
 /// The in-memory store. Cloning gives another handle on the same data.
 #[derive(Clone, Default)]
@@ -30,6 +30,8 @@ struct Inner {
     hub: Hub,
     closed: AtomicBool,
     cache: ConversationCache,
+    /// (tenant, thread) → the run that claimed it (see `claim_thread`).
+    claims: Mutex<std::collections::HashMap<(String, String), String>>,
 }
 
 #[derive(Default)]
@@ -43,6 +45,7 @@ struct Thread {
     runs: Vec<RunRecord>,
     run_pos: HashMap<String, usize>,
     checkpoints: HashMap<String, Vec<u8>>,
+    channels: BTreeMap<String, Channel>,
     agent: Option<String>,
     created_at: Timestamp,
     head: ThreadHead,
@@ -86,6 +89,8 @@ impl MemoryStore {
                 state: self.inner.state.clone(),
                 hub: Hub::new(),
                 closed: AtomicBool::new(false),
+                // A reopened store is another process: earlier claims lapse.
+                claims: Mutex::default(),
                 cache: ConversationCache::new(),
             }),
         }
@@ -159,6 +164,7 @@ impl EventStore for MemoryStore {
                     runs: Vec::new(),
                     run_pos: HashMap::new(),
                     checkpoints: HashMap::new(),
+                    channels: BTreeMap::new(),
                     agent: None,
                     created_at: plan.received_at,
                     head: ThreadHead::default(),
@@ -366,6 +372,53 @@ impl EventStore for MemoryStore {
         Ok(())
     }
 
+    async fn rename_thread(&self, tenant: &str, from: &str, to: &str) -> Result<()> {
+        check_id("thread", to)?;
+        let mut state = self.state()?;
+        if !state.threads.contains_key(&key(tenant, from)) {
+            return Err(StoreError::not_found("thread"));
+        }
+        if from == to {
+            return Ok(());
+        }
+        if state.threads.contains_key(&key(tenant, to)) {
+            return Err(StoreError::thread_exists(to));
+        }
+        let mut t = state
+            .threads
+            .remove(&key(tenant, from))
+            .ok_or_else(|| StoreError::not_found("thread"))?;
+        for r in &mut t.runs {
+            r.thread_id = to.to_owned();
+        }
+        state.threads.insert(key(tenant, to), t);
+        for id in [from, to] {
+            self.inner.hub.close_thread(tenant, id);
+            self.inner.cache.forget(tenant, id);
+        }
+        Ok(())
+    }
+
+    async fn channels(&self, tenant: &str, thread: &str) -> Result<Vec<Channel>> {
+        let state = self.state()?;
+        Ok(state
+            .threads
+            .get(&key(tenant, thread))
+            .map(|t| t.channels.values().cloned().collect())
+            .unwrap_or_default())
+    }
+
+    async fn put_channel(&self, tenant: &str, thread: &str, channel: Channel) -> Result<()> {
+        channel.check()?;
+        let mut state = self.state()?;
+        let t = state
+            .threads
+            .get_mut(&key(tenant, thread))
+            .ok_or_else(|| StoreError::not_found("thread"))?;
+        t.channels.insert(channel.agent.clone(), channel);
+        Ok(())
+    }
+
     async fn tenants(&self) -> Result<Vec<String>> {
         let state = self.state()?;
         let mut out: Vec<String> = state.threads.keys().map(|(t, _)| t.clone()).collect();
@@ -458,6 +511,26 @@ impl EventStore for MemoryStore {
             s.stored_bytes += t.bytes + t.checkpoints.values().map(|c| c.len() as u64).sum::<u64>();
         }
         Ok(s)
+    }
+
+    async fn claim_thread(&self, tenant: &str, thread: &str, run: &str) -> Result<Option<String>> {
+        drop(self.state()?);
+        let mut claims = self.inner.claims.lock().unwrap_or_else(|p| p.into_inner());
+        let key = (tenant.to_owned(), thread.to_owned());
+        if let Some(holder) = claims.get(&key) {
+            return Ok(Some(holder.clone()));
+        }
+        claims.insert(key, run.to_owned());
+        Ok(None)
+    }
+
+    async fn release_thread(&self, tenant: &str, thread: &str, run: &str) -> Result<()> {
+        let mut claims = self.inner.claims.lock().unwrap_or_else(|p| p.into_inner());
+        let key = (tenant.to_owned(), thread.to_owned());
+        if claims.get(&key).is_some_and(|r| r == run) {
+            claims.remove(&key);
+        }
+        Ok(())
     }
 
     fn conversation_cache(&self) -> Option<&ConversationCache> {

@@ -10,7 +10,7 @@ use crate::types::{
     AppendRequest, Appended, EventPage, RunFilter, RunPage, RunRecord, RunStatus, StoreStats,
     StoredEvent, ThreadFilter, ThreadInfo, ThreadPage,
 };
-use crate::{Conversation, restore};
+use crate::{Channel, Conversation, restore};
 
 /// A run's conversation, restored.
 ///
@@ -93,6 +93,16 @@ pub trait EventStore: Send + Sync {
     /// ends its subscriptions. `NotFound` when it does not exist.
     async fn delete_thread(&self, tenant: &str, thread: &str) -> Result<()>;
 
+    /// Gives thread `from` (its events, runs, checkpoints and channels) the
+    /// id `to`, in one atomic step: a reader sees either `from` or `to`,
+    /// never both or a part. `NotFound` when `from` does not exist;
+    /// `Conflict` when `to` has events or channel state (nothing changed).
+    /// Subscriptions to either id end. The events keep their JSON as stored
+    /// (a `threadId` inside them is not rewritten). Session imports write
+    /// under a staging id and rename at the end, so that a failed or crashed
+    /// import never leaves a partial thread under the target id.
+    async fn rename_thread(&self, tenant: &str, from: &str, to: &str) -> Result<()>;
+
     /// Every tenant that has at least one thread (for migration and stats;
     /// an operator call, not one to expose per tenant).
     async fn tenants(&self) -> Result<Vec<String>>;
@@ -122,9 +132,39 @@ pub trait EventStore: Send + Sync {
     /// is deleted or the store closes.
     async fn subscribe(&self, tenant: &str, thread: &str, from_seq: u64) -> Result<EventStream>;
 
+    /// Claims a thread for one run of the calling gateway process (`run`;
+    /// an empty id claims it for an operation such as deleting the thread)
+    /// until [`EventStore::release_thread`], so that processes sharing the
+    /// store see a run in flight before it stored anything. `Ok(None)` when
+    /// claimed; `Ok(Some(run))` when a live process already holds it. The
+    /// claims of a process that is gone lapse.
+    ///
+    /// Stores that one process opens at a time (SQLite, file) keep the
+    /// default: there the gateway's own table of runs in flight is the whole
+    /// registry. Stores that several processes (or several gateways in one
+    /// process) share implement it: PostgreSQL, memory.
+    async fn claim_thread(&self, tenant: &str, thread: &str, run: &str) -> Result<Option<String>> {
+        let _ = (tenant, thread, run);
+        Ok(None)
+    }
+
+    /// Releases a claim of [`EventStore::claim_thread`] made for `run`.
+    async fn release_thread(&self, tenant: &str, thread: &str, run: &str) -> Result<()> {
+        let _ = (tenant, thread, run);
+        Ok(())
+    }
+
     /// Marks every run still `running` in any tenant as `interrupted` (call
     /// once at start-up, after a crash). Returns how many runs changed.
     async fn mark_interrupted(&self) -> Result<u64>;
+
+    /// Marks `interrupted` the `running` runs of other processes that are
+    /// gone, never this store's own, so a gateway may call it while it runs
+    /// (a store shared by replicas). Single-process stores have no such runs
+    /// once started: 0.
+    async fn mark_interrupted_elsewhere(&self) -> Result<u64> {
+        Ok(0)
+    }
 
     /// Store-wide totals.
     async fn stats(&self) -> Result<StoreStats>;
@@ -135,6 +175,24 @@ pub trait EventStore: Send + Sync {
     /// Flushes and closes. Every later call fails with `Unavailable`; open
     /// subscriptions end.
     async fn close(&self) -> Result<()>;
+
+    /// Every channel of a thread (see [`crate::channel`]), by agent name.
+    /// Empty when the thread has none or does not exist.
+    async fn channels(&self, tenant: &str, thread: &str) -> Result<Vec<Channel>>;
+
+    /// Stores (or replaces) one agent's channel on a thread. `NotFound` when
+    /// the thread does not exist; `Invalid` when [`Channel::check`] fails.
+    /// [`EventStore::delete_thread`] removes a thread's channels with it.
+    async fn put_channel(&self, tenant: &str, thread: &str, channel: Channel) -> Result<()>;
+
+    /// One agent's channel on a thread, if it has one.
+    async fn channel(&self, tenant: &str, thread: &str, agent: &str) -> Result<Option<Channel>> {
+        Ok(self
+            .channels(tenant, thread)
+            .await?
+            .into_iter()
+            .find(|c| c.agent == agent))
+    }
 
     /// Events `first..=last` of a thread, in order.
     async fn read_range(

@@ -154,23 +154,28 @@ pub struct EventPage {
 pub enum RunStatus {
     /// `RUN_STARTED` seen, no terminal event yet.
     Running,
-    /// Ended by `RUN_FINISHED` (whatever its outcome).
+    /// Ended by `RUN_FINISHED` (any outcome but `cancelled`).
     Finished,
     /// Ended by `RUN_ERROR`.
     Error,
     /// Never ended: a later run started in the thread first, or
     /// [`crate::EventStore::mark_interrupted`] found it running (crash).
     Interrupted,
+    /// Ended by `RUN_FINISHED` with `outcome: {"type": "cancelled"}` (a
+    /// stopped run).
+    Cancelled,
 }
 
 impl RunStatus {
-    /// The wire name (`running`, `finished`, `error`, `interrupted`).
+    /// The wire name (`running`, `finished`, `error`, `interrupted`,
+    /// `cancelled`).
     pub fn as_str(self) -> &'static str {
         match self {
             RunStatus::Running => "running",
             RunStatus::Finished => "finished",
             RunStatus::Error => "error",
             RunStatus::Interrupted => "interrupted",
+            RunStatus::Cancelled => "cancelled",
         }
     }
 
@@ -181,6 +186,7 @@ impl RunStatus {
             "finished" => RunStatus::Finished,
             "error" => RunStatus::Error,
             "interrupted" => RunStatus::Interrupted,
+            "cancelled" => RunStatus::Cancelled,
             _ => return None,
         })
     }
@@ -302,12 +308,14 @@ pub struct StoreStats {
 }
 
 impl StoreStats {
-    /// `raw_bytes / stored_bytes` (0 when nothing is stored).
-    pub fn compression_ratio(&self) -> f64 {
-        if self.stored_bytes == 0 {
+    /// `stored_bytes / raw_bytes`: the bytes on disk per byte of event JSON
+    /// (below 1 when the store compresses, above 1 when indexes and
+    /// checkpoints outweigh the events); 0 when nothing is stored.
+    pub fn stored_per_raw_byte(&self) -> f64 {
+        if self.raw_bytes == 0 {
             0.0
         } else {
-            self.raw_bytes as f64 / self.stored_bytes as f64
+            self.stored_bytes as f64 / self.raw_bytes as f64
         }
     }
 }

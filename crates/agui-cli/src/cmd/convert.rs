@@ -49,6 +49,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         max_event_size: args.max_event_size,
     };
     let reader = Reader::with_options(input, options);
+    let size = args
+        .input
+        .as_deref()
+        .filter(|p| p.as_os_str() != "-")
+        .and_then(|p| std::fs::metadata(p).ok())
+        .map(|m| m.len());
+    let bar = crate::progress::bar(size, crate::progress::Unit::Bytes, "convert");
+    let mut read = 0u64;
     let mut writer = Writer::new(crate::io::stdout(), args.to);
     let mut expander = args.expand_chunks.then(ChunkExpander::new);
     let mut next_id = args.sse_ids;
@@ -64,11 +72,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let event = match item {
             Ok(event) => event,
             Err(err) => {
+                bar.finish_and_clear();
                 // Keep what was converted so far, then report.
                 writer.flush().context("cannot write to standard output")?;
                 return Err(err).with_context(|| format!("cannot decode {name}"));
             }
         };
+        read += event.len_bytes() as u64 + 1;
+        if index % 4096 == 0 {
+            bar.set_position(read);
+        }
         match expander.as_mut() {
             None => write(&mut writer, &event)?,
             Some(expander) => {
@@ -85,5 +98,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // open (no synthesized END events).
     let mut out = writer.finish()?;
     out.flush()?;
+    bar.finish_and_clear();
     Ok(ExitCode::SUCCESS)
 }

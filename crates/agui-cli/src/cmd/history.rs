@@ -28,7 +28,9 @@ pub struct Args {
     /// thread, parent, status and event count
     #[arg(long)]
     tree: bool,
-    /// With --tree: one JSON object per run (NDJSON) instead of text
+    /// With --tree: one JSON object per run (NDJSON) instead of text; times
+    /// (`startedAt`, `finishedAt`, from the events' `timestamp`) in RFC 3339
+    /// UTC with milliseconds
     #[arg(long, requires = "tree")]
     json: bool,
     /// Print {messages, state} at the end of this run's branch (as `agui reduce`)

@@ -9,26 +9,31 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agui_server::config::{parse_agent_flag, parse_agent_history_flag, set_agent_history};
+use agui_server::config::{
+    apply_ca_file_flag, apply_on_disconnect_flag, apply_upstream_thread_flag, parse_agent_flag,
+    parse_agent_history_flag, parse_header_name, set_agent_history,
+};
 use agui_server::{Auth, GatewayConfig, Limits, ServeFile, SessionMode};
 use anyhow::{Context, bail};
 
 /// Arguments of `agui serve`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Address to listen on
+    /// Address to listen on [default: 127.0.0.1:8080]
     #[arg(long)]
     listen: Option<String>,
-    /// Store URL: sqlite://PATH, file:///DIR, postgres://USER@HOST/DB or memory://
-    /// (default sqlite://<data dir>/agui.db)
+    /// Store URL: sqlite://PATH, file:///DIR, postgres://USER@HOST/DB or
+    /// memory:// [default: sqlite://<data dir>/agui.db; data dir:
+    /// $AGUI_DATA_DIR, else ./.agui]
     #[arg(long)]
     store: Option<String>,
     /// An upstream agent, NAME=URL (repeatable); URL `demo` is the built-in
-    /// demo agent. Without any, the demo agent serves as `demo`.
+    /// demo agent [default: the demo agent as `demo`]
     #[arg(long = "agent", value_name = "NAME=URL")]
     agents: Vec<String>,
     /// Session mode of the agents given with --agent: client (pass the
     /// client's messages through) or server (merge the stored conversation)
+    /// [default: client]
     #[arg(long, value_name = "client|server")]
     history: Option<String>,
     /// The session mode of one agent, NAME=client|server (repeatable); wins
@@ -38,37 +43,91 @@ pub struct Args {
     /// A TOML file holding any of these settings (flags win)
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// Require `Authorization: Bearer TOKEN` (tenant `default`)
+    /// Require `Authorization: Bearer TOKEN` (tenant `default`) [default: no
+    /// authentication]
     #[arg(long, env = "AGUI_AUTH_TOKEN", hide_env_values = true)]
     auth_token: Option<String>,
     /// A file of `TOKEN TENANT` lines: bearer tokens and their tenants
     #[arg(long, value_name = "FILE")]
     tokens_file: Option<PathBuf>,
-    /// Allowed CORS origin (repeatable; `*` for any)
+    /// Allowed browser origin for CORS (repeatable; `*` for any) [default:
+    /// none, so browsers' cross-origin requests are refused]
     #[arg(long = "cors-origin", value_name = "ORIGIN")]
     cors_origins: Vec<String>,
-    /// Largest request body, in bytes
+    /// Serve CopilotKit's runtime routes under this path prefix (e.g.
+    /// /copilotkit), so a CopilotKit app's runtimeUrl can point here
+    #[arg(long = "copilotkit-prefix", value_name = "PATH")]
+    copilotkit_prefix: Option<String>,
+    /// Allow this request header in CORS besides the built-in ones (repeatable)
+    #[arg(long = "cors-header", value_name = "NAME")]
+    cors_headers: Vec<String>,
+    /// Forward this client request header to every upstream (repeatable)
+    #[arg(long = "forward-header", value_name = "NAME")]
+    forward_headers: Vec<String>,
+    /// Which thread id one agent sees, NAME=shared|per-branch (repeatable):
+    /// per-branch for stateful frameworks (ADK, LangGraph) so branches branch
+    #[arg(long = "agent-upstream-thread", value_name = "NAME=MODE")]
+    agent_upstream_thread: Vec<String>,
+    /// What one agent's run does when its client disconnects,
+    /// NAME=continue|cancel (repeatable; default continue)
+    #[arg(long = "agent-on-disconnect", value_name = "NAME=POLICY")]
+    agent_on_disconnect: Vec<String>,
+    /// Extra CA certificates (PEM) trusted for one agent's HTTPS upstream,
+    /// NAME=PATH (repeatable)
+    #[arg(long = "agent-ca-file", value_name = "NAME=PATH")]
+    agent_ca_file: Vec<String>,
+    /// Largest request body, in bytes [default: 4194304]
     #[arg(long)]
     max_body_bytes: Option<usize>,
-    /// Largest upstream event, in bytes
+    /// Largest upstream event, in bytes [default: 4194304]
     #[arg(long)]
     max_event_bytes: Option<usize>,
-    /// Most events in one run
+    /// Most events in one run [default: 1000000]
     #[arg(long)]
     max_events_per_run: Option<u64>,
-    /// Upstream connect timeout, in milliseconds
+    /// Upstream connect timeout, in milliseconds [default: 5000]
     #[arg(long)]
     upstream_connect_timeout_ms: Option<u64>,
-    /// Longest upstream silence, in milliseconds
+    /// Longest upstream silence, in milliseconds [default: 120000]
     #[arg(long)]
     upstream_idle_timeout_ms: Option<u64>,
-    /// How long in-flight runs may finish after SIGINT/SIGTERM, in milliseconds
+    /// Longest wait for a client's request line and headers, in milliseconds
+    /// (default 30,000); the connection is closed beyond it
+    #[arg(long)]
+    header_read_timeout_ms: Option<u64>,
+    /// Longest wait for a client's whole request body, in milliseconds
+    /// (default 120,000; 408 `body_timeout` beyond it)
+    #[arg(long)]
+    body_read_timeout_ms: Option<u64>,
+    /// Most client connections open at once (default 4,096); a connection
+    /// beyond it gets 503 `too_many_connections`
+    #[arg(long)]
+    max_connections: Option<usize>,
+    /// How long in-flight runs may finish after SIGINT/SIGTERM, in
+    /// milliseconds [default: 10000]
     #[arg(long)]
     shutdown_grace_ms: Option<u64>,
-    /// Do not close runs a previous process left in flight (for a replica
-    /// sharing its database with a running gateway)
+    /// Skip start-up recovery: leave runs marked running as they are. By
+    /// default a starting gateway closes as interrupted the runs whose
+    /// gateway is gone (on a shared PostgreSQL database, only those: a live
+    /// replica's runs stay running, so replicas need no flag)
     #[arg(long)]
     no_recover: bool,
+    /// The web console at /ui/: on (default) or off
+    #[arg(long, value_name = "on|off")]
+    ui: Option<Switch>,
+    /// When a file store's log is damaged in the middle (not a torn tail),
+    /// cut it at the first damaged record and start, instead of refusing to
+    /// start (`agui store check` shows the damage first)
+    #[arg(long)]
+    repair: bool,
+}
+
+/// `on` or `off`.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Switch {
+    On,
+    Off,
 }
 
 /// The data directory: `$AGUI_DATA_DIR`, else `./.agui`.
@@ -105,6 +164,23 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let (name, mode) = parse_agent_history_flag(h)?;
         set_agent_history(&mut agents, &name, mode)?;
     }
+    for f in &args.agent_upstream_thread {
+        apply_upstream_thread_flag(&mut agents, f)?;
+    }
+    for f in &args.agent_on_disconnect {
+        apply_on_disconnect_flag(&mut agents, f)?;
+    }
+    for f in &args.agent_ca_file {
+        apply_ca_file_flag(&mut agents, f)?;
+    }
+    let mut forward_headers = file.forward_header_names()?;
+    for h in &args.forward_headers {
+        forward_headers.push(parse_header_name("--forward-header", h)?);
+    }
+    let mut cors_headers = file.cors_header_names()?;
+    for h in &args.cors_headers {
+        cors_headers.push(parse_header_name("--cors-header", h)?);
+    }
     let d = Limits::default();
     let ms = Duration::from_millis;
     let limits = Limits {
@@ -130,7 +206,24 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .or(file.upstream_idle_timeout_ms)
             .map(ms)
             .unwrap_or(d.upstream_idle_timeout),
+        header_read_timeout: args
+            .header_read_timeout_ms
+            .or(file.header_read_timeout_ms)
+            .map(ms)
+            .unwrap_or(d.header_read_timeout),
+        body_read_timeout: args
+            .body_read_timeout_ms
+            .or(file.body_read_timeout_ms)
+            .map(ms)
+            .unwrap_or(d.body_read_timeout),
+        max_connections: args
+            .max_connections
+            .or(file.max_connections)
+            .unwrap_or(d.max_connections),
     };
+    if limits.max_connections == 0 {
+        bail!("--max-connections must be at least 1");
+    }
     let auth = match (
         args.auth_token.or(file.auth_token.clone()),
         args.tokens_file
@@ -157,12 +250,23 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         limits,
         auth,
         cors_origins: cors,
+        cors_headers,
+        forward_headers,
         shutdown_grace: args
             .shutdown_grace_ms
             .or(file.shutdown_grace_ms)
             .map(ms)
             .unwrap_or(Duration::from_secs(10)),
         recover_on_start: !args.no_recover && file.recover_on_start.unwrap_or(true),
+        ui: match args.ui {
+            Some(v) => v == Switch::On,
+            None => file.ui.unwrap_or(true),
+        },
+        copilotkit_prefix: args
+            .copilotkit_prefix
+            .or(file.copilotkit_prefix.clone())
+            .map(|p| agui_server::config::copilotkit_prefix(&p))
+            .transpose()?,
     };
     let listen = args
         .listen
@@ -182,7 +286,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    rt.block_on(serve(listen, store_url, config))?;
+    let access = if args.repair {
+        super::store::Access::Repair
+    } else {
+        super::store::Access::ReadWrite
+    };
+    rt.block_on(serve(listen, store_url, access, config))?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -191,7 +300,9 @@ fn init_logging() {
     let filter = EnvFilter::try_from_env("AGUI_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        // Colours only for a person at a terminal, never in a log file.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     let _ = if std::env::var("AGUI_LOG_FORMAT").as_deref() == Ok("json") {
         builder.json().try_init()
     } else {
@@ -199,14 +310,18 @@ fn init_logging() {
     };
 }
 
-async fn serve(listen: String, store_url: String, config: GatewayConfig) -> anyhow::Result<()> {
-    let store = super::store::open_store(&store_url)
-        .await
-        .context("cannot open the store")?;
+async fn serve(
+    listen: String,
+    store_url: String,
+    access: super::store::Access,
+    config: GatewayConfig,
+) -> anyhow::Result<()> {
+    let store = super::store::open_store_with(&store_url, access).await?;
     let recover = config.recover_on_start;
+    let ui = config.ui;
     let gw = Arc::new(agui_server::Gateway::new(store, config)?);
     if recover {
-        let n = gw.recover().await?;
+        let n = gw.recover_at_start().await?;
         if n > 0 {
             tracing::warn!(
                 runs = n,
@@ -229,6 +344,9 @@ async fn serve(listen: String, store_url: String, config: GatewayConfig) -> anyh
         "  history: GET http://{addr}/threads  health: GET http://{addr}/healthz  metrics: GET http://{addr}/metrics"
     );
     eprintln!("  demo agent (direct): POST http://{addr}/demo/agent");
+    if ui {
+        eprintln!("  console: http://{addr}/ui/");
+    }
     eprintln!("  store: {}", redact(&store_url));
     agui_server::serve(gw.clone(), listener, shutdown_signal()).await?;
     gw.store().close().await.ok();
@@ -273,6 +391,43 @@ async fn shutdown_signal() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The defaults written in `agui serve --help` are the gateway's.
+    #[test]
+    fn help_states_the_real_defaults() {
+        use clap::CommandFactory;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: Args,
+        }
+        let help = Cli::command().render_long_help().to_string();
+        let d = Limits::default();
+        for (flag, value) in [
+            ("--max-body-bytes", d.max_body_bytes.to_string()),
+            ("--max-event-bytes", d.max_event_bytes.to_string()),
+            ("--max-events-per-run", d.max_events_per_run.to_string()),
+            (
+                "--upstream-connect-timeout-ms",
+                d.upstream_connect_timeout.as_millis().to_string(),
+            ),
+            (
+                "--upstream-idle-timeout-ms",
+                d.upstream_idle_timeout.as_millis().to_string(),
+            ),
+            ("--shutdown-grace-ms", "10000".to_owned()),
+        ] {
+            let at = help.find(flag).expect(flag);
+            let next = help[at + flag.len()..]
+                .find("\n  -")
+                .map_or(help.len(), |n| at + flag.len() + n);
+            assert!(
+                help[at..next].contains(&format!("[default: {value}]")),
+                "{flag}: {}",
+                &help[at..next]
+            );
+        }
+    }
 
     #[test]
     fn redacts_passwords() {

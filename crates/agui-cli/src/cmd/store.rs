@@ -37,21 +37,28 @@ enum Command {
     Export(ExportArgs),
     /// Copy every thread of one store into another (resumable, verified)
     Migrate(MigrateArgs),
-    /// Totals: threads, runs, events, raw and stored bytes
-    Stats(StoreArg),
-    /// List threads, most recently active first (one JSON object per line)
+    /// Totals: tenants, threads, runs, events, raw and stored bytes
+    Stats(StatsArgs),
+    /// List threads, most recently active first
     Ls(LsArgs),
     /// Delete a thread and everything of it
     Rm(RmArgs),
+    /// Verify a whole store: every checksum, chunk, checkpoint and run index
+    /// entry (read-only). Exits 1 when it finds damage
+    Check(CheckArgs),
     /// Benchmark stores: append, read back, restore, size
     Bench(BenchArgs),
 }
 
 #[derive(clap::Args)]
-struct StoreArg {
+struct StatsArgs {
     /// Store URL: sqlite:///PATH, file:///DIR, postgres://..., memory://
     #[arg(long)]
     store: String,
+    /// One JSON object (the names the text uses, camelCase) instead of
+    /// `name<TAB>value` lines
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(clap::Args)]
@@ -121,6 +128,11 @@ struct LsArgs {
     /// At most this many threads per tenant
     #[arg(long, default_value_t = 100)]
     limit: usize,
+    /// One JSON object per thread (NDJSON), with the names of the HTTP API
+    /// (`threadId`, `eventCount`, `runCount`, RFC 3339 times), instead of a
+    /// table
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(clap::Args)]
@@ -134,6 +146,17 @@ struct RmArgs {
     /// Tenant
     #[arg(long, default_value = DEFAULT_TENANT)]
     tenant: String,
+}
+
+#[derive(clap::Args)]
+struct CheckArgs {
+    /// Store URL: sqlite:///PATH, file:///DIR, postgres://...
+    #[arg(long)]
+    store: String,
+    /// Also list what is not damage (missing or stale checkpoints, which
+    /// the next restore rebuilds)
+    #[arg(long)]
+    verbose: bool,
 }
 
 #[derive(clap::Args)]
@@ -167,29 +190,123 @@ fn parse_mode(s: &str) -> Result<Mode, String> {
         .map_err(|e: agui_history::compact::UnknownMode| e.to_string())
 }
 
-/// Opens a store by URL: the one place that names backends.
+/// How a command opens its store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Access {
+    /// Create the store when missing; take the backend's process lock.
+    #[default]
+    ReadWrite,
+    /// Like `ReadWrite`, and cut a file store's log at a damaged record
+    /// instead of refusing to open (`--repair`).
+    Repair,
+    /// Open an existing store without creating or changing anything, beside
+    /// a running gateway if need be; a missing store is [`NoStore`].
+    ReadOnly,
+}
+
+/// A read-only command was given a URL where no store exists (nothing was
+/// created there).
+#[derive(Debug)]
+pub struct NoStore {
+    /// The URL, its password hidden.
+    pub url: String,
+}
+
+impl std::fmt::Display for NoStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "no store at {}", self.url)
+    }
+}
+
+impl std::error::Error for NoStore {}
+
+/// The URL as it may be shown: a password in it is replaced by `***`.
+pub fn shown_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{scheme}://{user}:***@{host}{tail}"),
+            None => url.to_owned(),
+        },
+        None => url.to_owned(),
+    }
+}
+
+/// Opens a store by URL, creating it when missing: the one place that
+/// names backends.
 pub async fn open_store(url: &str) -> anyhow::Result<Arc<dyn EventStore>> {
+    open_store_with(url, Access::ReadWrite).await
+}
+
+/// Opens an existing store read-only (see [`Access::ReadOnly`]).
+pub async fn open_store_read_only(url: &str) -> anyhow::Result<Arc<dyn EventStore>> {
+    open_store_with(url, Access::ReadOnly).await
+}
+
+/// Opens a store by URL with the given access.
+pub async fn open_store_with(url: &str, access: Access) -> anyhow::Result<Arc<dyn EventStore>> {
     let scheme = url.split_once("://").map(|(s, _)| s).unwrap_or_default();
-    match scheme {
+    let ro = access == Access::ReadOnly;
+    let missing = |e: &agui_store::StoreError| ro && e.kind() == agui_store::ErrorKind::NotFound;
+    let store: agui_store::Result<Arc<dyn EventStore>> = match scheme {
+        // A memory store is empty on every run: there is nothing to read.
+        "memory" if ro => {
+            return Err(NoStore {
+                url: shown_url(url),
+            }
+            .into());
+        }
         "memory" => Ok(Arc::new(agui_store::MemoryStore::open(url)?)),
-        "sqlite" => Ok(Arc::new(
-            agui_store_sqlite::open(url)
+        "sqlite" if ro => agui_store_sqlite::open_read_only(url)
+            .await
+            .map(|s| Arc::new(s) as Arc<dyn EventStore>),
+        "sqlite" => agui_store_sqlite::open(url)
+            .await
+            .map(|s| Arc::new(s) as Arc<dyn EventStore>),
+        "file" if ro => agui_store_file::open_read_only(url)
+            .await
+            .map(|s| Arc::new(s) as Arc<dyn EventStore>),
+        "file" => {
+            let url = if access == Access::Repair {
+                let sep = if url.contains('?') { '&' } else { '?' };
+                format!("{url}{sep}repair=true")
+            } else {
+                url.to_owned()
+            };
+            agui_store_file::open(&url)
                 .await
-                .context("cannot open the SQLite store")?,
-        )),
-        "file" => Ok(Arc::new(
-            agui_store_file::open(url)
-                .await
-                .context("cannot open the file store")?,
-        )),
-        "postgres" | "postgresql" => Ok(Arc::new(
-            agui_store_postgres::open(url)
-                .await
-                .context("cannot open the PostgreSQL store")?,
-        )),
+                .map(|s| Arc::new(s) as Arc<dyn EventStore>)
+        }
+        "postgres" | "postgresql" if ro => agui_store_postgres::open_existing(url)
+            .await
+            .map(|s| Arc::new(s) as Arc<dyn EventStore>),
+        "postgres" | "postgresql" => agui_store_postgres::open(url)
+            .await
+            .map(|s| Arc::new(s) as Arc<dyn EventStore>),
         _ => bail!(
-            "unsupported store URL (expected sqlite:///PATH, file:///DIR, postgres://... or memory://)"
+            "unsupported store URL {} (expected sqlite:///PATH, file:///DIR, postgres://... or memory://)",
+            shown_url(url)
         ),
+    };
+    match store {
+        Ok(s) => Ok(s),
+        Err(e) if missing(&e) => Err(anyhow::Error::new(e).context(NoStore {
+            url: shown_url(url),
+        })),
+        Err(e) => {
+            let backend = match scheme {
+                "sqlite" => "SQLite store",
+                "file" => "file store",
+                "postgres" | "postgresql" => "PostgreSQL store",
+                _ => "store",
+            };
+            Err(anyhow::Error::new(e)
+                .context(format!("cannot open the {backend} {}", shown_url(url))))
+        }
     }
 }
 
@@ -207,6 +324,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             Command::Stats(a) => stats(a).await,
             Command::Ls(a) => ls(a).await,
             Command::Rm(a) => rm(a).await,
+            Command::Check(a) => check(a).await,
             Command::Bench(a) => bench(a).await,
         }
     })
@@ -250,7 +368,15 @@ async fn append_batch(
 async fn import(args: ImportArgs) -> anyhow::Result<ExitCode> {
     let input = crate::io::open_input(args.input.as_deref())?;
     let store = open_store(&args.store).await?;
-    let result = import_into(&*store, input, &args).await;
+    let size = args
+        .input
+        .as_deref()
+        .filter(|p| p.as_os_str() != "-")
+        .and_then(|p| std::fs::metadata(p).ok())
+        .map(|m| m.len());
+    let bar = crate::progress::bar(size, crate::progress::Unit::Bytes, "import");
+    let result = import_into(&*store, input, &args, &bar).await;
+    bar.finish_and_clear();
     let (events, threads) = finish(&*store, result).await?;
     eprintln!("imported {events} events into {threads} thread(s)");
     Ok(ExitCode::SUCCESS)
@@ -260,7 +386,9 @@ async fn import_into(
     store: &dyn EventStore,
     input: Box<dyn std::io::BufRead>,
     args: &ImportArgs,
+    bar: &indicatif::ProgressBar,
 ) -> anyhow::Result<(u64, usize)> {
+    let mut read = 0u64;
     const BATCH: usize = 1000;
     let mut threads: HashMap<String, u64> = HashMap::new();
     // Events before the first run that names its thread wait for it.
@@ -269,6 +397,12 @@ async fn import_into(
     let mut total = 0u64;
     for (index, item) in Reader::new(input).enumerate() {
         let event = item.with_context(|| format!("cannot decode the input at event {index}"))?;
+        // Event bytes and a separator each: the file's size for NDJSON.
+        read += event.len_bytes() as u64 + 1;
+        if index % 1024 == 0 {
+            bar.set_position(read);
+            bar.set_message(format!("{index} events"));
+        }
         let starts_run = event.event_type() == &EventType::RunStarted;
         if starts_run && args.thread.is_none() {
             let named = event
@@ -310,7 +444,7 @@ async fn import_into(
 }
 
 async fn export(args: ExportArgs) -> anyhow::Result<ExitCode> {
-    let store = open_store(&args.store).await?;
+    let store = open_store_read_only(&args.store).await?;
     let result = export_from(&*store, &args).await;
     finish(&*store, result).await?;
     Ok(ExitCode::SUCCESS)
@@ -322,6 +456,16 @@ async fn export_from(store: &dyn EventStore, args: &ExportArgs) -> anyhow::Resul
             .read_branch(&args.tenant, &args.thread, run)
             .await
             .with_context(|| format!("cannot read branch {run:?} of thread {:?}", args.thread))?,
+        None if args.compact.is_none() => {
+            // Page by page, with progress; written as read below.
+            let total = store
+                .thread(&args.tenant, &args.thread)
+                .await
+                .with_context(|| format!("cannot read thread {:?}", args.thread))?
+                .last_seq;
+            let b = crate::progress::bar(Some(total), crate::progress::Unit::Events, "export");
+            return export_pages(store, args, &b).await;
+        }
         None => store
             .read_range(&args.tenant, &args.thread, 1, u64::MAX)
             .await
@@ -356,9 +500,42 @@ async fn export_from(store: &dyn EventStore, args: &ExportArgs) -> anyhow::Resul
     Ok(())
 }
 
+/// A whole thread, read a page at a time and written as it is read.
+async fn export_pages(
+    store: &dyn EventStore,
+    args: &ExportArgs,
+    bar: &indicatif::ProgressBar,
+) -> anyhow::Result<()> {
+    let mut writer = Writer::new(crate::io::stdout(), args.to);
+    let mut from = 1;
+    loop {
+        let page = store
+            .read(&args.tenant, &args.thread, from, agui_store::MAX_PAGE)
+            .await
+            .with_context(|| format!("cannot read thread {:?}", args.thread))?;
+        for e in &page.events {
+            if args.to == Format::Sse {
+                writer.write_event_with_id(&e.event, e.seq)?;
+            } else {
+                writer.write_event(&e.event)?;
+            }
+        }
+        bar.inc(page.events.len() as u64);
+        match page.next_seq {
+            Some(next) if next > from => from = next,
+            _ => break,
+        }
+    }
+    bar.finish_and_clear();
+    writer.finish().context("cannot write to standard output")?;
+    Ok(())
+}
+
 async fn migrate(args: MigrateArgs) -> anyhow::Result<ExitCode> {
-    let src = open_store(&args.from).await.context("source")?;
-    let dst = match open_store(&args.to).await.context("destination") {
+    let src = open_store_read_only(&args.from)
+        .await
+        .context("the source")?;
+    let dst = match open_store(&args.to).await.context("the destination") {
         Ok(d) => d,
         Err(e) => {
             let _ = src.close().await;
@@ -384,13 +561,8 @@ async fn migrate_all(
         .await
         .context("cannot list the source's threads")?;
     let total: u64 = threads.iter().map(|t| t.2).sum();
-    let bar = indicatif::ProgressBar::new(total);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{bar:40} {pos}/{len} events ({per_sec}, eta {eta}) {msg}",
-        )
-        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-    );
+    // Rates and ETAs rounded, from the first second; silent when piped.
+    let bar = crate::progress::bar(Some(total), crate::progress::Unit::Events, "migrate");
     let mut copied = 0u64;
     for (i, (tenant, thread, _)) in threads.iter().enumerate() {
         bar.set_message(format!("thread {}/{}", i + 1, threads.len()));
@@ -444,26 +616,36 @@ async fn migrate_all(
     Ok((threads.len(), total, copied))
 }
 
-async fn stats(args: StoreArg) -> anyhow::Result<ExitCode> {
-    let store = open_store(&args.store).await?;
+async fn stats(args: StatsArgs) -> anyhow::Result<ExitCode> {
+    let store = open_store_read_only(&args.store).await?;
     let result = store.stats().await.context("cannot compute statistics");
     let s = finish(&*store, result).await?;
-    let text = format!(
-        "tenants\t{}\nthreads\t{}\nruns\t{}\nevents\t{}\nraw_bytes\t{}\nstored_bytes\t{}\ncompression_ratio\t{:.2}\n",
-        s.tenants,
-        s.threads,
-        s.runs,
-        s.events,
-        s.raw_bytes,
-        s.stored_bytes,
-        s.compression_ratio()
-    );
+    // `storedPerRawByte` says which way it points: stored bytes per byte of
+    // event JSON (below 1: the store compresses; above 1: its indexes and
+    // checkpoints outweigh the events).
+    let ratio = (s.stored_per_raw_byte() * 100.0).round() / 100.0;
+    let fields: [(&str, serde_json::Value); 7] = [
+        ("tenantCount", s.tenants.into()),
+        ("threadCount", s.threads.into()),
+        ("runCount", s.runs.into()),
+        ("eventCount", s.events.into()),
+        ("rawBytes", s.raw_bytes.into()),
+        ("storedBytes", s.stored_bytes.into()),
+        ("storedPerRawByte", ratio.into()),
+    ];
+    let text = if args.json {
+        let object: serde_json::Map<String, serde_json::Value> =
+            fields.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+        format!("{}\n", serde_json::Value::Object(object))
+    } else {
+        fields.iter().map(|(k, v)| format!("{k}\t{v}\n")).collect()
+    };
     crate::io::write_all_stdout(text.as_bytes())?;
     Ok(ExitCode::SUCCESS)
 }
 
 async fn ls(args: LsArgs) -> anyhow::Result<ExitCode> {
-    let store = open_store(&args.store).await?;
+    let store = open_store_read_only(&args.store).await?;
     let result = ls_lines(&*store, &args).await;
     let text = finish(&*store, result).await?;
     crate::io::write_all_stdout(text.as_bytes())?;
@@ -476,6 +658,9 @@ async fn ls_lines(store: &dyn EventStore, args: &LsArgs) -> anyhow::Result<Strin
         None => store.tenants().await.context("cannot list tenants")?,
     };
     let mut out = String::new();
+    if !args.json {
+        out.push_str("THREAD\tTENANT\tAGENT\tRUNS\tEVENTS\tBYTES\tUPDATED\n");
+    }
     for tenant in tenants {
         let page = store
             .list_threads(
@@ -489,16 +674,31 @@ async fn ls_lines(store: &dyn EventStore, args: &LsArgs) -> anyhow::Result<Strin
             .await
             .context("cannot list threads")?;
         for t in page.threads {
-            // JSON keeps hostile ids (control characters, RTL marks) inert.
+            if !args.json {
+                out.push_str(&format!(
+                    "{}\t{}\t{}\t{}\t{}\t{}\t{}\n",
+                    shown(&t.thread_id),
+                    shown(&tenant),
+                    t.agent.as_deref().map_or_else(|| "-".to_owned(), shown),
+                    t.run_count,
+                    t.last_seq,
+                    t.bytes,
+                    micros_to_rfc3339(t.updated_at.0),
+                ));
+                continue;
+            }
+            // The shape of `GET /threads`, plus the tenant. JSON keeps
+            // hostile ids (control characters, RTL marks) inert.
             let line = json!({
                 "tenant": tenant,
-                "thread": t.thread_id,
+                "threadId": t.thread_id,
                 "agent": t.agent,
-                "events": t.last_seq,
-                "runs": t.run_count,
-                "bytes": t.bytes,
                 "createdAt": micros_to_rfc3339(t.created_at.0),
                 "updatedAt": micros_to_rfc3339(t.updated_at.0),
+                "lastSeq": t.last_seq,
+                "eventCount": t.last_seq,
+                "runCount": t.run_count,
+                "bytes": t.bytes,
             });
             out.push_str(&line.to_string());
             out.push('\n');
@@ -507,10 +707,25 @@ async fn ls_lines(store: &dyn EventStore, args: &LsArgs) -> anyhow::Result<Strin
     Ok(out)
 }
 
+/// RFC 3339 UTC with milliseconds, as the HTTP API writes times.
 fn micros_to_rfc3339(micros: i64) -> String {
-    chrono::DateTime::from_timestamp_micros(micros)
-        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true))
+    chrono::DateTime::from_timestamp_millis(micros.div_euclid(1000))
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
         .unwrap_or_default()
+}
+
+/// An id in the `ls` table: bare when plain, JSON-quoted when it holds
+/// spaces, quotes or control characters (a hostile id stays inert).
+fn shown(id: &str) -> String {
+    if id.is_empty()
+        || id
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control() || c == '"' || !c.is_ascii())
+    {
+        serde_json::Value::from(id).to_string()
+    } else {
+        id.to_owned()
+    }
 }
 
 async fn rm(args: RmArgs) -> anyhow::Result<ExitCode> {
@@ -522,6 +737,68 @@ async fn rm(args: RmArgs) -> anyhow::Result<ExitCode> {
     finish(&*store, result).await?;
     eprintln!("deleted thread {:?}", args.thread);
     Ok(ExitCode::SUCCESS)
+}
+
+async fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
+    let store = match open_store_read_only(&args.store).await {
+        Ok(s) => s,
+        // A store too damaged to open is the check's finding, not an error.
+        Err(e)
+            if e.chain().any(|c| {
+                c.downcast_ref::<agui_store::StoreError>()
+                    .is_some_and(agui_store::check::is_damage)
+            }) =>
+        {
+            let text = format!(
+                "damage: the store does not open: {}\n1 damaged item found\n",
+                crate::describe(&e)
+            );
+            crate::io::write_all_stdout(text.as_bytes())?;
+            return Ok(ExitCode::from(1));
+        }
+        Err(e) => return Err(e),
+    };
+    let bar = indicatif::ProgressBar::new(0);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("checking {bar:40} {pos}/{len} threads ({eta})")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let result = agui_store::check::check_store(&*store, |p| {
+        bar.set_length(p.total);
+        bar.set_position(p.done);
+    })
+    .await
+    .context("cannot check the store");
+    bar.finish_and_clear();
+    let report = finish(&*store, result).await?;
+    let mut text = format!(
+        "checked {} tenant(s), {} thread(s), {} event(s), {} run index entries, {} checkpoint(s)\n",
+        report.tenants, report.threads, report.events, report.runs, report.checkpoints
+    );
+    for d in &report.damage {
+        text.push_str(&format!("damage: {d}\n"));
+    }
+    if args.verbose {
+        for n in &report.notes {
+            text.push_str(&format!("note: {n}\n"));
+        }
+    } else if !report.notes.is_empty() {
+        text.push_str(&format!(
+            "{} note(s) (missing or stale checkpoints, rebuilt on the next restore; --verbose lists them)\n",
+            report.notes.len()
+        ));
+    }
+    if report.is_clean() {
+        text.push_str("no damage found\n");
+    } else {
+        text.push_str(&format!("{} damaged item(s) found\n", report.damage.len()));
+    }
+    crate::io::write_all_stdout(text.as_bytes())?;
+    Ok(if report.is_clean() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
@@ -548,7 +825,7 @@ async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
         reports.push((name, finish(&*store, result).await?));
     }
     let mut text = String::from(
-        "backend\tappend_1w_ev_s\tappend_8w_ev_s\tread_ev_s\tlong_thread_append_ev_s\trestore_p50_ms\trestore_p99_ms\tconversation_bytes\traw_bytes\tstored_bytes\tratio\n",
+        "backend\tappend_1w_ev_s\tappend_8w_ev_s\tread_ev_s\tlong_thread_append_ev_s\trestore_p50_ms\trestore_p99_ms\tconversation_bytes\traw_bytes\tstored_bytes\tstored_per_raw_byte\n",
     );
     for (name, r) in reports {
         text.push_str(&format!(
@@ -562,7 +839,7 @@ async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
             r.restore_json_bytes,
             r.raw_bytes,
             r.stored_bytes,
-            r.raw_bytes as f64 / r.stored_bytes.max(1) as f64
+            r.stored_bytes as f64 / r.raw_bytes.max(1) as f64
         ));
     }
     crate::io::write_all_stdout(text.as_bytes())?;

@@ -10,7 +10,12 @@ use crate::reduce::{Conversation, Reducer};
 /// Applies `events` to a copy of `from` (the reducer expands chunks); `None`
 /// when the reducer refuses one of them.
 pub(crate) fn replay(from: &Conversation, events: &[Event]) -> Option<Conversation> {
-    let mut reducer = Reducer::new(from.clone());
+    replay_owned(from.clone(), events)
+}
+
+/// [`replay`] on a conversation the caller gives up (no copy).
+pub(crate) fn replay_owned(from: Conversation, events: &[Event]) -> Option<Conversation> {
+    let mut reducer = Reducer::new(from);
     for event in events {
         reducer.apply(event).ok()?;
     }
@@ -60,21 +65,44 @@ pub(crate) fn normalize_run_started(
 
 /// A `MESSAGES_SNAPSHOT` of `messages`. With `authoritative`, it claims every
 /// activity type (`@ag-ui/client` metadata), so activity messages it leaves
-/// out are removed.
-pub(crate) fn messages_snapshot(
+/// out are removed. `texts`, when the caller keeps them, are the compact
+/// JSON text of each message (`texts[i]` is `messages[i]` serialized): the
+/// same bytes, without serializing every message again.
+pub(crate) fn messages_snapshot_with(
     messages: &[Value],
+    texts: Option<&[String]>,
     authoritative: bool,
 ) -> Result<Event, CompactError> {
-    let mut event = Map::new();
-    event.insert("type".into(), Value::String("MESSAGES_SNAPSHOT".into()));
-    event.insert("messages".into(), Value::Array(messages.to_vec()));
-    if authoritative {
-        event.insert(
-            "metadata".into(),
-            json!({"@ag-ui/client": {"authoritativeActivityTypes": null}}),
-        );
+    // Written straight from the messages: the same text as serializing
+    // `{"type", "messages", "metadata"?}`, without copying the conversation
+    // into a new JSON tree first (a snapshot restates all of it).
+    let mut text = Vec::with_capacity(64);
+    text.extend_from_slice(br#"{"type":"MESSAGES_SNAPSHOT","messages":"#);
+    match texts.filter(|t| t.len() == messages.len()) {
+        // serde_json's compact array: `[`, the elements joined by `,`, `]`.
+        Some(texts) => {
+            let len: usize = texts.iter().map(|t| t.len() + 1).sum();
+            text.reserve(len + 2);
+            text.push(b'[');
+            for (i, t) in texts.iter().enumerate() {
+                if i > 0 {
+                    text.push(b',');
+                }
+                text.extend_from_slice(t.as_bytes());
+            }
+            text.push(b']');
+        }
+        None => serde_json::to_writer(&mut text, messages).map_err(CompactError::Json)?,
     }
-    Event::from_serialize(&Value::Object(event)).map_err(CompactError::Synthesized)
+    if authoritative {
+        text.extend_from_slice(br#","metadata":"#);
+        let metadata = json!({"@ag-ui/client": {"authoritativeActivityTypes": null}});
+        serde_json::to_writer(&mut text, &metadata).map_err(CompactError::Json)?;
+    }
+    text.push(b'}');
+    let text = String::from_utf8(text)
+        .map_err(|_| CompactError::Internal("serde_json wrote invalid UTF-8"))?;
+    Event::from_json_string(text).map_err(CompactError::Synthesized)
 }
 
 /// A `STATE_SNAPSHOT` of `state`.
@@ -115,24 +143,98 @@ pub(crate) fn restate(
     head: &[Event],
     tail: &[Event],
 ) -> Result<Option<Vec<Event>>, CompactError> {
+    let restated = restate_owned(
+        local.clone(),
+        || Some(local.clone()),
+        target,
+        None,
+        head,
+        tail,
+    )?;
+    Ok(restated.map(|(events, _)| events))
+}
+
+/// [`restate`] on a `local` the caller gives up: the first try replays it
+/// without a copy, and `again` makes it anew for the second (rare) try.
+/// Also returns what the consumer holds after the restating events, which
+/// is `target` (checked), so the caller need not copy `target` either.
+pub(crate) fn restate_owned(
+    local: Conversation,
+    again: impl FnOnce() -> Option<Conversation>,
+    target: &Conversation,
+    target_texts: Option<&[String]>,
+    head: &[Event],
+    tail: &[Event],
+) -> Result<Option<(Vec<Event>, Conversation)>, CompactError> {
     if has_duplicate_ids(&target.messages) {
         return Ok(None);
     }
     let with_state = state_exists(&target.state) || local.state != target.state;
+    let mut local = Some(local);
+    let mut again = Some(again);
     for authoritative in [false, true] {
+        let from = match local.take() {
+            Some(from) => from,
+            None => match again.take().and_then(|f| f()) {
+                Some(from) => from,
+                None => return Ok(None),
+            },
+        };
         let mut body = Vec::with_capacity(2);
-        body.push(messages_snapshot(&target.messages, authoritative)?);
+        body.push(messages_snapshot_with(
+            &target.messages,
+            target_texts,
+            authoritative,
+        )?);
         if with_state {
             body.push(state_snapshot(&target.state)?);
         }
-        let mut all: Vec<Event> = head.to_vec();
-        all.extend(body.iter().cloned());
-        all.extend(tail.iter().cloned());
-        if let Some(reached) = replay(local, &body)
+        if let Some(reached) = replay_owned(from, &body)
             && same(&reached, target)
         {
-            return Ok(Some(all));
+            let mut all: Vec<Event> = head.to_vec();
+            all.extend(body);
+            all.extend(tail.iter().cloned());
+            return Ok(Some((all, reached)));
         }
     }
     Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Kept message texts give exactly the bytes of serializing the list.
+    #[test]
+    fn a_snapshot_from_kept_texts_is_byte_identical() {
+        let messages: Vec<Value> = vec![
+            json!({"id": "u1", "role": "user", "content": "héllo \"quoted\" \\ \n\t\u{1F600} </script>"}),
+            json!({"id": "a1", "role": "assistant", "content": null,
+                   "toolCalls": [{"id": "t1", "type": "function",
+                                  "function": {"name": "f", "arguments": "{\"x\":1.5e300}"}}]}),
+            json!({"id": 7, "role": "tool", "content": [1, -2, 0.1, 1e-7, 18446744073709551615u64], "toolCallId": "t1"}),
+            json!({"id": "e", "role": "user", "content": "", "nested": {"b": {}, "a": []}}),
+        ];
+        let texts: Vec<String> = messages
+            .iter()
+            .map(|m| serde_json::to_string(m).unwrap())
+            .collect();
+        for n in 0..=messages.len() {
+            for authoritative in [false, true] {
+                let want = messages_snapshot_with(&messages[..n], None, authoritative).unwrap();
+                let got = messages_snapshot_with(&messages[..n], Some(&texts[..n]), authoritative)
+                    .unwrap();
+                assert_eq!(got.json(), want.json(), "{n} {authoritative}");
+            }
+        }
+        // Texts that do not match the list in length are not used.
+        let got = messages_snapshot_with(&messages, Some(&texts[..1]), false).unwrap();
+        assert_eq!(
+            got.json(),
+            messages_snapshot_with(&messages, None, false)
+                .unwrap()
+                .json()
+        );
+    }
 }

@@ -80,11 +80,23 @@ pub struct RunNode {
     /// Number of events in the run's segment (its `RUN_STARTED` included).
     pub event_count: usize,
     /// The first integer `timestamp` among the run's events (epoch ms).
+    /// Serialized as RFC 3339 UTC with milliseconds, like every time agui
+    /// writes (`null` when absent or outside years 0000-9999).
+    #[serde(serialize_with = "rfc3339_ms")]
     pub started_at: Option<i64>,
     /// For a terminated run: the terminal's `timestamp`, or else the last
     /// integer `timestamp` among the run's events between its `RUN_STARTED`
-    /// (excluded) and its terminal.
+    /// (excluded) and its terminal. Serialized as `started_at` is.
+    #[serde(serialize_with = "rfc3339_ms")]
     pub finished_at: Option<i64>,
+}
+
+/// Epoch milliseconds as RFC 3339 text (`2026-01-01T10:00:00.010Z`).
+fn rfc3339_ms<S: serde::Serializer>(ms: &Option<i64>, s: S) -> Result<S::Ok, S::Error> {
+    match ms.and_then(|ms| crate::artifact::time::format_rfc3339(ms).ok()) {
+        Some(text) => s.serialize_str(&text),
+        None => s.serialize_none(),
+    }
 }
 
 impl RunNode {
@@ -557,6 +569,27 @@ pub struct Divergence<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn run_times_serialize_as_rfc3339_with_milliseconds() {
+        let mut v = serde_json::json!({"type": "RUN_STARTED", "threadId": "t", "runId": "r"});
+        v["timestamp"] = 1_767_261_600_010i64.into();
+        let events = [
+            Event::from_serialize(&v).unwrap(),
+            Event::from_json(
+                r#"{"type":"RUN_FINISHED","threadId":"t","runId":"r","timestamp":1767261601234}"#,
+            )
+            .unwrap(),
+            started("t", "s", None),
+        ];
+        let index = RunIndex::build(&events).unwrap();
+        let json = serde_json::to_value(&index.runs()[0]).unwrap();
+        assert_eq!(json["startedAt"], "2026-01-01T10:00:00.010Z");
+        assert_eq!(json["finishedAt"], "2026-01-01T10:00:01.234Z");
+        let json = serde_json::to_value(&index.runs()[1]).unwrap();
+        assert_eq!(json["startedAt"], serde_json::Value::Null);
+        assert_eq!(json["finishedAt"], serde_json::Value::Null);
+    }
 
     fn started(thread: &str, run: &str, parent: Option<&str>) -> Event {
         let mut v = serde_json::json!({"type": "RUN_STARTED", "threadId": thread, "runId": run});

@@ -1205,3 +1205,163 @@ pub async fn reopen_reads_everything_back<B: Backend>(b: &B) {
     // And the run left open can be marked interrupted.
     assert_eq!(s.mark_interrupted().await.unwrap(), 1);
 }
+
+/// Channels: one per (thread, agent), replaced on put, isolated by tenant and
+/// thread, kept exactly (hostile agent names and any JSON object), surviving
+/// a reopen, removed with their thread; a put on a missing thread or with a
+/// state that is not a JSON object is refused and changes nothing.
+pub async fn channels_are_kept_per_thread_and_agent<B: Backend>(b: &B) {
+    use crate::Channel;
+    let s = open(b).await;
+    assert!(s.channels(T, "c").await.unwrap().is_empty());
+    let missing = s
+        .put_channel(T, "c", Channel::new("a", "{}"))
+        .await
+        .unwrap_err();
+    assert_eq!(missing.kind(), ErrorKind::NotFound);
+    append(&s, T, "c", full_run("c", "r", None, "hi")).await;
+    append(&s, T, "other", full_run("other", "r", None, "hi")).await;
+    append(&s, "tenant-b", "c", full_run("c", "r", None, "hi")).await;
+    let hostile = "w\u{0}r\u{202e}ter 🚀 ../x";
+    let state_a = r#"{"sessions":"server","lastRunId":"r","upstreamThreads":{"r":"u-1"},"n":1.50}"#;
+    let mut a = Channel::new("research", state_a);
+    a.updated_at = crate::Timestamp(1_700_000_000_000_001);
+    let mut w = Channel::new(hostile, r#"{"x":[1,{"y":null}]}"#);
+    w.updated_at = crate::Timestamp(1_700_000_000_000_002);
+    s.put_channel(T, "c", a.clone()).await.unwrap();
+    s.put_channel(T, "c", w.clone()).await.unwrap();
+    let bad = s
+        .put_channel(T, "c", Channel::new("research", "[1]"))
+        .await
+        .unwrap_err();
+    assert_eq!(bad.kind(), ErrorKind::Invalid);
+    let bad = s
+        .put_channel(T, "c", Channel::new("", "{}"))
+        .await
+        .unwrap_err();
+    assert_eq!(bad.kind(), ErrorKind::Invalid);
+    let mut got = s.channels(T, "c").await.unwrap();
+    got.sort_by(|x, y| x.agent.cmp(&y.agent));
+    let mut want = vec![a.clone(), w.clone()];
+    want.sort_by(|x, y| x.agent.cmp(&y.agent));
+    assert_eq!(got, want);
+    assert_eq!(s.channel(T, "c", hostile).await.unwrap(), Some(w.clone()));
+    assert!(s.channels(T, "other").await.unwrap().is_empty());
+    assert!(s.channels("tenant-b", "c").await.unwrap().is_empty());
+    // Replace.
+    let mut a2 = Channel::new("research", r#"{"lastRunId":"r2"}"#);
+    a2.updated_at = crate::Timestamp(1_700_000_000_000_003);
+    s.put_channel(T, "c", a2.clone()).await.unwrap();
+    assert_eq!(
+        s.channel(T, "c", "research").await.unwrap(),
+        Some(a2.clone())
+    );
+    assert_eq!(s.channels(T, "c").await.unwrap().len(), 2);
+    // Reopen.
+    s.close().await.unwrap();
+    drop(s);
+    let s = open(b).await;
+    assert_eq!(s.channel(T, "c", "research").await.unwrap(), Some(a2));
+    assert_eq!(s.channel(T, "c", hostile).await.unwrap(), Some(w));
+    // Delete takes them along, and a new thread of the same id starts clean.
+    s.delete_thread(T, "c").await.unwrap();
+    assert!(s.channels(T, "c").await.unwrap().is_empty());
+    append(&s, T, "c", full_run("c", "r", None, "hi")).await;
+    assert!(s.channels(T, "c").await.unwrap().is_empty());
+    s.close().await.unwrap();
+}
+
+/// Renaming a thread moves everything of it (events, runs, checkpoints,
+/// channels) in one step, survives a reopen, and refuses a target that has
+/// events; the old id is free again.
+pub async fn rename_moves_everything<B: Backend>(b: &B) {
+    use crate::Channel;
+    let s = open(b).await;
+    append(&s, T, "stage", full_run("stage", "r1", None, "one")).await;
+    append(&s, T, "stage", full_run("stage", "r2", Some("r1"), "two")).await;
+    let ch = Channel::new("a", r#"{"x":1}"#);
+    s.put_channel(T, "stage", ch.clone()).await.unwrap();
+    let texts = |page: Vec<StoredEvent>| -> Vec<(u64, i64, String)> {
+        page.into_iter()
+            .map(|e| (e.seq, e.received_at.0, e.event.json().to_owned()))
+            .collect()
+    };
+    let events = texts(s.read(T, "stage", 1, 1000).await.unwrap().events);
+    let last = events.len() as u64;
+    let run_ids = async |s: &B::Store, id: &str| -> Vec<(String, String, RunStatus, u64)> {
+        let filter = RunFilter {
+            thread_id: Some(id.into()),
+            ..RunFilter::default()
+        };
+        let mut runs: Vec<_> = s
+            .list_runs(T, &filter)
+            .await
+            .unwrap()
+            .runs
+            .into_iter()
+            .map(|r| (r.thread_id, r.run_id, r.status, r.first_seq))
+            .collect();
+        runs.sort_by_key(|r| r.3);
+        runs
+    };
+    assert_eq!(run_ids(&s, "stage").await.len(), 2);
+    let restored = s.restore(T, "stage", "r2").await.unwrap().json;
+    append(&s, T, "busy", vec![custom(1)]).await;
+    // A target with events: refused, nothing changed.
+    let e = s.rename_thread(T, "stage", "busy").await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Conflict, "{e}");
+    assert_eq!(
+        texts(s.read(T, "stage", 1, 1000).await.unwrap().events),
+        events
+    );
+    assert_eq!(s.thread(T, "busy").await.unwrap().last_seq, 1);
+    // An unknown source.
+    let e = s.rename_thread(T, "nothing", "new").await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
+    s.rename_thread(T, "stage", "final").await.unwrap();
+    let check = async |s: &B::Store, when: &str| {
+        assert_eq!(
+            s.thread(T, "stage").await.unwrap_err().kind(),
+            ErrorKind::NotFound,
+            "{when}"
+        );
+        assert!(s.channels(T, "stage").await.unwrap().is_empty(), "{when}");
+        assert!(run_ids(s, "stage").await.is_empty(), "{when}");
+        assert_eq!(
+            texts(s.read(T, "final", 1, 1000).await.unwrap().events),
+            events,
+            "{when}"
+        );
+        let info = s.thread(T, "final").await.unwrap();
+        assert_eq!((info.thread_id.as_str(), info.last_seq), ("final", last));
+        assert_eq!(s.channels(T, "final").await.unwrap(), vec![ch.clone()]);
+        let runs = run_ids(s, "final").await;
+        assert_eq!(runs.len(), 2, "{when}");
+        assert!(runs.iter().all(|r| r.0 == "final"), "{when}: {runs:?}");
+        assert_eq!(s.run(T, "final", "r2").await.unwrap().thread_id, "final");
+        assert_eq!(s.restore(T, "final", "r2").await.unwrap().json, restored);
+        let ids: Vec<String> = s
+            .list_threads(T, &ThreadFilter::default())
+            .await
+            .unwrap()
+            .threads
+            .into_iter()
+            .map(|t| t.thread_id)
+            .collect();
+        assert!(
+            ids.contains(&"final".to_owned()) && !ids.contains(&"stage".to_owned()),
+            "{when}: {ids:?}"
+        );
+    };
+    check(&s, "after the rename").await;
+    s.close().await.unwrap();
+    drop(s);
+    let s = open(b).await;
+    check(&s, "after a reopen").await;
+    // Appends continue under the new id; the old id starts afresh.
+    append(&s, T, "final", vec![custom(7)]).await;
+    assert_eq!(s.thread(T, "final").await.unwrap().last_seq, last + 1);
+    append(&s, T, "stage", vec![custom(8)]).await;
+    assert_eq!(s.thread(T, "stage").await.unwrap().last_seq, 1);
+    s.close().await.unwrap();
+}

@@ -94,9 +94,11 @@ macro_rules! conformance_tests {
             branches_read_and_restore_their_own_lineage,
             tenants_are_isolated,
             delete_removes_everything,
+            rename_moves_everything,
             a_ten_megabyte_event,
             hostile_ids_round_trip,
             reopen_reads_everything_back,
+            channels_are_kept_per_thread_and_agent,
         );
     };
     (@cases $make:expr; $($case:ident,)*) => {

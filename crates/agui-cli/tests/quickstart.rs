@@ -1,0 +1,231 @@
+//! The README's quick start, run as written: its Node client snippet (the
+//! official `@ag-ui/client`, installed in `e2e/` by `scripts/e2e-setup`),
+//! its curl lines, and the example configuration `examples/gateway.toml`,
+//! against a real `agui serve` started with the README's defaults.
+//!
+//! The snippets are read from README.md (the fenced block after each
+//! `<!-- quickstart:NAME -->` marker); only the address changes, to the
+//! port the test's gateway got.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+struct Server {
+    child: Child,
+    addr: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// `agui serve ARGS --listen 127.0.0.1:0` in `dir`, as a user starts it.
+fn serve(dir: &Path, args: &[&str]) -> Server {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agui"))
+        .arg("serve")
+        .args(args)
+        .args(["--listen", "127.0.0.1:0"])
+        .current_dir(dir)
+        .env_remove("AGUI_DATA_DIR")
+        .env_remove("AGUI_AUTH_TOKEN")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let addr = loop {
+        let line = lines
+            .next()
+            .expect("agui serve exited before listening")
+            .unwrap();
+        if let Some(rest) = line.split("listening on http://").nth(1) {
+            break rest.trim().to_owned();
+        }
+    };
+    std::thread::spawn(move || for _ in lines.by_ref() {});
+    Server { child, addr }
+}
+
+/// The fenced block that follows `<!-- quickstart:NAME -->` in README.md.
+fn snippet(name: &str) -> String {
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let marker = format!("<!-- quickstart:{name} -->");
+    let after = readme
+        .split_once(&marker)
+        .unwrap_or_else(|| panic!("README.md has no {marker}"))
+        .1;
+    let fence = after.find("```").expect("a fenced block after the marker");
+    let body = &after[fence..];
+    let start = body.find('\n').unwrap() + 1;
+    let end = body[start..].find("```").unwrap();
+    body[start..start + end].to_owned()
+}
+
+fn e2e_dir() -> PathBuf {
+    let dir = std::env::var_os("AGUI_E2E_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join("e2e"));
+    assert!(
+        dir.join("node_modules/@ag-ui/client/package.json")
+            .is_file(),
+        "the official @ag-ui/client is not installed in {} (AGUI_E2E_DIR); run scripts/e2e-setup",
+        dir.display()
+    );
+    dir
+}
+
+fn stdout_of(out: std::process::Output, what: &str) -> String {
+    assert!(
+        out.status.success(),
+        "{what} failed ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn the_node_client_snippet_prints_the_answer_in_a_fresh_thread_each_time() {
+    let dir = tempfile::tempdir().unwrap();
+    // `agui serve` with no flags: the README's command.
+    let server = serve(dir.path(), &[]);
+    let code = snippet("node").replace("127.0.0.1:8080", &server.addr);
+    assert!(code.contains("@ag-ui/client"), "{code}");
+    // Beside e2e/node_modules, so the import resolves as in a user's folder.
+    let e2e = e2e_dir();
+    let script = e2e.join(format!(".quickstart-{}.mjs", std::process::id()));
+    std::fs::write(&script, &code).unwrap();
+    let run = || {
+        let out = Command::new(std::env::var("AGUI_NODE").unwrap_or_else(|_| "node".into()))
+            .arg(&script)
+            .current_dir(&e2e)
+            .output()
+            .expect("node must be installed (AGUI_NODE or `node` on PATH)");
+        stdout_of(out, "the README's node snippet")
+    };
+    let (first, second) = (run(), run());
+    let _ = std::fs::remove_file(&script);
+    for out in [&first, &second] {
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.first(), Some(&"You said: hello"), "{out}");
+        assert!(
+            lines.get(1).is_some_and(|l| l.starts_with("thread ")),
+            "{out}"
+        );
+    }
+    assert_ne!(first, second, "each run uses a fresh thread id");
+    // Two threads, one run each: the second run did not continue the first.
+    let threads = curl(&format!("http://{}/threads", server.addr));
+    let threads: serde_json::Value = serde_json::from_str(&threads).unwrap();
+    let list = threads["threads"].as_array().unwrap();
+    assert_eq!(list.len(), 2, "{threads}");
+    assert!(list.iter().all(|t| t["runCount"] == 1), "{threads}");
+    assert!(
+        dir.path().join(".agui/agui.db").is_file(),
+        "the default store is in ./.agui"
+    );
+}
+
+fn curl(url: &str) -> String {
+    let out = Command::new("curl")
+        .args(["-sf", url])
+        .output()
+        .expect("curl must be installed");
+    stdout_of(out, "curl")
+}
+
+#[test]
+fn the_curl_lines_print_the_answer_and_the_threads() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = serve(dir.path(), &[]);
+    let code = snippet("curl").replace("127.0.0.1:8080", &server.addr);
+    assert!(code.starts_with("curl "), "{code}");
+    let out = Command::new("sh")
+        .args(["-c", &code])
+        .output()
+        .expect("sh must be installed");
+    let out = stdout_of(out, "the README's curl lines");
+    let mut lines = out.lines();
+    assert_eq!(lines.next(), Some("You said: hello"), "{out}");
+    let threads: serde_json::Value =
+        serde_json::from_str(&lines.collect::<Vec<_>>().join("\n")).unwrap();
+    assert_eq!(threads["threads"].as_array().unwrap().len(), 1, "{threads}");
+    assert!(
+        threads["threads"][0]["threadId"]
+            .as_str()
+            .unwrap()
+            .starts_with("curl-"),
+        "{threads}"
+    );
+}
+
+/// Every setting of `examples/gateway.toml` switched on (`#key = ` lines
+/// uncommented).
+fn example_all_on() -> String {
+    let text = std::fs::read_to_string(repo().join("examples/gateway.toml")).unwrap();
+    text.lines()
+        .map(|l| match l.strip_prefix('#') {
+            Some(rest) if !rest.starts_with(' ') && !rest.is_empty() => rest,
+            _ => l,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn the_example_config_names_every_setting_and_serves() {
+    // Every setting, switched on, is one the gateway reads.
+    let all = agui_server::ServeFile::parse(&example_all_on())
+        .unwrap_or_else(|e| panic!("examples/gateway.toml with every setting on: {e}"));
+    // ... and every setting the gateway reads is in the example: an option
+    // left out would stay None.
+    let shown = format!("{all:?}");
+    assert!(
+        !shown.contains("None"),
+        "a setting of ServeFile is missing from examples/gateway.toml: {shown}"
+    );
+    assert_eq!(all.agents.len(), 2);
+    assert!(all.agents.values().all(|a| a.history.is_some()), "{shown}");
+
+    // As shipped, it is a working configuration.
+    let dir = tempfile::tempdir().unwrap();
+    let config = repo().join("examples/gateway.toml");
+    let server = serve(
+        dir.path(),
+        &["--config", config.to_str().unwrap(), "--store", "memory://"],
+    );
+    let code = snippet("curl").replace("127.0.0.1:8080", &server.addr);
+    let out = Command::new("sh").args(["-c", &code]).output().unwrap();
+    let out = stdout_of(out, "curl against the example config");
+    assert!(out.starts_with("You said: hello\n"), "{out}");
+    // Its CORS origin answers a browser's preflight.
+    let preflight = Command::new("curl")
+        .args([
+            "-si",
+            "-X",
+            "OPTIONS",
+            &format!("http://{}/agents/demo/run", server.addr),
+            "-H",
+            "Origin: http://localhost:5173",
+            "-H",
+            "Access-Control-Request-Method: POST",
+            "-H",
+            "Access-Control-Request-Headers: content-type",
+        ])
+        .output()
+        .unwrap();
+    let head = String::from_utf8_lossy(&preflight.stdout).to_lowercase();
+    assert!(
+        head.contains("access-control-allow-origin: http://localhost:5173"),
+        "{head}"
+    );
+}

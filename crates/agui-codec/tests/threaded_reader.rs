@@ -1,0 +1,181 @@
+//! `ThreadedReader` (background threads, NDJSON split across two) yields exactly
+//! what `Reader` yields on the same file: the same events, the same errors
+//! at the same positions, ending at the same place. Checked on the whole
+//! generated corpus with chunks small enough that nearly every event lands
+//! on a boundary, and on hand-made damage (bad lines, a byte order mark in
+//! the middle, over-long lines, CRLF, blank lines, no final newline).
+
+use std::io::Write;
+use std::path::Path;
+
+use agui_codec::{DecodeOptions, Format, Reader, Split, ThreadedReader, Writer};
+use agui_testkit::{Profile, chunk_soup, invalid_stream, realistic, stream};
+use proptest::prelude::*;
+
+/// Everything a reader yields, comparable (errors by message).
+fn outcome(
+    items: impl Iterator<Item = Result<agui_protocol::Event, agui_codec::DecodeError>>,
+) -> Vec<Result<String, String>> {
+    items
+        .map(|item| item.map(|e| e.json().to_owned()).map_err(|e| e.to_string()))
+        .collect()
+}
+
+fn reference(path: &Path, options: DecodeOptions) -> Vec<Result<String, String>> {
+    let file = std::fs::File::open(path).unwrap();
+    outcome(Reader::with_options(std::io::BufReader::new(file), options))
+}
+
+fn split(chunk: u64, threads: usize) -> Split {
+    Split {
+        threshold: 0,
+        chunk,
+        threads,
+    }
+}
+
+fn check(bytes: &[u8], options: DecodeOptions, chunks: &[u64]) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("input");
+    std::fs::write(&path, bytes).unwrap();
+    let expected = reference(&path, options);
+    for &chunk in chunks {
+        for threads in [1, 2, 3] {
+            let reader = ThreadedReader::open_with(&path, options, split(chunk, threads)).unwrap();
+            let got = outcome(reader);
+            assert_eq!(
+                got,
+                expected,
+                "chunk {chunk}, {threads} threads, input {:?}",
+                String::from_utf8_lossy(&bytes[..bytes.len().min(300)])
+            );
+        }
+    }
+    // The default policy (sequential below the threshold) too.
+    assert_eq!(
+        outcome(ThreadedReader::open(&path, options).unwrap()),
+        expected
+    );
+}
+
+fn ndjson(events: &[agui_protocol::Event]) -> Vec<u8> {
+    let mut w = Writer::new(Vec::new(), Format::Ndjson);
+    for e in events {
+        w.write_event(e).unwrap();
+    }
+    w.finish().unwrap()
+}
+
+#[test]
+fn the_whole_generated_corpus_decodes_the_same_split_or_not() {
+    let mut all = Vec::new();
+    for &profile in Profile::ALL {
+        for seed in 0..3 {
+            all.extend(stream(profile, seed));
+        }
+    }
+    for seed in 0..5 {
+        all.extend(invalid_stream(seed));
+        all.extend(chunk_soup(seed));
+    }
+    let bytes = ndjson(&all);
+    assert!(bytes.len() > 100_000, "{}", bytes.len());
+    check(&bytes, DecodeOptions::default(), &[97, 4096, 65_536]);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("corpus.ndjson");
+    std::fs::write(&path, &bytes).unwrap();
+    let reader =
+        ThreadedReader::open_with(&path, DecodeOptions::default(), split(4096, 2)).unwrap();
+    assert!(reader.is_parallel());
+    assert_eq!(reader.format(), Some(Format::Ndjson));
+}
+
+#[test]
+fn damage_is_reported_at_the_same_place() {
+    let cases: Vec<Vec<u8>> = vec![
+        b"{\"type\":\"A\"}\n\n{\"type\":1}\n{\"type\":\"B\"} x\n\xff\xfe\n[]\n{\"type\":\"C\"}\n"
+            .to_vec(),
+        b"\xEF\xBB\xBF{\"type\":\"A\"}\n\xEF\xBB\xBF{\"type\":\"B\"}\n{\"type\":\"C\"}".to_vec(),
+        b"{\"type\":\"A\"}\r\n\r\n  \t\r\n{\"type\":\"B\",\"x\":1.10}\r\n{\"type\":\"C\"}".to_vec(),
+        b"\n\n\n{\"type\":\"A\"}\n".to_vec(),
+        format!(
+            "{{\"type\":\"A\"}}\n{}\n{{\"type\":\"B\"}}\n",
+            "{\"type\":\"L\",\"x\":\"".to_owned() + &"y".repeat(300) + "\"}"
+        )
+        .into_bytes(),
+        b"{\"type\":\"A\"}\n{\"type\":\"A\"\n{\"type\":\"A\"}\n".to_vec(),
+    ];
+    for bytes in &cases {
+        check(bytes, DecodeOptions::default(), &[1, 2, 3, 5, 8, 13, 64]);
+        check(
+            bytes,
+            DecodeOptions::format(Format::Ndjson).with_max_event_size(40),
+            &[1, 3, 7, 50],
+        );
+    }
+}
+
+#[test]
+fn other_formats_and_empty_files_go_through_one_thread() {
+    let events = stream(Profile::Mixed, 1);
+    for format in [Format::Json, Format::Sse] {
+        let mut w = Writer::new(Vec::new(), format);
+        for e in &events {
+            w.write_event(e).unwrap();
+        }
+        let bytes = w.finish().unwrap();
+        check(&bytes, DecodeOptions::default(), &[64]);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, &bytes).unwrap();
+        let reader =
+            ThreadedReader::open_with(&path, DecodeOptions::default(), split(64, 2)).unwrap();
+        assert!(!reader.is_parallel());
+        assert_eq!(reader.format(), Some(format));
+    }
+    for bytes in [&b""[..], b"  \n ", b"hello", b"\xEF\xBB"] {
+        check(bytes, DecodeOptions::default(), &[1, 4]);
+    }
+}
+
+#[test]
+fn a_reader_dropped_early_stops_its_threads() {
+    let events = realistic(20_000, 5);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("big");
+    let mut f = std::fs::File::create(&path).unwrap();
+    f.write_all(&ndjson(&events)).unwrap();
+    drop(f);
+    let mut reader =
+        ThreadedReader::open_with(&path, DecodeOptions::default(), split(1 << 14, 2)).unwrap();
+    assert!(reader.next().is_some());
+    drop(reader); // joins its threads: the test would hang otherwise
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Random lines (events, blanks, damage) cut into random chunk sizes.
+    #[test]
+    fn random_lines_decode_the_same(
+        lines in prop::collection::vec(prop_oneof![
+            Just("{\"type\":\"A\",\"delta\":\"x\"}".to_owned()),
+            Just("{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m\",\"delta\":\"héllo\"}".to_owned()),
+            Just(String::new()),
+            Just("  \r".to_owned()),
+            Just("{\"type\":".to_owned()),
+            Just("\u{feff}{\"type\":\"B\"}".to_owned()),
+            "[a-z{}\":,]{0,30}",
+        ], 0..40),
+        crlf in any::<bool>(),
+        last_newline in any::<bool>(),
+        chunk in 1u64..200,
+    ) {
+        let end = if crlf { "\r\n" } else { "\n" };
+        let mut text = lines.join(end);
+        if last_newline {
+            text.push_str(end);
+        }
+        check(text.as_bytes(), DecodeOptions::default(), &[chunk]);
+    }
+}

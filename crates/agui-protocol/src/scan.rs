@@ -1,0 +1,555 @@
+//! The one-pass envelope scanner: the fast path of [`Event::from_json`].
+//!
+//! [`scan`] walks an event's text once, byte by byte (eight bytes at a time
+//! inside strings), and checks everything the reference path checks with
+//! `serde_json` plus a second byte pass: the text is one JSON object, strictly
+//! by the JSON grammar, with exactly one top-level `type` whose value is a
+//! string. On the way it records where each top-level member's key and value
+//! lie, so readers can find a field without parsing the event again.
+//!
+//! The scanner is **conservative**: it accepts only text for which the
+//! reference path would return the same text unchanged (no line break, depth
+//! within [`MAX_DEPTH`], no escape that could hide a lone surrogate or the
+//! reserved key, no escaped top-level key, a `type` without escapes). For
+//! anything else it answers `None` and the caller takes the reference path,
+//! which gives the verdict and the exact error. So the fast path can only
+//! ever be faster, never different; `tests/scan_differential.rs` and the
+//! `envelope` fuzz target compare the two on generated and mutated text.
+//!
+//! [`Event::from_json`]: crate::Event::from_json
+//! [`MAX_DEPTH`]: crate::MAX_DEPTH
+
+use crate::MAX_DEPTH;
+
+/// The byte range of one top-level member: its key's body (between the
+/// quotes, escapes kept) and its raw value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Member {
+    /// Start and end (exclusive) of the key's body.
+    pub(crate) key: (u32, u32),
+    /// Start and end (exclusive) of the raw value.
+    pub(crate) value: (u32, u32),
+}
+
+/// What a successful [`scan`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Scanned {
+    /// Start and end (exclusive) of the `type` string's body (no escapes).
+    pub(crate) ty: (usize, usize),
+}
+
+/// Where members are recorded while scanning (nothing, or a caller's list).
+pub(crate) trait Sink {
+    fn member(&mut self, member: Member);
+}
+
+impl Sink for () {
+    #[inline(always)]
+    fn member(&mut self, _: Member) {}
+}
+
+impl Sink for Vec<Member> {
+    #[inline]
+    fn member(&mut self, member: Member) {
+        self.push(member);
+    }
+}
+
+/// A sink that hands each member to a closure as text slices.
+struct Each<'a, F> {
+    text: &'a str,
+    f: F,
+}
+
+impl<'a, F: FnMut(&'a str, &'a str)> Sink for Each<'a, F> {
+    #[inline]
+    fn member(&mut self, m: Member) {
+        let text = self.text;
+        // The offsets come from the scanner on this very text and sit on
+        // ASCII delimiters (quotes and value boundaries), so they are char
+        // boundaries; `get` keeps this panic-free regardless.
+        if let (Some(key), Some(value)) = (
+            text.get(m.key.0 as usize..m.key.1 as usize),
+            text.get(m.value.0 as usize..m.value.1 as usize),
+        ) {
+            (self.f)(key, value);
+        }
+    }
+}
+
+/// Walks the top-level members of an event's JSON text in one pass, calling
+/// `f(key, raw_value)` for each: the key's body as written (the scanner
+/// only reads keys without escapes, so this is the key itself) and the
+/// value's exact text.
+///
+/// Returns `false` when the one-pass scanner defers the text (see the
+/// module's rules: an escaped key, a line break, a `\u` escape the
+/// reference path must judge, ...) or the text is not a valid envelope; the
+/// caller must then discard what `f` saw and read the text another way.
+pub fn for_each_member<'a>(text: &'a str, f: impl FnMut(&'a str, &'a str)) -> bool {
+    scan(text.as_bytes(), &mut Each { text, f }).is_some()
+}
+
+/// The scanner's grammar states.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Right after `{`: a key or `}`.
+    ObjectFirst,
+    /// After `,` in an object: a key.
+    ObjectKey,
+    /// After a key: `:`.
+    Colon,
+    /// A value.
+    Value,
+    /// Right after `[`: a value or `]`.
+    ArrayFirst,
+    /// After a value: `,` or the container's closing bracket.
+    After,
+}
+
+/// Eight copies of `b`.
+const fn splat(b: u8) -> u64 {
+    u64::from_ne_bytes([b; 8])
+}
+
+const LOW: u64 = splat(0x01);
+const HIGH: u64 = splat(0x80);
+
+/// True when one of the eight bytes in `x` is `"`, `\` or below 0x20. Exact
+/// for "is there one" (a borrow can only mark bytes above a true hit).
+#[inline(always)]
+fn has_special(x: u64) -> bool {
+    let quote = x ^ splat(b'"');
+    let backslash = x ^ splat(b'\\');
+    let zero = |v: u64| v.wrapping_sub(LOW) & !v & HIGH;
+    let control = x.wrapping_sub(splat(0x20)) & !x & HIGH;
+    (zero(quote) | zero(backslash) | control) != 0
+}
+
+/// Scans `text` (already trimmed of surrounding whitespace) as an event
+/// envelope. `None`: take the reference path.
+#[inline]
+pub(crate) fn scan<S: Sink>(text: &[u8], sink: &mut S) -> Option<Scanned> {
+    let n = text.len();
+    if n < 2 || text[0] != b'{' || n > u32::MAX as usize {
+        return None;
+    }
+    let mut state = State::ObjectFirst;
+    let mut i = 1;
+    let mut ty: Option<(usize, usize)> = None;
+    // The current top-level key, and whether it is `type`.
+    let mut key = (0usize, 0usize);
+    let mut key_is_type = false;
+    loop {
+        let c = next_token(text, &mut i)?;
+        match state {
+            State::ObjectFirst | State::ObjectKey => {
+                if c == b'}' && state == State::ObjectFirst {
+                    return finish(i + 1 == n, ty);
+                }
+                if c != b'"' {
+                    return None;
+                }
+                let start = i + 1;
+                let (end, escaped) = string(text, start)?;
+                if escaped {
+                    return None;
+                }
+                key = (start, end);
+                key_is_type = &text[start..end] == b"type";
+                i = end + 1;
+                state = State::Colon;
+            }
+            State::Colon => {
+                if c != b':' {
+                    return None;
+                }
+                i += 1;
+                state = State::Value;
+            }
+            State::Value | State::ArrayFirst => {
+                let start = i;
+                match c {
+                    b'{' | b'[' => {
+                        if key_is_type {
+                            return None;
+                        }
+                        i = container_end(text, i + 1, c == b'{')?;
+                    }
+                    b'"' => {
+                        let (end, escaped) = string(text, i + 1)?;
+                        i = end + 1;
+                        if key_is_type {
+                            if escaped || ty.is_some() {
+                                return None;
+                            }
+                            ty = Some((start + 1, end));
+                        }
+                    }
+                    b'-' | b'0'..=b'9' => i = number(text, i)?,
+                    b't' => i = literal(text, i, b"true")?,
+                    b'f' => i = literal(text, i, b"false")?,
+                    b'n' => i = literal(text, i, b"null")?,
+                    _ => return None,
+                }
+                if key_is_type && c != b'"' {
+                    return None;
+                }
+                sink.member(member(key, (start, i)));
+                state = State::After;
+            }
+            State::After => match c {
+                b',' => {
+                    i += 1;
+                    state = State::ObjectKey;
+                }
+                b'}' => return finish(i + 1 == n, ty),
+                _ => return None,
+            },
+        }
+    }
+}
+
+/// Skips insignificant whitespace and returns the next byte. A line break
+/// sends the text to the reference path (which re-writes it on one line).
+#[inline(always)]
+fn next_token(text: &[u8], i: &mut usize) -> Option<u8> {
+    loop {
+        let c = *text.get(*i)?;
+        match c {
+            b' ' | b'\t' => *i += 1,
+            b'\n' | b'\r' => return None,
+            _ => return Some(c),
+        }
+    }
+}
+
+/// Scans the rest of a member's value, a container whose opening bracket
+/// (`{` when `object`) ends right before `i`, and returns the offset after
+/// its closing bracket. The same grammar as [`scan`], at depth 2 and below.
+#[inline]
+fn container_end(text: &[u8], mut i: usize, object: bool) -> Option<usize> {
+    // Bit `d` of `objects` is set when the container at depth `d` (the event
+    // object is depth 1) is an object.
+    let mut objects: u128 = u128::from(object) << 2;
+    let mut depth = 2usize;
+    let mut state = if object {
+        State::ObjectFirst
+    } else {
+        State::ArrayFirst
+    };
+    let (depth, objects, state) = (&mut depth, &mut objects, &mut state);
+    loop {
+        let c = next_token(text, &mut i)?;
+        match *state {
+            State::ObjectFirst | State::ObjectKey => {
+                if c == b'}' && *state == State::ObjectFirst {
+                    i += 1;
+                    close(depth, state);
+                    if *depth == 1 {
+                        return Some(i);
+                    }
+                    continue;
+                }
+                if c != b'"' {
+                    return None;
+                }
+                let (end, _) = string(text, i + 1)?;
+                i = end + 1;
+                *state = State::Colon;
+            }
+            State::Colon => {
+                if c != b':' {
+                    return None;
+                }
+                i += 1;
+                *state = State::Value;
+            }
+            State::Value | State::ArrayFirst => {
+                if c == b']' && *state == State::ArrayFirst {
+                    i += 1;
+                    close(depth, state);
+                    if *depth == 1 {
+                        return Some(i);
+                    }
+                    continue;
+                }
+                match c {
+                    b'{' | b'[' => {
+                        *depth += 1;
+                        if *depth > MAX_DEPTH {
+                            return None;
+                        }
+                        if c == b'{' {
+                            *objects |= 1 << *depth;
+                            *state = State::ObjectFirst;
+                        } else {
+                            *objects &= !(1 << *depth);
+                            *state = State::ArrayFirst;
+                        }
+                        i += 1;
+                        continue;
+                    }
+                    b'"' => i = string(text, i + 1)?.0 + 1,
+                    b'-' | b'0'..=b'9' => i = number(text, i)?,
+                    b't' => i = literal(text, i, b"true")?,
+                    b'f' => i = literal(text, i, b"false")?,
+                    b'n' => i = literal(text, i, b"null")?,
+                    _ => return None,
+                }
+                *state = State::After;
+            }
+            State::After => {
+                i += 1;
+                let in_object = *objects & (1 << *depth) != 0;
+                match (c, in_object) {
+                    (b',', true) => *state = State::ObjectKey,
+                    (b',', false) => *state = State::Value,
+                    (b'}', true) | (b']', false) => {
+                        close(depth, state);
+                        if *depth == 1 {
+                            return Some(i);
+                        }
+                    }
+                    _ => return None,
+                }
+            }
+        }
+    }
+}
+
+fn member(key: (usize, usize), value: (usize, usize)) -> Member {
+    // `scan` refuses text longer than u32::MAX bytes, so these fit.
+    Member {
+        key: (key.0 as u32, key.1 as u32),
+        value: (value.0 as u32, value.1 as u32),
+    }
+}
+
+/// The verdict once the event object closed: nothing may follow it, and it
+/// must have had a `type`.
+#[inline]
+fn finish(at_end: bool, ty: Option<(usize, usize)>) -> Option<Scanned> {
+    if at_end {
+        ty.map(|ty| Scanned { ty })
+    } else {
+        None
+    }
+}
+
+#[inline(always)]
+fn close(depth: &mut usize, state: &mut State) {
+    *depth -= 1;
+    *state = State::After;
+}
+
+/// Scans a string body from `i` (after the opening quote). Returns the offset
+/// of the closing quote and whether the body holds escapes. `None` for
+/// invalid strings and for the escapes the reference path must judge: a
+/// surrogate (`\uD800`-`\uDFFF`, maybe lone) or printable ASCII spelled as
+/// `\u0020`-`\u007F` (maybe the reserved key in disguise).
+#[inline(always)]
+fn string(text: &[u8], mut i: usize) -> Option<(usize, bool)> {
+    let mut escaped = false;
+    loop {
+        // Eight bytes at a time while none of them is special.
+        while let Some(chunk) = text.get(i..i + 8) {
+            let word = u64::from_ne_bytes(chunk.try_into().ok()?);
+            if has_special(word) {
+                break;
+            }
+            i += 8;
+        }
+        let c = *text.get(i)?;
+        match c {
+            b'"' => return Some((i, escaped)),
+            b'\\' => {
+                escaped = true;
+                match *text.get(i + 1)? {
+                    b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => i += 2,
+                    b'u' => {
+                        let hex = text.get(i + 2..i + 6)?;
+                        if !hex.iter().all(u8::is_ascii_hexdigit) {
+                            return None;
+                        }
+                        let ascii =
+                            hex[0] == b'0' && hex[1] == b'0' && matches!(hex[2], b'2'..=b'7');
+                        let surrogate = matches!(hex[0], b'd' | b'D')
+                            && matches!(hex[1], b'8'..=b'9' | b'a'..=b'f' | b'A'..=b'F');
+                        if ascii || surrogate {
+                            return None;
+                        }
+                        i += 6;
+                    }
+                    _ => return None,
+                }
+            }
+            0x00..=0x1f => return None,
+            _ => i += 1,
+        }
+    }
+}
+
+/// Scans a number from `i` by the JSON grammar; returns the offset after it.
+#[inline]
+fn number(text: &[u8], mut i: usize) -> Option<usize> {
+    let digit = |i: usize| text.get(i).is_some_and(u8::is_ascii_digit);
+    if text[i] == b'-' {
+        i += 1;
+    }
+    match *text.get(i)? {
+        b'0' => i += 1,
+        b'1'..=b'9' => {
+            i += 1;
+            while digit(i) {
+                i += 1;
+            }
+        }
+        _ => return None,
+    }
+    if text.get(i) == Some(&b'.') {
+        i += 1;
+        if !digit(i) {
+            return None;
+        }
+        while digit(i) {
+            i += 1;
+        }
+    }
+    if matches!(text.get(i), Some(b'e' | b'E')) {
+        i += 1;
+        if matches!(text.get(i), Some(b'+' | b'-')) {
+            i += 1;
+        }
+        if !digit(i) {
+            return None;
+        }
+        while digit(i) {
+            i += 1;
+        }
+    }
+    // A number runs into the next token only through a delimiter: `01` or
+    // `1x` is invalid, which the grammar check after the value catches, but
+    // a digit right after `0` must be refused here (`0` then `1` would read
+    // as two values).
+    if digit(i) {
+        return None;
+    }
+    Some(i)
+}
+
+#[inline]
+fn literal(text: &[u8], i: usize, word: &[u8]) -> Option<usize> {
+    (text.get(i..i + word.len())? == word).then_some(i + word.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ty(text: &str) -> Option<&str> {
+        scan(text.as_bytes(), &mut ()).map(|s| &text[s.ty.0..s.ty.1])
+    }
+
+    #[test]
+    fn accepts_plain_events() {
+        assert_eq!(ty(r#"{"type":"A"}"#), Some("A"));
+        assert_eq!(
+            ty(r#"{ "a" : [1, -0.5e+3, {"b": [true, false, null]}], "type" : "B\u00e9\n" }"#),
+            None, // the type has an escape: reference path
+        );
+        assert_eq!(
+            ty(r#"{"a":[1,-0.5e+3,{"b":[true,false,null,"x\"y\u00e9"]}],"type":"B","c":{}}"#),
+            Some("B")
+        );
+        assert_eq!(ty(r#"{"type":"A","x":[],"y":{},"z":""}"#), Some("A"));
+    }
+
+    #[test]
+    fn records_top_level_members() {
+        let text = r#"{"type":"A","x":[1,{"k":2}],"y":"s\"","z":null}"#;
+        let mut members = Vec::new();
+        scan(text.as_bytes(), &mut members).unwrap();
+        let got: Vec<(&str, &str)> = members
+            .iter()
+            .map(|m| {
+                (
+                    &text[m.key.0 as usize..m.key.1 as usize],
+                    &text[m.value.0 as usize..m.value.1 as usize],
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("type", r#""A""#),
+                ("x", r#"[1,{"k":2}]"#),
+                ("y", r#""s\"""#),
+                ("z", "null")
+            ]
+        );
+    }
+
+    #[test]
+    fn refuses_or_defers_everything_else() {
+        for text in [
+            "",
+            "{}",
+            "[]",
+            r#"{"type":1}"#,
+            r#"{"type":"A","type":"A"}"#,
+            r#"{"type":"A",}"#,
+            r#"{"type":"A" "b":1}"#,
+            r#"{"type":"A","b":01}"#,
+            r#"{"type":"A","b":1.}"#,
+            r#"{"type":"A","b":-}"#,
+            r#"{"type":"A","b":1e}"#,
+            r#"{"type":"A","b":.5}"#,
+            r#"{"type":"A","b":+1}"#,
+            r#"{"type":"A","b":tru}"#,
+            r#"{"type":"A","b":[1,]}"#,
+            r#"{"type":"A","b":[1 2]}"#,
+            r#"{"type":"A","b":{"c"}}"#,
+            r#"{"type":"A","b":{"c":1,}}"#,
+            r#"{"type":"A","b":"\x"}"#,
+            r#"{"type":"A","b":"\u12"}"#,
+            r#"{"type":"A","b":"\ud800"}"#,
+            r#"{"type":"A","b":"\u0041"}"#,
+            r#"{"type":"A","\u00e9":1}"#,
+            "{\"type\":\"A\",\"b\":\"\t\"}",
+            "{\"type\":\"A\",\n\"b\":1}",
+            r#"{"type":"A"}}"#,
+            r#"{"type":"A","b":[}"#,
+            r#"{"type":"A","b":{]}"#,
+            r#"{"type":"A","b":"unterminated}"#,
+            r#"{"type":["A"]}"#,
+        ] {
+            assert_eq!(ty(text), None, "{text}");
+        }
+    }
+
+    #[test]
+    fn depth_beyond_the_limit_is_deferred() {
+        let nested = |levels: usize| {
+            let inner = "[".repeat(levels - 1) + &"]".repeat(levels - 1);
+            format!(r#"{{"type":"RAW","event":{inner}}}"#)
+        };
+        assert_eq!(ty(&nested(MAX_DEPTH)), Some("RAW"));
+        assert_eq!(ty(&nested(MAX_DEPTH + 1)), None);
+    }
+
+    #[test]
+    fn the_word_check_finds_each_special_byte_in_every_lane() {
+        for lane in 0..8 {
+            for special in [b'"', b'\\', 0x00, 0x1f] {
+                let mut bytes = [b'a'; 8];
+                bytes[lane] = special;
+                assert!(has_special(u64::from_ne_bytes(bytes)), "{lane} {special}");
+            }
+            let mut bytes = [0xffu8; 8];
+            bytes[lane] = b' ';
+            assert!(!has_special(u64::from_ne_bytes(bytes)));
+        }
+        assert!(!has_special(u64::from_ne_bytes(*b"abc~\x7f\x80\xff ")));
+    }
+}

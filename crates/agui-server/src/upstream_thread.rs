@@ -1,0 +1,152 @@
+//! Per-branch upstream thread ids (`upstream_thread = "per-branch"`).
+//!
+//! Stateful frameworks (Google ADK's sessions, LangGraph's checkpointer) key
+//! their state by `threadId` and ignore the history they are sent. A branch
+//! from an earlier run must therefore reach them under a thread id of its
+//! own. The id is derived from the run index alone, so nothing new is stored:
+//!
+//! - the thread's first run uses the user's thread id;
+//! - a run that is the **first child** of its parent (the earliest run in
+//!   log order whose parent it is) continues its parent's upstream thread:
+//!   the upstream's latest state for that id is the parent's;
+//! - any other run forks: it and its first-child descendants use
+//!   `"{threadId}~{runId}"`, the run at which the branch forked.
+//!
+//! A run whose upstream id differs from its parent's is sent the whole
+//! history of its branch, so the framework starts the new id from it.
+
+use std::collections::HashMap;
+
+use agui_store::RunRecord;
+
+/// The upstream thread id of a new run `run` with parent `parent`, given the
+/// thread's existing runs (any order). Returns the id and whether it starts
+/// a new upstream thread (a fork).
+pub(crate) fn for_new_run(
+    thread: &str,
+    runs: &[RunRecord],
+    run: &str,
+    parent: Option<&str>,
+) -> (String, bool) {
+    let Some(parent) = parent else {
+        return (thread.to_owned(), false);
+    };
+    let index = Index::new(runs);
+    if index.first_child.contains_key(parent) {
+        // The parent already has a child that continued it: a fork.
+        (fork_id(thread, run), true)
+    } else {
+        (index.upstream_id(thread, parent), false)
+    }
+}
+
+/// The upstream thread id of an existing run.
+#[cfg(test)]
+pub(crate) fn of_run(thread: &str, runs: &[RunRecord], run: &str) -> String {
+    Index::new(runs).upstream_id(thread, run)
+}
+
+fn fork_id(thread: &str, run: &str) -> String {
+    format!("{thread}~{run}")
+}
+
+struct Index<'a> {
+    parent: HashMap<&'a str, Option<&'a str>>,
+    /// parent → its first child (smallest `first_seq`).
+    first_child: HashMap<&'a str, (&'a str, u64)>,
+}
+
+impl<'a> Index<'a> {
+    fn new(runs: &'a [RunRecord]) -> Index<'a> {
+        let mut parent = HashMap::new();
+        let mut first_child: HashMap<&str, (&str, u64)> = HashMap::new();
+        for r in runs {
+            let p = r.parent_run_id.as_deref().filter(|p| *p != r.run_id);
+            parent.insert(r.run_id.as_str(), p);
+            if let Some(p) = p {
+                let e = first_child
+                    .entry(p)
+                    .or_insert((r.run_id.as_str(), r.first_seq));
+                if r.first_seq < e.1 {
+                    *e = (r.run_id.as_str(), r.first_seq);
+                }
+            }
+        }
+        Index {
+            parent,
+            first_child,
+        }
+    }
+
+    fn upstream_id(&self, thread: &str, run: &str) -> String {
+        let mut cur = run;
+        // Bounded walk up the first-child chain (a cycle cannot loop).
+        for _ in 0..=self.parent.len() {
+            match self.parent.get(cur).copied().flatten() {
+                None => return thread.to_owned(),
+                Some(p) => match self.first_child.get(p) {
+                    Some((first, _)) if *first == cur => cur = p,
+                    _ => return fork_id(thread, cur),
+                },
+            }
+        }
+        thread.to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agui_store::{RunStatus, Timestamp};
+
+    fn run(id: &str, parent: Option<&str>, first_seq: u64) -> RunRecord {
+        RunRecord {
+            thread_id: "t".into(),
+            run_id: id.into(),
+            parent_run_id: parent.map(str::to_owned),
+            agent: None,
+            status: RunStatus::Finished,
+            started_at: Timestamp(0),
+            finished_at: None,
+            first_seq,
+            last_seq: first_seq,
+            event_count: 1,
+            bytes: 1,
+        }
+    }
+
+    #[test]
+    fn first_children_continue_forks_get_their_own_id() {
+        // r1 → r2 → r3 ; r1 → b1 (fork) → b2 ; r2 → c1 (fork)
+        let runs = vec![
+            run("r1", None, 1),
+            run("r2", Some("r1"), 5),
+            run("r3", Some("r2"), 9),
+            run("b1", Some("r1"), 13),
+            run("b2", Some("b1"), 17),
+            run("c1", Some("r2"), 21),
+        ];
+        let id = |r| of_run("t", &runs, r);
+        assert_eq!(id("r1"), "t");
+        assert_eq!(id("r2"), "t");
+        assert_eq!(id("r3"), "t");
+        assert_eq!(id("b1"), "t~b1");
+        assert_eq!(id("b2"), "t~b1");
+        assert_eq!(id("c1"), "t~c1");
+        // New runs: continuing a tip keeps its id; under a parent with a
+        // child already, a fork.
+        assert_eq!(
+            for_new_run("t", &runs, "n", Some("r3")),
+            ("t".into(), false)
+        );
+        assert_eq!(
+            for_new_run("t", &runs, "n", Some("b2")),
+            ("t~b1".into(), false)
+        );
+        assert_eq!(
+            for_new_run("t", &runs, "n", Some("r1")),
+            ("t~n".into(), true)
+        );
+        assert_eq!(for_new_run("t", &[], "n", None), ("t".into(), false));
+    }
+}

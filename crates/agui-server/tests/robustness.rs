@@ -1,0 +1,831 @@
+//! Issue 10, the gateway's half: no run is lost or misstated, whatever the
+//! upstream, the store or the client does. Each test failed before its fix.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use agui_protocol::Event;
+use agui_protocol::verify::verify_events;
+use agui_server::{Auth, GatewayConfig, SessionMode, config::parse_agent_flag};
+use agui_store::{
+    AppendRequest, Appended, EventPage, EventStore, EventStream, MemoryStore, Result, RunFilter,
+    RunPage, RunRecord, StoreError, StoreStats, ThreadFilter, ThreadInfo, ThreadPage,
+};
+use axum::Router;
+use axum::body::Body;
+use axum::routing::post;
+use common::*;
+use futures::StreamExt;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+fn with_agents(agents: &[&str]) -> GatewayConfig {
+    GatewayConfig {
+        agents: agents
+            .iter()
+            .map(|a| parse_agent_flag(a, SessionMode::Client).unwrap())
+            .collect(),
+        ..GatewayConfig::default()
+    }
+}
+
+/// A memory store that fails on purpose: appends holding a terminal event
+/// (or every append), and subscriptions that break after their first event.
+#[derive(Default)]
+struct Faulty {
+    inner: MemoryStore,
+    fail_terminal: AtomicBool,
+    fail_all: AtomicBool,
+    break_subscriptions: AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl EventStore for Faulty {
+    async fn append(&self, tenant: &str, thread: &str, req: AppendRequest) -> Result<Appended> {
+        let terminal = req.events.iter().any(|e| e.event_type().is_run_terminal());
+        if self.fail_all.load(Ordering::SeqCst)
+            || (terminal && self.fail_terminal.load(Ordering::SeqCst))
+        {
+            return Err(StoreError::unavailable("the disk is gone (test)"));
+        }
+        self.inner.append(tenant, thread, req).await
+    }
+    async fn read(&self, t: &str, th: &str, from: u64, limit: usize) -> Result<EventPage> {
+        self.inner.read(t, th, from, limit).await
+    }
+    async fn run(&self, t: &str, th: &str, r: &str) -> Result<RunRecord> {
+        self.inner.run(t, th, r).await
+    }
+    async fn list_runs(&self, t: &str, f: &RunFilter) -> Result<RunPage> {
+        self.inner.list_runs(t, f).await
+    }
+    async fn thread(&self, t: &str, th: &str) -> Result<ThreadInfo> {
+        self.inner.thread(t, th).await
+    }
+    async fn list_threads(&self, t: &str, f: &ThreadFilter) -> Result<ThreadPage> {
+        self.inner.list_threads(t, f).await
+    }
+    async fn delete_thread(&self, t: &str, th: &str) -> Result<()> {
+        self.inner.delete_thread(t, th).await
+    }
+    async fn rename_thread(&self, t: &str, from: &str, to: &str) -> Result<()> {
+        self.inner.rename_thread(t, from, to).await
+    }
+    async fn tenants(&self) -> Result<Vec<String>> {
+        self.inner.tenants().await
+    }
+    async fn load_checkpoint(&self, t: &str, th: &str, r: &str) -> Result<Option<Vec<u8>>> {
+        self.inner.load_checkpoint(t, th, r).await
+    }
+    async fn save_checkpoint(&self, t: &str, th: &str, r: &str, b: Vec<u8>) -> Result<()> {
+        self.inner.save_checkpoint(t, th, r, b).await
+    }
+    async fn subscribe(&self, t: &str, th: &str, from: u64) -> Result<EventStream> {
+        let s = self.inner.subscribe(t, th, from).await?;
+        if !self.break_subscriptions.load(Ordering::SeqCst) {
+            return Ok(s);
+        }
+        let broken = futures::stream::iter(vec![Err(StoreError::corrupt(
+            "chunk 7 of the thread fails its checksum (test)",
+        ))]);
+        Ok(s.take(1).chain(broken).boxed())
+    }
+    async fn claim_thread(&self, t: &str, th: &str, r: &str) -> Result<Option<String>> {
+        self.inner.claim_thread(t, th, r).await
+    }
+    async fn release_thread(&self, t: &str, th: &str, r: &str) -> Result<()> {
+        self.inner.release_thread(t, th, r).await
+    }
+    async fn channels(&self, t: &str, th: &str) -> Result<Vec<agui_store::Channel>> {
+        self.inner.channels(t, th).await
+    }
+    async fn put_channel(&self, t: &str, th: &str, c: agui_store::Channel) -> Result<()> {
+        self.inner.put_channel(t, th, c).await
+    }
+    async fn mark_interrupted(&self) -> Result<u64> {
+        self.inner.mark_interrupted().await
+    }
+    async fn stats(&self) -> Result<StoreStats> {
+        self.inner.stats().await
+    }
+    async fn flush(&self) -> Result<()> {
+        self.inner.flush().await
+    }
+    async fn close(&self) -> Result<()> {
+        self.inner.close().await
+    }
+}
+
+async fn events_of(base: &str, thread: &str) -> Vec<Frame> {
+    let text = client()
+        .get(format!("{base}/threads/{thread}/events"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    parse_sse(&text)
+}
+
+fn verify_frames(frames: &[Frame]) {
+    let events: Vec<Event> = frames
+        .iter()
+        .map(|f| Event::from_json(&f.data.to_string()).unwrap())
+        .collect();
+    verify_events(events.iter()).unwrap_or_else(|(i, e)| panic!("stored event {i}: {e}"));
+}
+
+#[tokio::test]
+async fn a_failed_append_of_the_terminal_batch_reaches_the_client_as_run_error() {
+    let store = Arc::new(Faulty::default());
+    store.fail_terminal.store(true, Ordering::SeqCst);
+    let g = start_with(store.clone(), GatewayConfig::default()).await;
+    let (status, frames, _) = run(&g.base, "demo", &input("t", "r", "hello")).await;
+    assert_eq!(status, 200);
+    let last = frames.last().expect("the client gets frames");
+    assert_eq!(last.ty(), "RUN_ERROR");
+    assert_eq!(last.data["code"], "store_error");
+    assert_eq!(
+        last.id, None,
+        "nothing more is stored: the error is unnumbered"
+    );
+    // Every numbered frame the client saw is stored.
+    let stored = events_of(&g.base, "t").await;
+    let seen: Vec<&Frame> = frames.iter().filter(|f| f.id.is_some()).collect();
+    assert_eq!(stored.len(), seen.len());
+    // And when even the first batch fails, the client still hears of it.
+    store.fail_all.store(true, Ordering::SeqCst);
+    let (status, frames, _) = run(&g.base, "demo", &input("t2", "r", "hello")).await;
+    assert_eq!(status, 200);
+    let types: Vec<&str> = frames.iter().map(Frame::ty).collect();
+    assert_eq!(types, vec!["RUN_ERROR"]);
+    assert_eq!(frames[0].data["code"], "store_error");
+    store.fail_all.store(false, Ordering::SeqCst);
+    g.shutdown().await;
+}
+
+/// An upstream that answers after `delay` with a short, valid run.
+fn slow_upstream(delay: Duration) -> Router {
+    Router::new().route(
+        "/",
+        post(move |body: axum::body::Bytes| async move {
+            tokio::time::sleep(delay).await;
+            let v: Value = serde_json::from_slice(&body).unwrap();
+            let (t, r) = (v["threadId"].clone(), v["runId"].clone());
+            let text = format!(
+                "data: {}\n\ndata: {}\n\n",
+                json!({"type":"RUN_STARTED","threadId":t,"runId":r}),
+                json!({"type":"RUN_FINISHED","threadId":t,"runId":r})
+            );
+            axum::response::Response::builder()
+                .header("content-type", "text/event-stream")
+                .body(Body::from(text))
+                .unwrap()
+        }),
+    )
+}
+
+#[tokio::test]
+async fn delete_while_a_run_has_stored_nothing_yet_is_409() {
+    let up = serve_upstream(slow_upstream(Duration::from_millis(800))).await;
+    let g = start(with_agents(&[&format!("slow={up}/")])).await;
+    let (_, first, _) = run(&g.base, "slow", &input("t", "r1", "one")).await;
+    assert_eq!(first.last().unwrap().ty(), "RUN_FINISHED");
+    // The second run's upstream is still silent: nothing of it is stored.
+    let base = g.base.clone();
+    let second = tokio::spawn(async move { run(&base, "slow", &input("t", "r2", "two")).await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let resp = client()
+        .delete(format!("{}/threads/t", g.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 409);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "run_in_flight");
+    let (_, frames, _) = second.await.unwrap();
+    assert_eq!(frames.last().unwrap().ty(), "RUN_FINISHED");
+    let thread = wait_run_end(&g.base, "t").await;
+    assert_eq!(thread["runCount"], 2);
+    // Once nothing is in flight, DELETE works.
+    let resp = client()
+        .delete(format!("{}/threads/t", g.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 204);
+    g.shutdown().await;
+}
+
+#[tokio::test]
+async fn another_gateway_on_the_same_store_sees_a_run_that_stored_nothing_yet() {
+    // Two gateways sharing one store, as replicas share a PostgreSQL
+    // database: the store's claims make a run in flight visible to both.
+    let up = serve_upstream(slow_upstream(Duration::from_millis(800))).await;
+    let store: Arc<dyn EventStore> = Arc::new(MemoryStore::new());
+    let a = start_with(store.clone(), with_agents(&[&format!("slow={up}/")])).await;
+    let b = start_with(store.clone(), with_agents(&[&format!("slow={up}/")])).await;
+    let (_, first, _) = run(&a.base, "slow", &input("t", "r1", "one")).await;
+    assert_eq!(first.last().unwrap().ty(), "RUN_FINISHED");
+    let base = a.base.clone();
+    let second = tokio::spawn(async move { run(&base, "slow", &input("t", "r2", "two")).await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let resp = client()
+        .delete(format!("{}/threads/t", b.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 409);
+    let (status, _, text) = run(&b.base, "slow", &input("t", "r3", "three")).await;
+    assert_eq!(status, 409, "{text}");
+    assert!(text.contains("run_in_flight"), "{text}");
+    let (_, frames, _) = second.await.unwrap();
+    assert_eq!(frames.last().unwrap().ty(), "RUN_FINISHED");
+    // Released at the run's end: the other gateway can go on at once.
+    let (_, frames, _) = run(&b.base, "slow", &input("t", "r3", "three")).await;
+    assert_eq!(frames.last().unwrap().ty(), "RUN_FINISHED");
+    let resp = client()
+        .delete(format!("{}/threads/t", b.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 204);
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+fn sse_upstream(text: String) -> Router {
+    Router::new().route(
+        "/",
+        post(move || {
+            let text = text.clone();
+            async move {
+                axum::response::Response::builder()
+                    .header("content-type", "text/event-stream")
+                    .body(Body::from(text))
+                    .unwrap()
+            }
+        }),
+    )
+}
+
+fn wire(events: &[Value]) -> String {
+    events.iter().map(|e| format!("data: {e}\n\n")).collect()
+}
+
+#[tokio::test]
+async fn the_gateway_owns_run_started_ids() {
+    let up = serve_upstream(sse_upstream(wire(&[
+        json!({"type":"RUN_STARTED","threadId":"elsewhere","runId":"mine","parentRunId":"mine"}),
+        json!({"type":"TEXT_MESSAGE_START","messageId":"m","role":"assistant"}),
+        json!({"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"hi"}),
+        json!({"type":"TEXT_MESSAGE_END","messageId":"m"}),
+        json!({"type":"RUN_FINISHED","threadId":"elsewhere","runId":"mine"}),
+    ])))
+    .await;
+    let g = start(with_agents(&[&format!("odd={up}/")])).await;
+    for (run_id, parent) in [("r1", None), ("r2", Some("r1"))] {
+        let (_, frames, _) = run(&g.base, "odd", &input("t", run_id, "x")).await;
+        let started = &frames[0].data;
+        assert_eq!(started["threadId"], "t");
+        assert_eq!(started["runId"], run_id);
+        match parent {
+            Some(p) => assert_eq!(started["parentRunId"], p),
+            None => assert!(started.get("parentRunId").is_none()),
+        }
+        assert_eq!(
+            started["aguiUpstream"],
+            json!({"threadId":"elsewhere","runId":"mine","parentRunId":"mine"})
+        );
+        assert_eq!(frames.last().unwrap().ty(), "RUN_FINISHED");
+    }
+    let (_, thread) = get_json(&format!("{}/threads/t", g.base)).await;
+    let runs: Vec<&str> = thread["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["runId"].as_str().unwrap())
+        .collect();
+    assert_eq!(runs, vec!["r1", "r2"]);
+    assert_eq!(thread["tree"][0]["children"][0]["runId"], "r2");
+    let (s, msgs) = get_json(&format!("{}/threads/t/messages", g.base)).await;
+    assert_eq!(s, 200, "{msgs}");
+    let (s, _) = get_json(&format!("{}/threads/t/runs/r2/artifact", g.base)).await;
+    assert_eq!(s, 200);
+    g.shutdown().await;
+}
+
+#[tokio::test]
+async fn upstream_events_the_client_rejects_are_never_stored() {
+    let start_ev = json!({"type":"RUN_STARTED","threadId":"t","runId":"r"});
+    let cases: Vec<(&str, Vec<Value>, usize, &str)> = vec![
+        (
+            "snapshot",
+            vec![
+                start_ev.clone(),
+                json!({"type":"MESSAGES_SNAPSHOT","messages":"x"}),
+            ],
+            1,
+            "MESSAGES_SNAPSHOT",
+        ),
+        (
+            "nostart",
+            vec![
+                start_ev.clone(),
+                json!({"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"x"}),
+            ],
+            1,
+            "TEXT_MESSAGE_CONTENT",
+        ),
+        (
+            "dupstart",
+            vec![
+                start_ev.clone(),
+                json!({"type":"TEXT_MESSAGE_START","messageId":"m","role":"assistant"}),
+                json!({"type":"TEXT_MESSAGE_START","messageId":"m","role":"assistant"}),
+            ],
+            2,
+            "TEXT_MESSAGE_START",
+        ),
+        (
+            "argsafterend",
+            vec![
+                start_ev.clone(),
+                json!({"type":"TOOL_CALL_START","toolCallId":"c","toolCallName":"f"}),
+                json!({"type":"TOOL_CALL_END","toolCallId":"c"}),
+                json!({"type":"TOOL_CALL_ARGS","toolCallId":"c","delta":"{}"}),
+            ],
+            3,
+            "TOOL_CALL_ARGS",
+        ),
+    ];
+    let mut agents = Vec::new();
+    for (name, events, _, _) in &cases {
+        let mut events = events.clone();
+        events.push(json!({"type":"RUN_FINISHED","threadId":"t","runId":"r"}));
+        let up = serve_upstream(sse_upstream(wire(&events))).await;
+        agents.push(format!("{name}={up}/"));
+    }
+    let refs: Vec<&str> = agents.iter().map(String::as_str).collect();
+    let g = start(with_agents(&refs)).await;
+    for (name, events, index, ty) in &cases {
+        let thread = format!("t-{name}");
+        let (_, frames, _) = run(&g.base, name, &input(&thread, "r", "x")).await;
+        let last = frames.last().unwrap();
+        assert_eq!(last.ty(), "RUN_ERROR", "{name}");
+        assert_eq!(last.data["code"], "upstream_protocol", "{name}");
+        let message = last.data["message"].as_str().unwrap();
+        assert!(
+            message.contains(&format!("event {index} ({ty})")),
+            "{name}: {message}"
+        );
+        // Nothing of the rejected event: the stored log is what the client
+        // saw, and it passes the client's rules.
+        let stored = events_of(&g.base, &thread).await;
+        assert_eq!(stored.len(), frames.len(), "{name}");
+        for (a, b) in stored.iter().zip(&frames) {
+            assert_eq!(a.data, b.data, "{name}");
+        }
+        assert!(stored.len() <= events.len() + 2, "{name}");
+        verify_frames(&stored);
+        let (s, body) = get_json(&format!("{}/threads/{thread}/messages", g.base)).await;
+        assert_eq!(s, 200, "{name}: {body}");
+        let resp = client()
+            .post(format!("{}/agents/{name}/connect", g.base))
+            .json(&input(&thread, "c", ""))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 200, "{name}");
+    }
+    g.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_stored_log_the_client_rejects_restores_as_far_as_it_goes() {
+    // Stored by an older version, which kept upstream events unchecked.
+    let store: Arc<dyn EventStore> = Arc::new(MemoryStore::new());
+    let events: Vec<Event> = [
+        json!({"type":"RUN_STARTED","threadId":"t","runId":"r1","input":{"threadId":"t","runId":"r1","messages":[{"id":"u1","role":"user","content":"hi"}]}}),
+        json!({"type":"TEXT_MESSAGE_START","messageId":"m1","role":"assistant"}),
+        json!({"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"kept"}),
+        json!({"type":"TEXT_MESSAGE_END","messageId":"m1"}),
+        json!({"type":"MESSAGES_SNAPSHOT","messages":"x"}),
+        json!({"type":"RUN_FINISHED","threadId":"t","runId":"r1"}),
+    ]
+    .iter()
+    .map(|v| Event::from_json(&v.to_string()).unwrap())
+    .collect();
+    store
+        .append("default", "t", AppendRequest::new(events))
+        .await
+        .unwrap();
+    let g = start_with(store, GatewayConfig::default()).await;
+    let (s, body) = get_json(&format!("{}/threads/t/messages", g.base)).await;
+    assert_eq!(s, 200, "{body}");
+    assert_eq!(body["messages"][1]["content"], "kept", "{body}");
+    assert!(
+        body["warnings"][0]
+            .as_str()
+            .unwrap()
+            .contains("MESSAGES_SNAPSHOT"),
+        "{body}"
+    );
+    // The thread goes on: a new run from it, and connect.
+    let (_, frames, _) = run(&g.base, "demo", &input("t", "r2", "again")).await;
+    assert_eq!(frames.last().unwrap().ty(), "RUN_FINISHED");
+    let resp = client()
+        .post(format!("{}/agents/demo/connect", g.base))
+        .json(&input("t", "c", ""))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    g.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_damaged_chunk_ends_the_event_stream_with_a_visible_error() {
+    let store = Arc::new(Faulty::default());
+    let g = start_with(store.clone(), GatewayConfig::default()).await;
+    let (_, frames, _) = run(&g.base, "demo", &input("t", "r", "hello")).await;
+    assert!(frames.len() > 2);
+    store.break_subscriptions.store(true, Ordering::SeqCst);
+    let resp = client()
+        .get(format!("{}/threads/t/events", g.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let text = resp.text().await.unwrap();
+    assert_eq!(parse_sse(&text).len(), 2, "{text}");
+    assert!(
+        text.contains("event: error\ndata: {\"error\":{\"code\":\"store_error\""),
+        "{text}"
+    );
+    g.shutdown().await;
+}
+
+#[tokio::test]
+async fn last_event_id_at_u64_max_replays_nothing() {
+    let g = start(GatewayConfig::default()).await;
+    run(&g.base, "demo", &input("t", "r", "hello")).await;
+    let resp = client()
+        .get(format!("{}/threads/t/events", g.base))
+        .header("Last-Event-ID", u64::MAX.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    assert_eq!(resp.text().await.unwrap(), "");
+    let resp = client()
+        .get(format!("{}/threads/t/events?after={}", g.base, u64::MAX))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.text().await.unwrap(), "");
+    g.shutdown().await;
+}
+
+async fn json_error(resp: reqwest::Response) -> (u16, String) {
+    let status = resp.status().as_u16();
+    let ct = resp
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    let text = resp.text().await.unwrap();
+    assert!(ct.starts_with("application/json"), "{status} {ct}: {text}");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    (status, v["error"]["code"].as_str().unwrap().to_owned())
+}
+
+#[tokio::test]
+async fn every_error_body_is_json() {
+    let mut config = GatewayConfig::default();
+    config.limits.max_body_bytes = 1000;
+    let g = start(config).await;
+    let c = client();
+    let b = &g.base;
+    let cases = [
+        (c.get(format!("{b}/nowhere")), 404, "not_found"),
+        (c.put(format!("{b}/threads")), 405, "method_not_allowed"),
+        (
+            c.get(format!("{b}/agents/demo/run")),
+            405,
+            "method_not_allowed",
+        ),
+        (
+            c.get(format!("{b}/threads/t/events?after=abc")),
+            400,
+            "bad_request",
+        ),
+        (c.get(format!("{b}/threads?limit=-1")), 400, "bad_request"),
+        (c.get(format!("{b}/threads/%FF%FE")), 400, "bad_request"),
+        (
+            c.get(format!("{b}/threads/{}", "x".repeat(10_000))),
+            414,
+            "uri_too_long",
+        ),
+        (
+            c.post(format!("{b}/demo/agent")).body("x".repeat(2000)),
+            413,
+            "body_too_large",
+        ),
+        (
+            c.post(format!("{b}/agents/demo/connect"))
+                .body("x".repeat(2000)),
+            413,
+            "body_too_large",
+        ),
+        (
+            c.post(format!("{b}/agents/demo/run"))
+                .body("x".repeat(2000)),
+            413,
+            "body_too_large",
+        ),
+    ];
+    for (req, status, code) in cases {
+        let (s, got) = json_error(req.send().await.unwrap()).await;
+        assert_eq!((s, got.as_str()), (status, code));
+    }
+    g.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_demo_agent_route_sits_behind_auth() {
+    let config = GatewayConfig {
+        auth: Auth::Tokens([("tok".to_owned(), "acme".to_owned())].into()),
+        ..GatewayConfig::default()
+    };
+    let g = start(config).await;
+    let url = format!("{}/demo/agent", g.base);
+    let resp = client()
+        .post(&url)
+        .json(&input("t", "r", "hi"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(json_error(resp).await, (401, "unauthorized".to_owned()));
+    let resp = client()
+        .post(&url)
+        .bearer_auth("tok")
+        .json(&input("t", "r", "hi"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let frames = parse_sse(&resp.text().await.unwrap());
+    assert_eq!(frames.last().unwrap().ty(), "RUN_FINISHED");
+    g.shutdown().await;
+}
+
+#[tokio::test]
+async fn upstream_error_codes_say_what_happened() {
+    let html = serve_upstream(Router::new().route(
+        "/",
+        post(|| async {
+            axum::response::Response::builder()
+                .header("content-type", "text/html")
+                .body(Body::from("<html>not an agent</html>"))
+                .unwrap()
+        }),
+    ))
+    .await;
+    // A frame cut in the middle, then the connection closes cleanly.
+    let cut = serve_upstream(sse_upstream(
+        "data: {\"type\":\"RUN_STARTED\",\"threadId\":\"t\",\"runId\":\"r\"}\n\ndata: {\"type\":\"TEXT_MESSAGE_ST"
+            .to_owned(),
+    ))
+    .await;
+    let g = start(with_agents(&[
+        &format!("html={html}/"),
+        &format!("cut={cut}/"),
+    ]))
+    .await;
+    let (_, f, _) = run(&g.base, "html", &input("t1", "r", "x")).await;
+    let last = &f.last().unwrap().data;
+    assert_eq!(last["code"], "upstream_garbage");
+    assert!(
+        last["message"].as_str().unwrap().contains("text/html"),
+        "{last}"
+    );
+    let (_, f, _) = run(&g.base, "cut", &input("t2", "r", "x")).await;
+    assert_eq!(f.last().unwrap().data["code"], "upstream_closed");
+    g.shutdown().await;
+}
+
+#[tokio::test]
+async fn slow_clients_are_timed_out_and_connections_are_capped() {
+    let mut config = GatewayConfig::default();
+    config.limits.header_read_timeout = Duration::from_millis(500);
+    config.limits.body_read_timeout = Duration::from_millis(500);
+    config.limits.max_connections = 2;
+    let g = start(config).await;
+    let addr = g.base.trim_start_matches("http://").to_owned();
+    // A request head that never ends: the connection is closed.
+    let mut partial = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    partial
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), partial.read_to_end(&mut buf)).await;
+    assert!(read.is_ok(), "the partial head held the connection");
+    // A body that never arrives: 408 in JSON.
+    let mut slow = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    slow.write_all(
+        b"POST /agents/demo/run HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"thr",
+    )
+    .await
+    .unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(5), slow.read(&mut buf))
+        .await
+        .unwrap()
+        .unwrap();
+    let text = String::from_utf8_lossy(&buf[..n]);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    assert!(text.contains("body_timeout"), "{text}");
+    drop(slow);
+    drop(partial);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Two idle connections hold both slots; the third is refused in JSON.
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut b = vec![0u8; 1024];
+        let _ = s.read(&mut b).await.unwrap();
+        held.push(s);
+    }
+    let mut third = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let mut buf = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), third.read_to_end(&mut buf))
+        .await
+        .unwrap()
+        .unwrap();
+    let text = String::from_utf8_lossy(&buf);
+    assert!(text.starts_with("HTTP/1.1 503"), "{text}");
+    assert!(text.contains("too_many_connections"), "{text}");
+    drop(held);
+    g.shutdown().await;
+}
+
+/// Found by the chaos soak (crates/agui-cli/tests/chaos.rs): the run tree
+/// of `GET /threads/{id}` nests as deep as the thread's chain of runs, and
+/// was built, serialized and dropped as a recursive `Value`: a thread of a
+/// few thousand turns overflowed the stack and aborted the whole gateway
+/// (3,000 chained runs were enough), and beyond 10,000 levels runs were
+/// silently left out of the tree. Now it is written without recursion, in
+/// full, and the gateway stays up.
+#[tokio::test]
+async fn a_thread_of_twenty_thousand_chained_runs_lists_without_overflowing_the_stack() {
+    const N: usize = 20_000;
+    let g = start(with_agents(&[])).await;
+    let mut events = Vec::with_capacity(2 * N);
+    for i in 0..N {
+        let mut started = json!({"type":"RUN_STARTED","threadId":"t","runId":format!("r{i}")});
+        if i > 0 {
+            started["parentRunId"] = json!(format!("r{}", i - 1));
+        }
+        events.push(Event::from_json(&started.to_string()).unwrap());
+        let finished = json!({"type":"RUN_FINISHED","threadId":"t","runId":format!("r{i}")});
+        events.push(Event::from_json(&finished.to_string()).unwrap());
+    }
+    for batch in events.chunks(2_000) {
+        g.store
+            .append("default", "t", AppendRequest::new(batch.to_vec()))
+            .await
+            .unwrap();
+    }
+    let resp = client()
+        .get(format!("{}/threads/t", g.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    assert_eq!(
+        resp.headers()["content-type"].to_str().unwrap(),
+        "application/json"
+    );
+    let body = resp.text().await.unwrap();
+    // Too deep for serde_json's own parser (128 levels), as for many
+    // clients; the runs come first and parse on their own.
+    let at = body.find("\"runs\":").unwrap() + "\"runs\":".len();
+    let runs: Value = serde_json::Deserializer::from_str(&body[at..])
+        .into_iter::<Value>()
+        .next()
+        .unwrap()
+        .unwrap();
+    assert_eq!(runs.as_array().unwrap().len(), N);
+    // The tree: one root, each run the only child of the one before, in
+    // full (every run named once more, after the runs list).
+    let tree = &body[body.find("\"tree\":").unwrap()..];
+    let node = |i: usize| {
+        format!("{{\"runId\":\"r{i}\",\"status\":\"finished\",\"eventCount\":2,\"children\":[")
+    };
+    let chain: String = (0..N).map(node).collect();
+    let closing = "]}".repeat(N);
+    assert!(
+        tree.starts_with(&format!("\"tree\":[{chain}{closing}],")),
+        "{}",
+        &tree[..200]
+    );
+    // Still up.
+    let (status, _) = get_json(&format!("{}/healthz", g.base)).await;
+    assert_eq!(status, 200);
+}
+
+/// The official client's checks on stored frames: schema, then sequence.
+fn check_stored(frames: &[Frame]) {
+    for f in frames {
+        let e = Event::from_json(&f.data.to_string()).unwrap();
+        agui_protocol::model::parse_event(&e)
+            .unwrap_or_else(|err| panic!("stored {}: {err}", f.data));
+    }
+    verify_frames(frames);
+}
+
+/// Found by the chaos soak: an upstream `RUN_STARTED` the official client
+/// rejects was not stored, yet counted as the run's start, so the log got a
+/// lone `RUN_ERROR` (no `RUN_STARTED`, no run in the run index, `agui
+/// verify` failing, later runs of the thread refused as branches of an
+/// unknown run). Now the gateway writes its own `RUN_STARTED` first.
+#[tokio::test]
+async fn a_rejected_run_started_is_replaced_by_the_gateways_own() {
+    let up = serve_upstream(sse_upstream(wire(&[
+        json!({"type":"RUN_STARTED","threadId":"t","runId":"r1","timestamp":"noon"}),
+        json!({"type":"RUN_FINISHED","threadId":"t","runId":"r1"}),
+    ])))
+    .await;
+    let g = start(with_agents(&[&format!("odd={up}/"), "demo=demo"])).await;
+    let (status, frames, _) = run(&g.base, "odd", &input("t", "r1", "x")).await;
+    assert_eq!(status, 200);
+    let types: Vec<&str> = frames.iter().map(Frame::ty).collect();
+    assert_eq!(types, ["RUN_STARTED", "RUN_ERROR"]);
+    assert_eq!(frames[0].data["runId"], "r1");
+    assert!(frames[0].data.get("timestamp").is_none());
+    assert_eq!(frames[1].data["code"], "upstream_protocol");
+    let stored = events_of(&g.base, "t").await;
+    let data = |f: &[Frame]| f.iter().map(|x| (x.id, x.data.clone())).collect::<Vec<_>>();
+    assert_eq!(data(&stored), data(&frames));
+    check_stored(&stored);
+    let (_, thread) = get_json(&format!("{}/threads/t", g.base)).await;
+    assert_eq!(thread["runs"][0]["runId"], "r1");
+    assert_eq!(thread["runs"][0]["status"], "error");
+    // The thread goes on: a branch from that run, then its restore.
+    let mut next = input("t", "r2", "again");
+    next["parentRunId"] = json!("r1");
+    let (status, frames, _) = run(&g.base, "demo", &next).await;
+    assert_eq!(status, 200);
+    assert_eq!(frames.last().unwrap().ty(), "RUN_FINISHED");
+    check_stored(&events_of(&g.base, "t").await);
+    let (status, _) = get_json(&format!("{}/threads/t/messages", g.base)).await;
+    assert_eq!(status, 200);
+}
+
+/// Found by the chaos soak: a client input with `"parentRunId": null` (read
+/// as no parent) was forwarded as it was; the stored `RUN_STARTED.input`
+/// then failed the official client's schema, the run ended with
+/// `upstream_protocol` blaming the upstream, and its log held a lone
+/// `RUN_ERROR`. The same for any input the client's schema refuses (a
+/// message content that is a number): now refused at the door with 422
+/// `invalid_input`, before anything is stored or sent upstream.
+#[tokio::test]
+async fn client_inputs_are_checked_against_the_schema_of_the_stored_run_started() {
+    let g = start(with_agents(&["demo=demo"])).await;
+    let mut body = input("t", "r1", "hi");
+    body["parentRunId"] = Value::Null;
+    let (status, frames, _) = run(&g.base, "demo", &body).await;
+    assert_eq!(status, 200);
+    assert_eq!(frames[0].ty(), "RUN_STARTED");
+    assert!(frames[0].data["input"].get("parentRunId").is_none());
+    assert_eq!(frames.last().unwrap().ty(), "RUN_FINISHED");
+    check_stored(&events_of(&g.base, "t").await);
+
+    let mut bad = input("u", "r1", "hi");
+    bad["messages"][0]["content"] = json!(5);
+    let resp = client()
+        .post(format!("{}/agents/demo/run", g.base))
+        .json(&bad)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 422);
+    let err: Value = resp.json().await.unwrap();
+    assert_eq!(err["error"]["code"], "invalid_input", "{err}");
+    let message = err["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("RunAgentInput messages[0].content: "),
+        "{message}"
+    );
+    let (status, _) = get_json(&format!("{}/threads/u", g.base)).await;
+    assert_eq!(status, 404, "nothing of a refused input is stored");
+}

@@ -1,0 +1,284 @@
+//! What the gateway records and forwards across runs: normalized
+//! `RUN_STARTED.input` (rebuilt exactly into the upstream input), storage that
+//! grows with each run and not with the conversation, and per-branch
+//! upstream thread ids for stateful frameworks.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+
+use agui_server::config::parse_agent_flag;
+use agui_server::{GatewayConfig, SessionMode, UpstreamThread};
+use axum::Router;
+use axum::body::Body;
+use axum::response::IntoResponse;
+use axum::routing::post;
+use common::*;
+use serde_json::{Value, json};
+
+/// An upstream that records every request body and answers each run with
+/// one assistant message (the upstream's own `RUN_STARTED` omits `input`).
+async fn recording_upstream() -> (String, Arc<Mutex<Vec<Value>>>) {
+    let seen: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let seen2 = seen.clone();
+    let app = Router::new().route(
+        "/agent",
+        post(move |body: axum::Json<Value>| {
+            let seen = seen2.clone();
+            async move {
+                let input = body.0;
+                seen.lock().unwrap().push(input.clone());
+                let (t, r) = (&input["threadId"], input["runId"].as_str().unwrap());
+                let n = input["messages"].as_array().unwrap().len();
+                let events = [
+                    json!({"type":"RUN_STARTED","threadId":t,"runId":r}),
+                    json!({"type":"TEXT_MESSAGE_START","messageId":format!("a-{r}"),"role":"assistant"}),
+                    json!({"type":"TEXT_MESSAGE_CONTENT","messageId":format!("a-{r}"),"delta":format!("I saw {n} messages")}),
+                    json!({"type":"TEXT_MESSAGE_END","messageId":format!("a-{r}")}),
+                    json!({"type":"RUN_FINISHED","threadId":t,"runId":r}),
+                ];
+                let body: String = events.iter().map(|e| format!("data: {e}\n\n")).collect();
+                ([("content-type", "text/event-stream")], Body::from(body)).into_response()
+            }
+        }),
+    );
+    (format!("{}/agent", serve_upstream(app).await), seen)
+}
+
+/// The rebuild rule of docs/server.md: the branch history, then the stored
+/// messages merged in by id (replacing in place, else appended).
+fn rebuild(history: &[Value], stored: &[Value]) -> Vec<Value> {
+    let mut out: Vec<Value> = history.to_vec();
+    for m in stored {
+        match out.iter().position(|h| h["id"] == m["id"]) {
+            Some(i) => out[i] = m.clone(),
+            None => out.push(m.clone()),
+        }
+    }
+    out
+}
+
+fn user(id: &str, text: &str) -> Value {
+    json!({"id": id, "role": "user", "content": text})
+}
+
+fn body(thread: &str, run: &str, parent: Option<&str>, messages: Vec<Value>) -> Value {
+    let mut b = json!({"threadId": thread, "runId": run, "state": {}, "messages": messages,
+        "tools": [], "context": [], "forwardedProps": {}});
+    if let Some(p) = parent {
+        b["parentRunId"] = json!(p);
+    }
+    b
+}
+
+async fn messages_at(base: &str, thread: &str, run: &str) -> Vec<Value> {
+    let (_, v) = get_json(&format!("{base}/threads/{thread}/messages?run={run}")).await;
+    v["messages"].as_array().unwrap().clone()
+}
+
+/// Every run's stored RUN_STARTED, by run id.
+async fn started(g: &Running, thread: &str) -> Vec<Value> {
+    let head = g.store.thread("default", thread).await.unwrap().last_seq;
+    g.store
+        .read_range("default", thread, 1, head)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.event.event_type().as_str() == "RUN_STARTED")
+        .map(|e| serde_json::from_str(e.event.json()).unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn stored_input_is_normalized_and_rebuilds_the_exact_upstream_input() {
+    let (url, seen) = recording_upstream().await;
+    let g = start(GatewayConfig {
+        agents: vec![
+            parse_agent_flag(&format!("full={url}"), SessionMode::Client).unwrap(),
+            parse_agent_flag(&format!("thin={url}"), SessionMode::Server).unwrap(),
+        ],
+        ..GatewayConfig::default()
+    })
+    .await;
+    // A full client (sends the whole history), four turns and a branch from
+    // run 2 with an edited last user message; then a thin client in server
+    // mode, three turns and a branch.
+    let mut history: Vec<Value> = Vec::new();
+    for i in 1..=4 {
+        let run = format!("f{i}");
+        let mut msgs = history.clone();
+        msgs.push(user(&format!("fu{i}"), &format!("question {i}")));
+        let (s, frames, _) = run_body(&g.base, "full", &body("f", &run, None, msgs)).await;
+        assert_eq!((s, frames.last().unwrap().ty()), (200, "RUN_FINISHED"));
+        history = messages_at(&g.base, "f", &run).await;
+    }
+    let mut branch = messages_at(&g.base, "f", "f1").await;
+    branch.push(user("fu2", "question 2, rephrased"));
+    let (s, _, _) = run_body(&g.base, "full", &body("f", "fb", Some("f1"), branch)).await;
+    assert_eq!(s, 200);
+    for i in 1..=3 {
+        let run = format!("t{i}");
+        let msgs = vec![user(&format!("tu{i}"), &format!("thin {i}"))];
+        let (s, _, _) = run_body(&g.base, "thin", &body("t", &run, None, msgs)).await;
+        assert_eq!(s, 200);
+    }
+    let (s, _, _) = run_body(
+        &g.base,
+        "thin",
+        &body("t", "tb", Some("t1"), vec![user("tub", "thin branch")]),
+    )
+    .await;
+    assert_eq!(s, 200);
+    // For every run: branch history + stored input == what the upstream got.
+    let seen = seen.lock().unwrap().clone();
+    let mut checked = 0;
+    for thread in ["f", "t"] {
+        let (_, info) = get_json(&format!("{}/threads/{thread}", g.base)).await;
+        let runs = info["runs"].as_array().unwrap().clone();
+        let starts = started(&g, thread).await;
+        for (run, start) in runs.iter().zip(&starts) {
+            let run_id = run["runId"].as_str().unwrap();
+            assert_eq!(start["runId"], run_id);
+            let history = match run["parentRunId"].as_str() {
+                Some(p) => messages_at(&g.base, thread, p).await,
+                None => Vec::new(),
+            };
+            let stored = start["input"]["messages"].as_array().unwrap();
+            let upstream = seen
+                .iter()
+                .find(|b| b["runId"] == run_id && b["threadId"] == thread)
+                .unwrap();
+            assert_eq!(
+                rebuild(&history, stored),
+                *upstream["messages"].as_array().unwrap(),
+                "run {run_id}"
+            );
+            // Normalized: nothing of the branch history is restated.
+            let ids: Vec<&Value> = history.iter().map(|m| &m["id"]).collect();
+            assert!(
+                stored
+                    .iter()
+                    .all(|m| !ids.contains(&&m["id"]) || run_id == "fb"),
+                "run {run_id} restates history: {stored:?}"
+            );
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 9);
+    g.shutdown().await;
+}
+
+async fn run_body(base: &str, agent: &str, b: &Value) -> (u16, Vec<Frame>, String) {
+    run(base, agent, b).await
+}
+
+/// Stored bytes per run of a 200-turn conversation through a full client:
+/// flat, because no run restates the conversation. Prints the figures.
+#[tokio::test]
+async fn two_hundred_turns_store_flat_bytes_per_turn() {
+    let g = start(GatewayConfig::default()).await;
+    let mut history: Vec<Value> = Vec::new();
+    let mut full_input_bytes = Vec::new();
+    for i in 1..=200 {
+        let run_id = format!("r{i:03}");
+        let mut msgs = history.clone();
+        msgs.push(user(
+            &format!("u{i:03}"),
+            &format!("turn {i:03} of the long thread"),
+        ));
+        let b = body("long", &run_id, None, msgs);
+        full_input_bytes.push(b.to_string().len());
+        let (s, frames, _) = run(&g.base, "demo", &b).await;
+        assert_eq!((s, frames.last().unwrap().ty()), (200, "RUN_FINISHED"));
+        // The client's state after the run: its messages plus the answer.
+        history = messages_at(&g.base, "long", &run_id).await;
+    }
+    // From the run index (GET /threads/long nests its 200-deep run tree
+    // beyond what serde_json reads by default).
+    let mut runs = g
+        .store
+        .list_runs(
+            "default",
+            &agui_store::RunFilter {
+                thread_id: Some("long".into()),
+                limit: agui_store::MAX_PAGE,
+                ..agui_store::RunFilter::default()
+            },
+        )
+        .await
+        .unwrap()
+        .runs;
+    runs.sort_by_key(|r| r.first_seq);
+    let bytes: Vec<u64> = runs.iter().map(|r| r.bytes).collect();
+    let total: u64 = bytes.iter().sum();
+    assert_eq!(bytes.len(), 200);
+    let (lo, hi) = (
+        *bytes[1..].iter().min().unwrap(),
+        *bytes[1..].iter().max().unwrap(),
+    );
+    println!(
+        "200-turn thread: stored bytes per turn: turn 2 {}, turn 100 {}, turn 200 {}; min {lo}, max {hi}; total {} (request body of turn 200: {} bytes)",
+        bytes[1], bytes[99], bytes[199], total, full_input_bytes[199]
+    );
+    assert!(
+        (hi as f64) <= lo as f64 * 1.10,
+        "bytes per turn not flat within 10%: {lo}..{hi}"
+    );
+    g.shutdown().await;
+}
+
+#[tokio::test]
+async fn per_branch_upstream_threads_for_stateful_frameworks() {
+    let (url, seen) = recording_upstream().await;
+    let mut a = parse_agent_flag(&format!("st={url}"), SessionMode::Client).unwrap();
+    a.upstream_thread = UpstreamThread::PerBranch;
+    let g = start(GatewayConfig {
+        agents: vec![a],
+        ..GatewayConfig::default()
+    })
+    .await;
+    let (_, f1, _) = run(
+        &g.base,
+        "st",
+        &body("p", "r1", None, vec![user("u1", "one")]),
+    )
+    .await;
+    let mut h = messages_at(&g.base, "p", "r1").await;
+    h.push(user("u2", "two"));
+    let _ = run(&g.base, "st", &body("p", "r2", None, h)).await;
+    // A branch from r1: forks the upstream thread, with the branch's history.
+    let mut b = messages_at(&g.base, "p", "r1").await;
+    b.push(user("u2b", "two, again"));
+    let (_, fb, _) = run(&g.base, "st", &body("p", "b1", Some("r1"), b.clone())).await;
+    // Continuing the branch keeps its upstream thread.
+    let mut c = messages_at(&g.base, "p", "b1").await;
+    c.push(user("u3b", "three"));
+    let _ = run(&g.base, "st", &body("p", "b2", Some("b1"), c)).await;
+    let seen = seen.lock().unwrap().clone();
+    let tid = |run: &str| {
+        seen.iter().find(|x| x["runId"] == run).unwrap()["threadId"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert_eq!(tid("r1"), "p");
+    assert_eq!(tid("r2"), "p");
+    assert_eq!(tid("b1"), "p~b1");
+    assert_eq!(tid("b2"), "p~b1");
+    let fork = seen.iter().find(|x| x["runId"] == "b1").unwrap();
+    assert_eq!(fork["messages"].as_array().unwrap(), &b);
+    // Clients and the store see the user's thread id only.
+    for f in f1.iter().chain(&fb) {
+        if let Some(t) = f.data.get("threadId") {
+            assert_eq!(t, "p", "{f:?}");
+        }
+    }
+    for s in started(&g, "p").await {
+        assert_eq!(s["threadId"], "p");
+        assert_eq!(s["input"]["threadId"], "p");
+    }
+    // The branch's stored history holds no message of r2.
+    let branch = messages_at(&g.base, "p", "b2").await;
+    assert!(branch.iter().all(|m| m["id"] != "u2" && m["id"] != "a-r2"));
+    g.shutdown().await;
+}

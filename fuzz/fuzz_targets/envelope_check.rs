@@ -1,0 +1,28 @@
+//! The check of the `envelope` fuzz target, shared with its regression
+//! replay (`crates/agui-protocol/tests/fuzz_regressions.rs`).
+//!
+//! Fuzzes the event envelope: the one-pass scanner (`Event::from_json`'s fast
+//! path) must agree with the reference path on every input: the same
+//! verdict, the same text and type, the same error. No panic on either.
+
+use agui_protocol::Event;
+
+fn outcome(
+    result: Result<Event, agui_protocol::EnvelopeError>,
+) -> Result<(String, String), String> {
+    result
+        .map(|e| (e.json().to_owned(), e.type_name().to_owned()))
+        .map_err(|e| format!("{e:?}"))
+}
+
+/// Panics when the property does not hold for `data`.
+pub fn check(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let fast = outcome(Event::from_json(text));
+    let reference = outcome(Event::from_json_reference(text));
+    assert_eq!(fast, reference, "text: {text:?}");
+    let owned = outcome(Event::from_json_string(text.to_owned()));
+    assert_eq!(owned, reference, "owned text: {text:?}");
+}
