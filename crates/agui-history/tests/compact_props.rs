@@ -429,3 +429,36 @@ proptest! {
         check(&events, Mode::Latest)?;
     }
 }
+
+/// Inputs the properties once failed on (`fixtures/compact/regressions/`),
+/// checked in every mode on every run.
+#[test]
+fn regressions_keep_every_guarantee() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/compact/regressions");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "ndjson"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no regression inputs in {}", dir.display());
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let events: Vec<Event> = text
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| Event::from_json(l).unwrap())
+            .collect();
+        for mode in [Mode::Deltas, Mode::Snapshot, Mode::Latest] {
+            if let Err(e) = check(&events, mode) {
+                panic!("{}: {mode}: {e}", file.display());
+            }
+        }
+        for last in 0..3 {
+            if let Err(e) = check_last_runs(&events, last) {
+                panic!("{}: --runs {last}: {e}", file.display());
+            }
+        }
+    }
+}

@@ -100,6 +100,10 @@ where
     };
     // The branch's history, and the chosen run's resolved parent.
     let lineage = Lineage::new(&events).ok();
+    // The chosen run's `RUN_STARTED` as the branch reads it: without the
+    // messages it restates from other branches, which the branch's
+    // conversation does not hold either.
+    let mut started = events[chosen.first].clone();
     let (history, parent): (Vec<Event>, Option<String>) = match &lineage {
         Some(lineage) if lineage.index().get(&chosen.run_id).is_some() => {
             let branch = lineage
@@ -109,20 +113,20 @@ where
                 .index()
                 .get(&chosen.run_id)
                 .and_then(|node| node.parent_run_id.clone());
-            (
-                branch
-                    .events
-                    .into_iter()
-                    .map(|(_, e)| e.into_owned())
-                    .collect(),
-                parent,
-            )
+            let mut history = Vec::with_capacity(branch.events.len());
+            for (i, event) in branch.events {
+                let event = event.into_owned();
+                if i == chosen.first {
+                    started = event.clone();
+                }
+                history.push(event);
+            }
+            (history, parent)
         }
         _ => (events[..chosen.end].to_vec(), None),
     };
     let target = reduce_all(&options.start, &history)?;
 
-    let mut started = events[chosen.first].clone();
     if let Some(parent) = parent {
         started = with_parent(&started, &parent)?;
     }
@@ -289,13 +293,14 @@ where
         if !filter.keeps(i) {
             continue;
         }
-        if i == node.first_event {
-            started = Some(event.clone());
-        }
         if Some(i) == node.terminal_event {
             terminal = Some(event.clone());
         }
         let (event, _) = without_foreign(&event, foreign).map_err(CompactError::Synthesized)?;
+        if i == node.first_event {
+            // As the branch reads it (see `compact_latest`).
+            started = Some(event.clone().into_owned());
+        }
         reducer
             .apply(&event)
             .map_err(|source| CompactError::Reduce {
