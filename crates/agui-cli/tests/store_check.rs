@@ -383,6 +383,7 @@ fn a_second_gateway_on_the_same_store_is_refused_and_read_only_commands_still_wo
             err.contains(&format!("in use by another process (pid {pid})")),
             "{err}"
         );
+        assert_eq!(err.matches("pid ").count(), 1, "said once: {err}");
         // Writers are refused too; readers work beside the gateway.
         let out = agui(&["store", "import", "--store", &url], Some(&stream()));
         assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));
