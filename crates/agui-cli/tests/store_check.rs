@@ -240,6 +240,8 @@ fn read_only_commands_never_create_a_store() {
                 "r",
             ],
             vec!["session", "export", "--store", url, "--thread", "t"],
+            // Not read-only, but there is nothing to delete from either.
+            vec!["store", "rm", "--store", url, "--thread", "t"],
         ] {
             let out = Command::new(env!("CARGO_BIN_EXE_agui"))
                 .args(&cmd)

@@ -743,6 +743,11 @@ fn shown(id: &str) -> String {
 }
 
 async fn rm(args: RmArgs) -> anyhow::Result<ExitCode> {
+    // Deleting from a store that is not there is "no store at URL", not a
+    // new empty store (a typo in the URL creates nothing).
+    let probe = open_store_read_only(&args.store).await?;
+    let _ = probe.close().await;
+    drop(probe);
     let store = open_store(&args.store).await?;
     let result = store
         .delete_thread(&args.tenant, &args.thread)
