@@ -16,6 +16,8 @@ pub enum Unit {
     Bytes,
     /// Events.
     Events,
+    /// Threads (`store check`).
+    Threads,
 }
 
 /// A bar of `total` units (`None`: unknown, a spinner with counts). It
@@ -80,6 +82,8 @@ pub fn amount(n: f64, unit: Unit) -> String {
         Unit::Bytes => format!("{value} {prefix}B"),
         Unit::Events if prefix.is_empty() => format!("{value} events"),
         Unit::Events => format!("{value}{prefix} events"),
+        Unit::Threads if prefix.is_empty() => format!("{value} threads"),
+        Unit::Threads => format!("{value}{prefix} threads"),
     }
 }
 
@@ -153,6 +157,7 @@ mod tests {
         assert_eq!(amount(999_999.0, Unit::Events), "1.00M events");
         assert_eq!(amount(560_000.0, Unit::Events), "560k events");
         assert_eq!(amount(12.0, Unit::Events), "12 events");
+        assert_eq!(amount(25_300.0, Unit::Threads), "25.3k threads");
     }
 
     #[test]

@@ -230,6 +230,18 @@ fn read_only_commands_never_create_a_store() {
             vec!["store", "check", "--store", url],
             vec!["store", "export", "--store", url, "--thread", "t"],
             vec!["store", "migrate", "--from", url, "--to", "memory://"],
+            vec![
+                "export-artifact",
+                "--store",
+                url,
+                "--thread",
+                "t",
+                "--run",
+                "r",
+            ],
+            vec!["session", "export", "--store", url, "--thread", "t"],
+            // Not read-only, but there is nothing to delete from either.
+            vec!["store", "rm", "--store", url, "--thread", "t"],
         ] {
             let out = Command::new(env!("CARGO_BIN_EXE_agui"))
                 .args(&cmd)
@@ -242,6 +254,9 @@ fn read_only_commands_never_create_a_store() {
                 err.contains(&format!("no store at {url}")),
                 "{cmd:?}: {err}"
             );
+            // Said once: no kind prefix, no backend rewording of it.
+            assert_eq!(err.matches("no ").count(), 1, "{cmd:?}: {err}");
+            assert!(!err.contains("not_found"), "{cmd:?}: {err}");
         }
     }
     assert_eq!(
@@ -275,6 +290,27 @@ fn read_only_commands_never_create_a_store() {
             .get::<_, i64>(0)
     });
     assert_eq!(exists, 0, "no schema was created");
+    // A database that does not exist: no store there for a read-only
+    // command; a setting to fix (`unavailable`, named), not `internal`,
+    // for one that would create the store.
+    let (head, _) = base.rsplit_once('/').unwrap();
+    let nowhere = format!("{head}/agui_no_such_database");
+    let out = agui(&["store", "ls", "--store", &nowhere], None);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains(&format!("no store at {nowhere} (no such database)")),
+        "{err}"
+    );
+    let out = agui(
+        &["store", "import", "--store", &nowhere, "--thread", "t"],
+        Some(b""),
+    );
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{err}");
+    assert!(err.contains("unavailable: no such database"), "{err}");
+    assert!(err.contains("agui_no_such_database"), "{err}");
+    assert!(!err.contains("internal"), "{err}");
 }
 
 #[test]
@@ -349,6 +385,7 @@ fn a_second_gateway_on_the_same_store_is_refused_and_read_only_commands_still_wo
             err.contains(&format!("in use by another process (pid {pid})")),
             "{err}"
         );
+        assert_eq!(err.matches("pid ").count(), 1, "said once: {err}");
         // Writers are refused too; readers work beside the gateway.
         let out = agui(&["store", "import", "--store", &url], Some(&stream()));
         assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));

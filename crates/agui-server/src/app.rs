@@ -119,11 +119,21 @@ async fn json_errors(req: axum::extract::Request, next: axum::middleware::Next) 
     out
 }
 
-async fn method_not_allowed() -> ApiError {
+/// A 405. A browser's CORS preflight only gets here when CORS is off (the
+/// CORS layer answers preflights itself), so it is told how to turn it on.
+async fn method_not_allowed(method: Method, headers: axum::http::HeaderMap) -> ApiError {
+    let preflight =
+        method == Method::OPTIONS && headers.contains_key(header::ACCESS_CONTROL_REQUEST_METHOD);
+    let message = if preflight {
+        "a CORS preflight, and CORS is off: start the gateway with --cors-origin ORIGIN \
+         (`cors_origins` in its config file) to let a browser app on that origin in"
+    } else {
+        "this route does not take that method"
+    };
     ApiError::new(
         StatusCode::METHOD_NOT_ALLOWED,
         "method_not_allowed",
-        "this route does not take that method",
+        message,
     )
 }
 

@@ -746,6 +746,41 @@ async fn compacted_history_and_cors() {
     g.shutdown().await;
 }
 
+/// With CORS off (the default) a browser's preflight is refused, and the
+/// answer says which flag turns CORS on.
+#[tokio::test]
+async fn a_preflight_without_cors_names_the_flag() {
+    let g = start(GatewayConfig::default()).await;
+    let pre = client()
+        .request(
+            reqwest::Method::OPTIONS,
+            format!("{}/agents/demo/run", g.base),
+        )
+        .header("Origin", "http://localhost:5173")
+        .header("Access-Control-Request-Method", "POST")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(pre.status().as_u16(), 405);
+    assert!(pre.headers().get("access-control-allow-origin").is_none());
+    let body: Value = pre.json().await.unwrap();
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("--cors-origin"), "{message}");
+    // Any other wrong method keeps the plain answer.
+    let put = client()
+        .put(format!("{}/agents/demo/run", g.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status().as_u16(), 405);
+    let body: Value = put.json().await.unwrap();
+    assert_eq!(
+        body["error"]["message"],
+        "this route does not take that method"
+    );
+    g.shutdown().await;
+}
+
 #[tokio::test]
 async fn a_branch_started_while_a_run_is_in_flight_waits_for_it() {
     let g = start(GatewayConfig::default()).await;

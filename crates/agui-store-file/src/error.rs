@@ -33,8 +33,10 @@ pub enum FileError {
     /// A batch or blob exceeds the 1 GiB record limit.
     #[error("a record would exceed 1 GiB")]
     TooLarge,
-    /// Another process holds the store's lock.
-    #[error("the store directory {dir} is locked by another process{note}", dir = .0, note = pid_note(*.1))]
+    /// Another process holds the store's lock. `Display` names the
+    /// directory only: the mapped [`StoreError`]'s message says "in use by
+    /// another process (pid N)", and an error line shows both.
+    #[error("{0} is locked")]
     Locked(String, Option<u32>),
     /// The store URL or options are not usable.
     #[error("{0}")]
@@ -121,6 +123,13 @@ mod tests {
         assert!(!s.to_string().contains("/secret"), "{s}");
         let s: StoreError = FileError::Locked("/secret/x".into(), Some(7)).into();
         assert!(!s.to_string().contains("/secret"));
+        assert_eq!(
+            s.to_string(),
+            "unavailable: the store is in use by another process (pid 7)"
+        );
+        // The operator's line (message, then native source) says it once.
+        let source = std::error::Error::source(&s).map(|e| e.to_string());
+        assert_eq!(source.as_deref(), Some("/secret/x is locked"));
         let s: StoreError = FileError::Damaged {
             segment: 1,
             offset: 2,

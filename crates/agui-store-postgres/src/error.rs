@@ -17,8 +17,10 @@ pub(crate) fn pg(err: tokio_postgres::Error) -> StoreError {
     // no pg_hba entry). Retrying with other settings may succeed; the
     // native error, kept as the source, names the role.
     let refused = err.code().is_some_and(|c| c.code().starts_with("28"));
+    let missing = err.code() == Some(&SqlState::INVALID_CATALOG_NAME);
     let message = match kind {
         ErrorKind::Unavailable if refused => "the database refused the login",
+        ErrorKind::Unavailable if missing => "no such database",
         ErrorKind::Unavailable => "the database is unavailable",
         ErrorKind::Conflict => "a concurrent write got there first",
         ErrorKind::Invalid => "the database refused the data",
@@ -46,14 +48,22 @@ fn classify(code: &SqlState) -> ErrorKind {
     }
     match c.get(..2) {
         // connection, invalid authorization (a missing role, a wrong
-        // password), insufficient resources, program limits, operator
-        // intervention, system errors
-        Some("08" | "28" | "53" | "54" | "57" | "58") => ErrorKind::Unavailable,
+        // password), a database name that does not exist (3D: a setting
+        // to fix, like a missing role, not a bug), insufficient
+        // resources, program limits, operator intervention, system errors
+        Some("08" | "28" | "3D" | "53" | "54" | "57" | "58") => ErrorKind::Unavailable,
         // data exceptions
         Some("22") => ErrorKind::Invalid,
         Some("XX") => ErrorKind::Internal,
         _ => ErrorKind::Internal,
     }
+}
+
+/// True when the server refused a connection because its database does
+/// not exist: a read-only open then finds no store there.
+pub(crate) fn is_missing_database(err: &deadpool_postgres::PoolError) -> bool {
+    matches!(err, deadpool_postgres::PoolError::Backend(e)
+        if e.code() == Some(&SqlState::INVALID_CATALOG_NAME))
 }
 
 /// Maps a pool error (no connection to be had).
@@ -93,6 +103,11 @@ mod tests {
         assert_eq!(
             classify(&SqlState::NUMERIC_VALUE_OUT_OF_RANGE),
             ErrorKind::Invalid
+        );
+        assert_eq!(
+            classify(&SqlState::INVALID_CATALOG_NAME),
+            ErrorKind::Unavailable,
+            "a missing database"
         );
         assert_eq!(classify(&SqlState::DATA_CORRUPTED), ErrorKind::Corrupt);
         assert_eq!(classify(&SqlState::SYNTAX_ERROR), ErrorKind::Internal);

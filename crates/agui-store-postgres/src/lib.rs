@@ -616,7 +616,13 @@ impl PgStore {
                 StoreError::internal("the connection pool cannot be built").with_source(e)
             })?;
         if opts.must_exist {
-            let c = pool.get().await.map_err(pool_err_open)?;
+            let c = pool.get().await.map_err(|e| {
+                if crate::error::is_missing_database(&e) {
+                    StoreError::new(ErrorKind::NotFound, "no such database").with_source(e)
+                } else {
+                    pool_err_open(e)
+                }
+            })?;
             let row = c
                 .query_one(
                     "SELECT to_regclass(quote_ident($1) || '.schema_version') IS NOT NULL",

@@ -120,7 +120,7 @@ fn read_store(url: &str, tenant: &str, thread: &str) -> anyhow::Result<(Vec<Even
         .build()
         .context("cannot start the async runtime")?;
     rt.block_on(async {
-        let store = crate::cmd::store::open_store(url).await?;
+        let store = crate::cmd::store::open_store_read_only(url).await?;
         let read = store
             .read_range(tenant, thread, 1, u64::MAX)
             .await

@@ -69,7 +69,7 @@ pub struct Args {
     #[arg(long = "agent-upstream-thread", value_name = "NAME=MODE")]
     agent_upstream_thread: Vec<String>,
     /// What one agent's run does when its client disconnects,
-    /// NAME=continue|cancel (repeatable; default continue)
+    /// NAME=continue|cancel (repeatable) [default: continue]
     #[arg(long = "agent-on-disconnect", value_name = "NAME=POLICY")]
     agent_on_disconnect: Vec<String>,
     /// Extra CA certificates (PEM) trusted for one agent's HTTPS upstream,
@@ -91,16 +91,16 @@ pub struct Args {
     /// Longest upstream silence, in milliseconds [default: 120000]
     #[arg(long)]
     upstream_idle_timeout_ms: Option<u64>,
-    /// Longest wait for a client's request line and headers, in milliseconds
-    /// (default 30,000); the connection is closed beyond it
+    /// Longest wait for a client's request line and headers, in
+    /// milliseconds; the connection is closed beyond it [default: 30000]
     #[arg(long)]
     header_read_timeout_ms: Option<u64>,
-    /// Longest wait for a client's whole request body, in milliseconds
-    /// (default 120,000; 408 `body_timeout` beyond it)
+    /// Longest wait for a client's whole request body, in milliseconds (408
+    /// `body_timeout` beyond it) [default: 120000]
     #[arg(long)]
     body_read_timeout_ms: Option<u64>,
-    /// Most client connections open at once (default 4,096); a connection
-    /// beyond it gets 503 `too_many_connections`
+    /// Most client connections open at once; a connection beyond it gets
+    /// 503 `too_many_connections` [default: 4096]
     #[arg(long)]
     max_connections: Option<usize>,
     /// How long in-flight runs may finish after SIGINT/SIGTERM, in
@@ -113,7 +113,7 @@ pub struct Args {
     /// replica's runs stay running, so replicas need no flag)
     #[arg(long)]
     no_recover: bool,
-    /// The web console at /ui/: on (default) or off
+    /// The web console at /ui/: on or off [default: on]
     #[arg(long, value_name = "on|off")]
     ui: Option<Switch>,
     /// When a file store's log is damaged in the middle (not a torn tail),
@@ -416,6 +416,17 @@ mod tests {
                 d.upstream_idle_timeout.as_millis().to_string(),
             ),
             ("--shutdown-grace-ms", "10000".to_owned()),
+            (
+                "--header-read-timeout-ms",
+                d.header_read_timeout.as_millis().to_string(),
+            ),
+            (
+                "--body-read-timeout-ms",
+                d.body_read_timeout.as_millis().to_string(),
+            ),
+            ("--max-connections", d.max_connections.to_string()),
+            ("--agent-on-disconnect", "continue".to_owned()),
+            ("--ui", "on".to_owned()),
         ] {
             let at = help.find(flag).expect(flag);
             let next = help[at + flag.len()..]

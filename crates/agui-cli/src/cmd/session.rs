@@ -10,7 +10,8 @@ use agui_session::{ExportOptions, ImportOptions, Layout};
 use anyhow::{Context, bail};
 use futures::StreamExt;
 
-use crate::cmd::store::{DEFAULT_TENANT, open_store};
+use crate::cmd::store::{DEFAULT_TENANT, open_store, open_store_read_only};
+use crate::progress::{self, Unit};
 
 /// Arguments of `agui session`.
 #[derive(clap::Args)]
@@ -95,15 +96,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     })
 }
 
-fn bar(total: u64) -> indicatif::ProgressBar {
-    let bar = indicatif::ProgressBar::new(total);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{bar:40} {pos}/{len} events ({per_sec}, eta {eta})",
-        )
-        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-    );
-    bar
+/// The shared bar (rounded rate and ETA, only on a terminal, only after a
+/// second of work); `None` for a count whose total is not known.
+fn bar(total: Option<u64>, what: &str) -> indicatif::ProgressBar {
+    progress::bar(total, Unit::Events, what)
 }
 
 async fn export(a: ExportArgs) -> anyhow::Result<ExitCode> {
@@ -115,14 +111,14 @@ async fn export(a: ExportArgs) -> anyhow::Result<ExitCode> {
              of the events: agui store export ... | agui compact --mode snapshot"
         );
     }
-    let store = open_store(&a.store).await?;
+    let store = open_store_read_only(&a.store).await?;
     let result = async {
         let total = store
             .thread(&a.tenant, &a.thread)
             .await
             .with_context(|| format!("cannot export thread {:?}", a.thread))?
             .last_seq;
-        let bar = bar(total);
+        let bar = bar(Some(total), "session export");
         let b = bar.clone();
         let opts = ExportOptions {
             layout: if a.to == "ndjson" {
@@ -158,17 +154,14 @@ async fn export(a: ExportArgs) -> anyhow::Result<ExitCode> {
 
 async fn import(a: ImportArgs) -> anyhow::Result<ExitCode> {
     let store = open_store(&a.store).await?;
-    let bar = bar(0);
+    let bar = bar(None, "session import");
     let b = bar.clone();
     let opts = ImportOptions {
         tenant: a.tenant.clone(),
         target: a.as_id.clone(),
         agents: a.agents.clone(),
         history_only: a.history_only,
-        progress: Some(Arc::new(move |n| {
-            b.set_length(b.length().unwrap_or(0).max(n));
-            b.set_position(n);
-        })),
+        progress: Some(Arc::new(move |n| b.set_position(n))),
     };
     let source: Arc<dyn agui_session::Source> = Arc::new(a.file.clone());
     let result = agui_session::import(store.clone(), source, opts).await;

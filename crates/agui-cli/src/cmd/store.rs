@@ -210,11 +210,18 @@ pub enum Access {
 pub struct NoStore {
     /// The URL, its password hidden.
     pub url: String,
+    /// What the backend found there instead (its public message, e.g. `no
+    /// agui store in schema "agui"`), when it says more than the URL does.
+    pub detail: Option<String>,
 }
 
 impl std::fmt::Display for NoStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "no store at {}", self.url)
+        write!(f, "no store at {}", self.url)?;
+        if let Some(detail) = &self.detail {
+            write!(f, " ({detail})")?;
+        }
+        Ok(())
     }
 }
 
@@ -257,6 +264,7 @@ pub async fn open_store_with(url: &str, access: Access) -> anyhow::Result<Arc<dy
         "memory" if ro => {
             return Err(NoStore {
                 url: shown_url(url),
+                detail: None,
             }
             .into());
         }
@@ -294,9 +302,15 @@ pub async fn open_store_with(url: &str, access: Access) -> anyhow::Result<Arc<dy
     };
     match store {
         Ok(s) => Ok(s),
-        Err(e) if missing(&e) => Err(anyhow::Error::new(e).context(NoStore {
+        // Said once: the SQLite and file backends' wording ("no SQLite
+        // database at this path", "no file store in this directory")
+        // repeats what "no store at URL" says; PostgreSQL's names the
+        // schema, which the URL may leave to the default.
+        Err(e) if missing(&e) => Err(NoStore {
             url: shown_url(url),
-        })),
+            detail: Some(e.message().to_owned()).filter(|_| scheme.starts_with("postgres")),
+        }
+        .into()),
         Err(e) => {
             let backend = match scheme {
                 "sqlite" => "SQLite store",
@@ -729,6 +743,11 @@ fn shown(id: &str) -> String {
 }
 
 async fn rm(args: RmArgs) -> anyhow::Result<ExitCode> {
+    // Deleting from a store that is not there is "no store at URL", not a
+    // new empty store (a typo in the URL creates nothing).
+    let probe = open_store_read_only(&args.store).await?;
+    let _ = probe.close().await;
+    drop(probe);
     let store = open_store(&args.store).await?;
     let result = store
         .delete_thread(&args.tenant, &args.thread)
@@ -758,11 +777,7 @@ async fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
         }
         Err(e) => return Err(e),
     };
-    let bar = indicatif::ProgressBar::new(0);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("checking {bar:40} {pos}/{len} threads ({eta})")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-    );
+    let bar = crate::progress::bar(Some(0), crate::progress::Unit::Threads, "check");
     let result = agui_store::check::check_store(&*store, |p| {
         bar.set_length(p.total);
         bar.set_position(p.done);
