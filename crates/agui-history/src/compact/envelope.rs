@@ -84,6 +84,11 @@ pub(crate) fn normalize_run_started_reading(
     mut known: impl FnMut(&Value) -> bool,
 ) -> Result<(Event, Appended), CompactError> {
     let mut value = event.to_value();
+    if !value.is_object() {
+        // Not decoded (`to_value` gives `null` for text it cannot decode,
+        // e.g. a lone surrogate): only the reducer can tell what it does.
+        return Ok((normalize_run_started(event, known)?, Appended::Unknown));
+    }
     let Some(messages) = value
         .get_mut("input")
         .and_then(|input| input.get_mut("messages"))
