@@ -16,7 +16,8 @@
 //! hold for every input the reducer accepts.
 
 use agui_history::compact::{
-    LatestOptions, Mode, compact, compact_latest_from, compact_snapshot_last,
+    LatestOptions, Mode, SnapshotCompactor, compact, compact_latest_from, compact_snapshot_last,
+    count_runs,
 };
 use agui_history::lineage::Lineage;
 use agui_history::reduce::{Conversation, Reducer};
@@ -237,6 +238,42 @@ fn check_last_runs(events: &[Event], last: u64) -> Result<(), TestCaseError> {
     Ok(())
 }
 
+/// `snapshot` (restating the last `last` runs) checking its checkpoints by
+/// the incremental proof gives the same output as checking every one by a
+/// full replay.
+fn check_proof_matches_replay(events: &[Event], last: u64) -> Result<(), TestCaseError> {
+    let start = Conversation::default();
+    let total = count_runs(events);
+    let run = |compactor: SnapshotCompactor| -> Option<Vec<Event>> {
+        let mut compactor = compactor;
+        let mut out = Vec::new();
+        for event in events {
+            compactor.push(event.clone()).ok()?;
+            out.extend(compactor.drain());
+        }
+        compactor.finish().ok()?;
+        out.extend(compactor.drain());
+        Some(out)
+    };
+    let proven = run(SnapshotCompactor::last_runs(&start, total, last));
+    let replayed = run(SnapshotCompactor::last_runs(&start, total, last).with_full_replay());
+    let text = |out: Option<Vec<Event>>| {
+        out.map(|events| {
+            events
+                .iter()
+                .map(|e| e.json().to_owned())
+                .collect::<Vec<_>>()
+        })
+    };
+    prop_assert_eq!(
+        text(proven),
+        text(replayed),
+        "the proof and the replay disagree (--runs {})",
+        last
+    );
+    Ok(())
+}
+
 /// The case count of a property: `default` (the CI count), or
 /// `PROPTEST_CASES` when set, to hunt for gaps at a larger count locally.
 fn cases(default: u32) -> u32 {
@@ -418,6 +455,17 @@ proptest! {
         last in 0u64..4,
     ) {
         check_last_runs(&events, last)?;
+    }
+
+    #[test]
+    fn snapshot_proof_gives_the_replay_output(events in any_stream(), last in 0u64..4) {
+        check_proof_matches_replay(&events, u64::MAX)?;
+        check_proof_matches_replay(&events, last)?;
+    }
+
+    #[test]
+    fn snapshot_proof_gives_the_replay_output_on_free_form_sequences(events in free_stream()) {
+        check_proof_matches_replay(&events, u64::MAX)?;
     }
 }
 

@@ -63,6 +63,90 @@ pub(crate) fn normalize_run_started(
     Event::from_serialize(&value).map_err(CompactError::Synthesized)
 }
 
+/// What applying a normalized `RUN_STARTED` appends to the messages, when
+/// it can be told without the reducer (see [`normalize_run_started_reading`]).
+pub(crate) enum Appended {
+    /// These messages, in order (`subagentRunId: null` removed, as the
+    /// reducer removes it).
+    Messages(Vec<Value>),
+    /// Undecided (an input that is not a list of objects with string ids):
+    /// only the reducer can tell.
+    Unknown,
+}
+
+/// [`normalize_run_started`], and what the normalized event appends to a
+/// conversation whose string ids are exactly those `known` accepts: every
+/// remaining input message, each of which then has a string id not held
+/// and not repeated (the reducer appends an input message whose id it does
+/// not find).
+pub(crate) fn normalize_run_started_reading(
+    event: &Event,
+    mut known: impl FnMut(&Value) -> bool,
+) -> Result<(Event, Appended), CompactError> {
+    let mut value = event.to_value();
+    if !value.is_object() {
+        // Not decoded (`to_value` gives `null` for text it cannot decode,
+        // e.g. a lone surrogate): only the reducer can tell what it does.
+        return Ok((normalize_run_started(event, known)?, Appended::Unknown));
+    }
+    let Some(messages) = value
+        .get_mut("input")
+        .and_then(|input| input.get_mut("messages"))
+        .and_then(Value::as_array_mut)
+    else {
+        // The reducer reads `input.messages` only from an object `input`
+        // and does nothing when it is absent or `null`.
+        let read = value
+            .get("input")
+            .and_then(Value::as_object)
+            .and_then(|input| input.get("messages"));
+        let appended = match read {
+            None | Some(Value::Null) => Appended::Messages(Vec::new()),
+            Some(_) => Appended::Unknown,
+        };
+        return Ok((event.clone(), appended));
+    };
+    let before = messages.len();
+    let mut seen: std::collections::HashSet<String> = std::collections::HashSet::new();
+    let mut plain = true;
+    messages.retain(|m| {
+        let id = m.get("id");
+        let Some(Value::String(id)) = id else {
+            // Kept, as [`normalize_run_started`] keeps it.
+            plain = false;
+            return true;
+        };
+        if known(&Value::String(id.clone())) || seen.contains(id) {
+            return false;
+        }
+        seen.insert(id.clone());
+        true
+    });
+    let appended = if plain && messages.iter().all(Value::is_object) {
+        Appended::Messages(
+            messages
+                .iter()
+                .map(|m| {
+                    let mut m = m.clone();
+                    if let Value::Object(map) = &mut m
+                        && matches!(map.get("subagentRunId"), Some(Value::Null))
+                    {
+                        map.shift_remove("subagentRunId");
+                    }
+                    m
+                })
+                .collect(),
+        )
+    } else {
+        Appended::Unknown
+    };
+    if messages.len() == before {
+        return Ok((event.clone(), appended));
+    }
+    let event = Event::from_serialize(&value).map_err(CompactError::Synthesized)?;
+    Ok((event, appended))
+}
+
 /// A `MESSAGES_SNAPSHOT` of `messages`. With `authoritative`, it claims every
 /// activity type (`@ag-ui/client` metadata), so activity messages it leaves
 /// out are removed. `texts`, when the caller keeps them, are the compact
