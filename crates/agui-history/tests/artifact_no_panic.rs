@@ -88,27 +88,18 @@ fn timed(n: usize) -> f64 {
         text.push_str(&format!("\"k{i}\":0"));
     }
     text.push_str("}]}");
-    // The fastest of a few tries: a loaded machine only ever adds time.
-    (0..7)
-        .map(|_| {
-            let started = Instant::now();
-            assert!(validate(&text).is_err());
-            started.elapsed().as_secs_f64()
-        })
-        .fold(f64::INFINITY, f64::min)
+    let started = Instant::now();
+    assert!(validate(&text).is_err());
+    started.elapsed().as_secs_f64()
 }
 
-/// An object with many distinct keys is checked in linear time (the
-/// duplicate-key check must not compare every pair): sixty-four times the
-/// keys take well under the 4,096 times a quadratic check would (the bound,
-/// 512x, leaves a linear check eight times its expected time for noise on a
-/// loaded machine).
+/// An object with many distinct keys is checked without comparing every
+/// pair of keys. A million keys take about a second here (debug build); a
+/// pairwise check would make 5 * 10^11 comparisons, hours. The bound, 60 s,
+/// separates the two however loaded the machine is, so the test measures the
+/// complexity, not the speed.
 #[test]
 fn many_keys_are_checked_in_linear_time() {
-    let small = timed(4_000);
-    let large = timed(256_000);
-    assert!(
-        large < small * 512.0,
-        "4k keys: {small:.4}s, 256k keys: {large:.4}s"
-    );
+    let took = timed(1_000_000);
+    assert!(took < 60.0, "a million keys took {took:.1}s");
 }

@@ -247,22 +247,17 @@ fn timed(n: usize, f: impl Fn(&str)) -> f64 {
     for i in 0..n {
         extra.push_str(&format!(",\"k{i}\":0"));
     }
-    // The fastest of a few tries: a loaded machine only ever adds time.
-    (0..7)
-        .map(|_| {
-            let started = std::time::Instant::now();
-            f(&extra);
-            started.elapsed().as_secs_f64()
-        })
-        .fold(f64::INFINITY, f64::min)
+    let started = std::time::Instant::now();
+    f(&extra);
+    started.elapsed().as_secs_f64()
 }
 
 /// Events with many keys are read in time linear in their size (the codec
 /// accepts events of up to 64 MiB): no check compares every pair of keys.
-/// Sixty-four times the keys must take well under the 4,096 times a
-/// quadratic reader would: the bound, 512x, leaves a linear reader eight
-/// times its expected time for noise (a loaded CI machine), and still fails
-/// any reader that compares pairs of keys.
+/// A million keys take a few seconds here (debug build); a pairwise reader
+/// would make 5 * 10^11 comparisons, hours. The bound, 60 s, separates the
+/// two however loaded the machine is, so the test measures the complexity,
+/// not the speed.
 #[test]
 fn wide_events_are_read_in_linear_time() {
     let read = |extra: &str| {
@@ -276,12 +271,8 @@ fn wide_events_are_read_in_linear_time() {
         verify_events(&events).unwrap();
         model::parse_event(&events[1]).unwrap();
     };
-    let small = timed(4_000, read);
-    let large = timed(256_000, read);
-    assert!(
-        large < small * 512.0,
-        "4k keys: {small:.4}s, 256k keys: {large:.4}s"
-    );
+    let took = timed(1_000_000, read);
+    assert!(took < 60.0, "a million keys took {took:.1}s");
 }
 
 /// With `arbitrary_precision`, serde_json reads an object whose first key is
