@@ -434,15 +434,19 @@ proptest! {
 /// checked in every mode on every run.
 #[test]
 fn regressions_keep_every_guarantee() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fixtures/compact/regressions");
+    let dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/compact/regressions");
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|x| x == "ndjson"))
         .collect();
     files.sort();
-    assert!(!files.is_empty(), "no regression inputs in {}", dir.display());
+    assert!(
+        !files.is_empty(),
+        "no regression inputs in {}",
+        dir.display()
+    );
     for file in files {
         let text = std::fs::read_to_string(&file).unwrap();
         let events: Vec<Event> = text
