@@ -90,9 +90,7 @@ fn import_with_deferred_checkpoints_stores_none() {
         let (code, out) = check(&url);
         assert_eq!(code, Some(0), "{out}");
         assert!(
-            out.contains(&format!(
-                "4 run index entries, {checkpoints} checkpoint(s)"
-            )),
+            out.contains(&format!("4 run index entries, {checkpoints} checkpoint(s)")),
             "{out}"
         );
         assert_eq!(
