@@ -74,6 +74,33 @@ fn assert_clean(url: &str) {
     assert!(out.ends_with("no damage found\n"), "{out}");
 }
 
+/// `--defer-checkpoints` stores none (the check notes them missing, no
+/// damage); without it every run gets its checkpoint on import.
+#[test]
+fn import_with_deferred_checkpoints_stores_none() {
+    let dir = tempfile::tempdir().unwrap();
+    for (db, flag, checkpoints) in [("d.db", true, 0), ("b.db", false, 4)] {
+        let url = format!("sqlite://{}", dir.path().join(db).display());
+        let mut args = vec!["store", "import", "--store", &url];
+        if flag {
+            args.push("--defer-checkpoints");
+        }
+        let out = agui(&args, Some(&stream()));
+        assert!(out.status.success(), "import: {}", text(&out.stderr));
+        let (code, out) = check(&url);
+        assert_eq!(code, Some(0), "{out}");
+        assert!(
+            out.contains(&format!("4 run index entries, {checkpoints} checkpoint(s)")),
+            "{out}"
+        );
+        assert_eq!(
+            out.contains("4 note(s) (missing or stale checkpoints"),
+            flag,
+            "{out}"
+        );
+    }
+}
+
 #[test]
 fn check_finds_a_damaged_chunk_and_checkpoint_in_sqlite() {
     let dir = tempfile::tempdir().unwrap();

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use agui_protocol::{Event, EventType};
-use agui_store::{AppendRequest, Channel, ErrorKind, EventStore, Timestamp};
+use agui_store::{AppendRequest, Channel, Checkpoints, ErrorKind, EventStore, Timestamp};
 use bytes::Bytes;
 use serde::Serialize;
 use tokio::sync::mpsc;
@@ -362,7 +362,12 @@ async fn write(
                 received_at,
                 agent,
             } => {
-                let mut req = AppendRequest::new(events).expect_seq(seq);
+                // No checkpoints on the import's appends: building them
+                // holds the thread's whole conversation (see
+                // `agui_store::Checkpoints`); the first restore builds them.
+                let mut req = AppendRequest::new(events)
+                    .expect_seq(seq)
+                    .checkpoints(Checkpoints::Defer);
                 req.agent = agent;
                 req.received_at = Some(received_at);
                 match store.append(tenant, target, req).await {

@@ -118,9 +118,9 @@ use agui_store::cursor::{RunCursor, ThreadCursor};
 use agui_store::index::BatchPlan;
 use agui_store::subscribe::{EventStream, Hub, PageReader, catch_up_then_live};
 use agui_store::{
-    AppendRequest, Appended, ConversationCache, Durability, EventPage, EventStore, Result,
-    RunFilter, RunPage, RunRecord, StoreError, StoreStats, StoredEvent, ThreadFilter, ThreadInfo,
-    ThreadPage, Timestamp, check_id, page_size,
+    AppendRequest, Appended, Checkpoints, ConversationCache, Durability, EventPage, EventStore,
+    Result, RunFilter, RunPage, RunRecord, StoreError, StoreStats, StoredEvent, ThreadFilter,
+    ThreadInfo, ThreadPage, Timestamp, check_id, page_size,
 };
 use async_trait::async_trait;
 use futures::FutureExt;
@@ -925,6 +925,7 @@ fn checkpoint_blob(payload: &[u8]) -> Vec<u8> {
 #[async_trait]
 impl EventStore for FileStore {
     async fn append(&self, tenant: &str, thread: &str, req: AppendRequest) -> Result<Appended> {
+        let build = req.checkpoints == Checkpoints::Build;
         self.check_writable()?;
         check_id("tenant", tenant)?;
         check_id("thread", thread)?;
@@ -933,7 +934,9 @@ impl EventStore for FileStore {
         }
         let (t, th) = (tenant.to_owned(), thread.to_owned());
         let (appended, plan) = self.blocking(move |i| i.append(&t, &th, req)).await?;
-        self.checkpoint_ended_runs(tenant, thread, &plan).await;
+        if build {
+            self.checkpoint_ended_runs(tenant, thread, &plan).await;
+        }
         Ok(appended)
     }
 

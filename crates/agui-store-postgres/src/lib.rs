@@ -77,8 +77,8 @@ use agui_store::cursor::{RunCursor, ThreadCursor};
 use agui_store::index::{BatchPlan, ThreadHead, plan_batch};
 use agui_store::subscribe::{EventStream, Hub, PageReader, catch_up_then_live};
 use agui_store::{
-    AppendRequest, Appended, ConversationCache, Durability, ErrorKind, EventPage, EventStore,
-    Restored, Result, RunFilter, RunPage, RunRecord, RunStatus, StoreError, StoreStats,
+    AppendRequest, Appended, Checkpoints, ConversationCache, Durability, ErrorKind, EventPage,
+    EventStore, Restored, Result, RunFilter, RunPage, RunRecord, RunStatus, StoreError, StoreStats,
     StoredEvent, ThreadFilter, ThreadInfo, ThreadPage, Timestamp, check_id, checkpoint, page_size,
     restore_run,
 };
@@ -1192,13 +1192,16 @@ fn done(plan: BatchPlan, durable: bool) -> (BatchPlan, Appended) {
 #[async_trait]
 impl EventStore for PgStore {
     async fn append(&self, tenant: &str, thread: &str, req: AppendRequest) -> Result<Appended> {
+        let build = req.checkpoints == Checkpoints::Build;
         check_id("tenant", tenant)?;
         check_id("thread", thread)?;
         if req.events.is_empty() {
             return Err(StoreError::invalid("an append needs at least one event"));
         }
         let (plan, appended) = self.append_tx(tenant, thread, req).await?;
-        self.checkpoint_ended_runs(tenant, thread, &plan).await;
+        if build {
+            self.checkpoint_ended_runs(tenant, thread, &plan).await;
+        }
         Ok(appended)
     }
 

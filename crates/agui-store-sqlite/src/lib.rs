@@ -35,9 +35,9 @@ use std::thread::JoinHandle;
 use agui_store::cursor::{RunCursor, ThreadCursor};
 use agui_store::subscribe::{EventStream, Hub, PageReader, catch_up_then_live};
 use agui_store::{
-    AppendRequest, Appended, ConversationCache, EventPage, EventStore, Restored, Result, RunFilter,
-    RunPage, RunRecord, StoreError, StoreStats, StoredEvent, ThreadFilter, ThreadInfo, ThreadPage,
-    Timestamp, check_id, page_size,
+    AppendRequest, Appended, Checkpoints, ConversationCache, EventPage, EventStore, Restored,
+    Result, RunFilter, RunPage, RunRecord, StoreError, StoreStats, StoredEvent, ThreadFilter,
+    ThreadInfo, ThreadPage, Timestamp, check_id, page_size,
 };
 use async_trait::async_trait;
 use futures::FutureExt;
@@ -363,6 +363,7 @@ const THREAD_COLUMNS: &str = "thread, agent, created_at, updated_at, last_seq, r
 #[async_trait]
 impl EventStore for SqliteStore {
     async fn append(&self, tenant: &str, thread: &str, req: AppendRequest) -> Result<Appended> {
+        let build = req.checkpoints == Checkpoints::Build;
         check_id("tenant", tenant)?;
         check_id("thread", thread)?;
         let (tenant_s, thread_s) = (tenant.to_owned(), thread.to_owned());
@@ -374,7 +375,9 @@ impl EventStore for SqliteStore {
                 reply,
             })
             .await?;
-        self.checkpoint_ended_runs(tenant, thread, &plan).await;
+        if build {
+            self.checkpoint_ended_runs(tenant, thread, &plan).await;
+        }
         Ok(appended)
     }
 

@@ -48,7 +48,7 @@ pub use restore::{ConversationCache, checkpoint_run, restore_run};
 pub use store::{EventStore, Restored};
 pub use subscribe::EventStream;
 pub use types::{
-    AppendRequest, Appended, Durability, EventPage, MAX_ID_BYTES, MAX_PAGE, RunFilter, RunPage,
-    RunRecord, RunStatus, StoreStats, StoredEvent, ThreadFilter, ThreadInfo, ThreadPage, Timestamp,
-    check_id, page_size,
+    AppendRequest, Appended, Checkpoints, Durability, EventPage, MAX_ID_BYTES, MAX_PAGE, RunFilter,
+    RunPage, RunRecord, RunStatus, StoreStats, StoredEvent, ThreadFilter, ThreadInfo, ThreadPage,
+    Timestamp, check_id, page_size,
 };

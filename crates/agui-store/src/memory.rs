@@ -13,8 +13,8 @@ use crate::error::{Result, StoreError};
 use crate::index::{ThreadHead, plan_batch};
 use crate::subscribe::{EventStream, Hub, PageReader, catch_up_then_live};
 use crate::types::{
-    AppendRequest, Appended, EventPage, RunFilter, RunPage, RunRecord, RunStatus, StoreStats,
-    StoredEvent, ThreadFilter, ThreadInfo, ThreadPage, Timestamp, check_id, page_size,
+    AppendRequest, Appended, Checkpoints, EventPage, RunFilter, RunPage, RunRecord, RunStatus,
+    StoreStats, StoredEvent, ThreadFilter, ThreadInfo, ThreadPage, Timestamp, check_id, page_size,
 };
 use crate::{Channel, ConversationCache, EventStore};
 
@@ -143,6 +143,7 @@ fn key(tenant: &str, thread: &str) -> (String, String) {
 #[async_trait]
 impl EventStore for MemoryStore {
     async fn append(&self, tenant: &str, thread: &str, req: AppendRequest) -> Result<Appended> {
+        let build = req.checkpoints == Checkpoints::Build;
         check_id("tenant", tenant)?;
         check_id("thread", thread)?;
         let (plan, appended) = {
@@ -223,7 +224,9 @@ impl EventStore for MemoryStore {
             self.inner.hub.publish(tenant, thread, stored);
             (plan, appended)
         };
-        self.checkpoint_ended_runs(tenant, thread, &plan).await;
+        if build {
+            self.checkpoint_ended_runs(tenant, thread, &plan).await;
+        }
         Ok(appended)
     }
 

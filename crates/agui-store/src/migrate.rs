@@ -224,6 +224,7 @@ async fn flush<D: EventStore + ?Sized>(
         agent,
         durability: Durability::RunEnd,
         received_at: Some(received_at),
+        checkpoints: crate::Checkpoints::Build,
     };
     Ok(dst.append(tenant, thread, req).await?.last_seq)
 }
@@ -268,6 +269,7 @@ mod tests {
                 agent: Some("agent0".into()),
                 durability: Durability::RunEnd,
                 received_at: Some(at),
+                checkpoints: crate::Checkpoints::Build,
             },
         )
         .await

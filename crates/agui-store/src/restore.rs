@@ -23,7 +23,9 @@
 //! without parsing. A missing, damaged or stale blob is never used: a broken
 //! base is rebuilt first (so the chains through it work again), a broken own
 //! blob falls back to the nearest usable ancestor plus the log, and every
-//! checkpoint replayed on the way is stored again (full).
+//! checkpoint replayed on the way is stored again, as a path of its own (the
+//! first full, then deltas, as above). A run appended with
+//! [`crate::Checkpoints::Defer`] has no checkpoint until such a restore.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -215,46 +217,71 @@ async fn extend<S: EventStore + ?Sized>(
     let events = store
         .read_range(tenant, thread, run.first_seq, run.last_seq)
         .await?;
-    tip.reducer.reset_change_mark();
-    for e in &events {
-        tip.reducer.apply(&e.event).map_err(reduce_failed)?;
-    }
-    let mark = tip.reducer.messages_changed_from();
-    let conv = tip.reducer.conversation();
-    tip.texts.truncate(mark);
-    for m in &conv.messages[mark..] {
-        tip.texts.push(to_json(m)?);
-    }
-    let state = to_json(&conv.state)?;
-    let k = tip.path.len();
-    let base = k & (k - 1);
-    let keep = tip.path[base + 1..]
-        .iter()
-        .map(|e| e.mark)
-        .chain([mark, tip.path[base].count])
-        .min()
-        .unwrap_or(0);
-    let b = &tip.path[base];
-    let blob = checkpoint::encode_delta(
-        &BaseRef {
-            run_id: b.run_id.clone(),
-            last_seq: b.last_seq,
-            keep: keep as u64,
-        },
-        &tip.texts[keep..],
-        &state,
-        run.last_seq,
-    );
+    let mark = tip.step(&events)?;
+    let state = to_json(&tip.reducer.conversation().state)?;
+    let blob = tip.push(run, mark, &state);
     store
         .save_checkpoint(tenant, thread, &run.run_id, blob)
         .await?;
-    tip.path.push(PathEntry {
-        run_id: run.run_id.clone(),
-        last_seq: run.last_seq,
-        count: tip.texts.len(),
-        mark,
-    });
     Ok(tip)
+}
+
+impl Tip {
+    /// Applies a run's events and brings `texts` up to date; returns the
+    /// lowest message index the events changed (0 when `texts` was behind).
+    fn step(&mut self, events: &[StoredEvent]) -> Result<usize> {
+        self.reducer.reset_change_mark();
+        for e in events {
+            self.reducer.apply(&e.event).map_err(reduce_failed)?;
+        }
+        let conv = self.reducer.conversation();
+        let mark = self
+            .reducer
+            .messages_changed_from()
+            .min(self.texts.len())
+            .min(conv.messages.len());
+        self.texts.truncate(mark);
+        for m in &conv.messages[mark..] {
+            self.texts.push(to_json(m)?);
+        }
+        Ok(mark)
+    }
+
+    /// Makes `run` (its events stepped, `mark` the least change since the
+    /// last entry) the path's next entry and encodes its checkpoint: full
+    /// for the first entry, else a delta from entry `k & (k - 1)`.
+    fn push(&mut self, run: &RunRecord, mark: usize, state: &str) -> Vec<u8> {
+        let k = self.path.len();
+        let blob = if k == 0 {
+            checkpoint::encode_full(&self.texts, state, run.last_seq)
+        } else {
+            let base = k & (k - 1);
+            let keep = self.path[base + 1..]
+                .iter()
+                .map(|e| e.mark)
+                .chain([mark, self.path[base].count])
+                .min()
+                .unwrap_or(0);
+            let b = &self.path[base];
+            checkpoint::encode_delta(
+                &BaseRef {
+                    run_id: b.run_id.clone(),
+                    last_seq: b.last_seq,
+                    keep: keep as u64,
+                },
+                &self.texts[keep..],
+                state,
+                run.last_seq,
+            )
+        };
+        self.path.push(PathEntry {
+            run_id: run.run_id.clone(),
+            last_seq: run.last_seq,
+            count: self.texts.len(),
+            mark: if k == 0 { 0 } else { mark },
+        });
+        blob
+    }
 }
 
 /// Why a run's checkpoint chain cannot be composed.
@@ -364,7 +391,7 @@ pub async fn restore_run<S: EventStore + ?Sized>(
             None => break Base::Empty,
         }
     };
-    let mut conversation = match base {
+    let conversation = match base {
         Base::Text(json) if chain.is_empty() => {
             return Ok(Restored {
                 run_id: target.run_id,
@@ -385,60 +412,41 @@ pub async fn restore_run<S: EventStore + ?Sized>(
             reducer.into_conversation()
         }
     };
-    let mut texts: Vec<String> = Vec::new();
+    // The runs are replayed with one reducer, and their checkpoints stored
+    // as a path (the first full, then deltas), exactly as the append path
+    // builds them: replaying a long branch whose checkpoints were deferred
+    // writes O(n log n) message texts, not a full conversation per run.
+    let mut tip = Tip {
+        reducer: Reducer::new(conversation),
+        texts: Vec::new(),
+        path: Vec::new(),
+        bytes: 0,
+    };
     let mut state = String::new();
+    // The least change since the path's last entry (runs that are not
+    // checkpointable are replayed but get no entry).
+    let mut pending = usize::MAX;
     for run in chain.iter().rev() {
-        let mut reducer = Reducer::new(conversation);
-        for e in store
+        let events = store
             .read_range(tenant, thread, run.first_seq, run.last_seq)
-            .await?
-        {
-            reducer.apply(&e.event).map_err(reduce_failed)?;
-        }
-        // Only the messages the run changed are serialized again.
-        let mark = reducer.messages_changed_from().min(texts.len());
-        conversation = reducer.into_conversation();
-        if texts.is_empty() && !conversation.messages.is_empty() {
-            texts.reserve(conversation.messages.len());
-        }
-        texts.truncate(mark);
-        for m in &conversation.messages[texts.len()..] {
-            texts.push(to_json(m)?);
-        }
-        state = to_json(&conversation.state)?;
+            .await?;
+        pending = pending.min(tip.step(&events)?);
+        state = to_json(&tip.reducer.conversation().state)?;
         if checkpointable(run.status) {
+            let blob = tip.push(run, pending, &state);
             store
-                .save_checkpoint(
-                    tenant,
-                    thread,
-                    &run.run_id,
-                    checkpoint::encode_full(&texts, &state, run.last_seq),
-                )
+                .save_checkpoint(tenant, thread, &run.run_id, blob)
                 .await?;
             rebuilt += 1;
+            pending = usize::MAX;
         }
     }
-    let json = compose_texts(&texts, &state);
-    if !chain.is_empty()
-        && checkpointable(target.status)
+    let json = compose_texts(&tip.texts, &state);
+    // The target's entry is the path's last: the next run continues it.
+    if checkpointable(target.status)
         && let Some(cache) = store.conversation_cache()
     {
-        let count = texts.len();
-        cache.put(
-            tenant,
-            thread,
-            Tip {
-                reducer: Reducer::new(conversation),
-                texts,
-                path: vec![PathEntry {
-                    run_id: target.run_id.clone(),
-                    last_seq: target.last_seq,
-                    count,
-                    mark: 0,
-                }],
-                bytes: 0,
-            },
-        );
+        cache.put(tenant, thread, tip);
     }
     Ok(Restored {
         run_id: target.run_id,

@@ -55,6 +55,28 @@ pub enum Durability {
     RunEnd,
 }
 
+/// Whether an append builds the checkpoints of the runs it ends.
+///
+/// Checkpoints are an accelerator, never the truth: a run without one is
+/// restored by replaying the log from the nearest checkpoint up its branch
+/// (or from the thread's start), and that restore stores the checkpoints it
+/// builds. Building them on the append path needs the thread's current
+/// conversation in memory (see [`crate::restore`]), which for a very large
+/// thread is the largest cost of copying it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Checkpoints {
+    /// Build and store the checkpoint of every run the batch ends before
+    /// the append returns (what a gateway appending live runs wants).
+    #[default]
+    Build,
+    /// Build none: the append holds nothing but its batch. For bulk copies
+    /// (`agui session import`, `agui store import`) whose memory must not
+    /// grow with the thread's conversation; the first restore of a run
+    /// afterwards replays its branch once and stores its checkpoints.
+    Defer,
+}
+
 /// One atomic batch of events to append to a thread.
 #[derive(Debug, Clone)]
 pub struct AppendRequest {
@@ -73,6 +95,9 @@ pub struct AppendRequest {
     /// The receive time to record instead of now. Only for copying a log
     /// between stores (migration, import of a dump that carries times).
     pub received_at: Option<Timestamp>,
+    /// Whether the append builds the checkpoints of the runs it ends (see
+    /// [`Checkpoints`]).
+    pub checkpoints: Checkpoints,
 }
 
 impl AppendRequest {
@@ -84,6 +109,7 @@ impl AppendRequest {
             agent: None,
             durability: Durability::default(),
             received_at: None,
+            checkpoints: Checkpoints::default(),
         }
     }
 
@@ -96,6 +122,12 @@ impl AppendRequest {
     /// Sets [`AppendRequest::agent`].
     pub fn agent(mut self, agent: impl Into<String>) -> AppendRequest {
         self.agent = Some(agent.into());
+        self
+    }
+
+    /// Sets [`AppendRequest::checkpoints`].
+    pub fn checkpoints(mut self, checkpoints: Checkpoints) -> AppendRequest {
+        self.checkpoints = checkpoints;
         self
     }
 

@@ -13,7 +13,7 @@ use agui_history::compact::Mode;
 use agui_protocol::{Event, EventType};
 use agui_store::bench::{BenchOptions, BenchReport};
 use agui_store::migrate::{all_threads, copy_thread, digest};
-use agui_store::{AppendRequest, Durability, EventStore, ThreadFilter};
+use agui_store::{AppendRequest, Checkpoints, Durability, EventStore, ThreadFilter};
 use anyhow::{Context, bail};
 use serde::Deserialize;
 use serde_json::json;
@@ -80,6 +80,10 @@ struct ImportArgs {
     /// Flush to stable storage after every batch instead of at run ends
     #[arg(long)]
     sync_every_batch: bool,
+    /// Build no checkpoints while importing (memory bounded by a batch
+    /// whatever a thread's size); the first restore of a run builds them
+    #[arg(long)]
+    defer_checkpoints: bool,
 }
 
 #[derive(clap::Args)]
@@ -372,6 +376,9 @@ async fn append_batch(
         Durability::RunEnd
     });
     req.agent = args.agent.clone();
+    if args.defer_checkpoints {
+        req.checkpoints = Checkpoints::Defer;
+    }
     store
         .append(tenant, thread, req)
         .await

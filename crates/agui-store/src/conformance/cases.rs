@@ -13,8 +13,8 @@ use serde_json::json;
 use super::Backend;
 use super::events::{event, full_run, run_error, run_finished, run_started, text_message};
 use crate::{
-    AppendRequest, Conversation, Durability, ErrorKind, EventStore, MAX_ID_BYTES, RunFilter,
-    RunStatus, StoredEvent, ThreadFilter,
+    AppendRequest, Checkpoints, Conversation, Durability, ErrorKind, EventStore, MAX_ID_BYTES,
+    RunFilter, RunStatus, StoredEvent, ThreadFilter,
 };
 
 const T: &str = "tenant-a";
@@ -765,17 +765,14 @@ async fn bases<S: EventStore + ?Sized>(s: &S, th: &str, runs: &[String]) -> Vec<
     out
 }
 
-/// A long thread with branches, late edits of old messages and state:
-/// every run restores (through delta checkpoints, where the backend builds
-/// them) to exactly what reducing its branch gives (the history core's
-/// lineage), and stays so after a reopen.
-pub async fn delta_checkpoints_restore_every_run_of_a_branchy_thread<B: Backend>(b: &B) {
-    let s = open(b).await;
-    let th = "branchy";
+/// A thread of `n` runs with branches, late edits of old messages and
+/// state: its batches (a preamble, most runs in one batch, some split in
+/// two), its run ids and its whole log.
+fn branchy_thread(th: &str, n: usize) -> (Vec<Vec<Event>>, Vec<String>, Vec<Event>) {
     let mut log: Vec<Event> = text_message("pre", "preamble", 1);
-    append(&s, T, th, log.clone()).await;
+    let mut batches = vec![log.clone()];
     let mut runs: Vec<String> = Vec::new();
-    for k in 0..40usize {
+    for k in 0..n {
         let run = format!("r{k}");
         // Every 7th run branches from three runs back.
         let parent = (k % 7 == 5).then(|| runs[k - 3].clone());
@@ -805,21 +802,39 @@ pub async fn delta_checkpoints_restore_every_run_of_a_branchy_thread<B: Backend>
         log.extend(events.iter().cloned());
         if k % 6 == 4 {
             let rest = events.split_off(2);
-            append(&s, T, th, events).await;
-            append(&s, T, th, rest).await;
+            batches.push(events);
+            batches.push(rest);
         } else {
-            append(&s, T, th, events).await;
+            batches.push(events);
         }
         runs.push(run);
     }
-    let want: Vec<String> = runs
-        .iter()
+    (batches, runs, log)
+}
+
+/// Every run's conversation as the history core's lineage gives it.
+fn lineage_conversations(log: &[Event], runs: &[String]) -> Vec<String> {
+    runs.iter()
         .map(|r| {
-            let c = agui_history::lineage::conversation_at(&log, r, None, Conversation::default())
+            let c = agui_history::lineage::conversation_at(log, r, None, Conversation::default())
                 .expect("the suite's log has a clean lineage");
             conversation_text(&c)
         })
-        .collect();
+        .collect()
+}
+
+/// A long thread with branches, late edits of old messages and state:
+/// every run restores (through delta checkpoints, where the backend builds
+/// them) to exactly what reducing its branch gives (the history core's
+/// lineage), and stays so after a reopen.
+pub async fn delta_checkpoints_restore_every_run_of_a_branchy_thread<B: Backend>(b: &B) {
+    let s = open(b).await;
+    let th = "branchy";
+    let (batches, runs, log) = branchy_thread(th, 40);
+    for batch in batches {
+        append(&s, T, th, batch).await;
+    }
+    let want = lineage_conversations(&log, &runs);
     for (r, w) in runs.iter().zip(&want) {
         let got = s.restore(T, th, r).await.unwrap();
         assert!(got.from_checkpoint, "run {r} restored from checkpoints");
@@ -829,6 +844,88 @@ pub async fn delta_checkpoints_restore_every_run_of_a_branchy_thread<B: Backend>
         let deltas = bases(&s, th, &runs).await.iter().flatten().count();
         assert!(deltas >= 30, "most checkpoints are deltas ({deltas})");
     }
+    s.close().await.unwrap();
+    let s = open(b).await;
+    for (r, w) in runs.iter().zip(&want).rev() {
+        assert_eq!(
+            &s.restore(T, th, r).await.unwrap().json,
+            w,
+            "run {r} after reopen"
+        );
+    }
+}
+
+/// Appends with [`Checkpoints::Defer`] (a bulk import) store no checkpoint;
+/// the first restore of a run replays its branch once, stores its
+/// checkpoints (deltas after the first, where the backend builds them) and
+/// gives exactly the conversation of a thread appended with checkpoints, for
+/// every run. Appends with checkpoints continue a deferred thread.
+pub async fn deferred_checkpoints_are_built_by_the_first_restore<B: Backend>(b: &B) {
+    let s = open(b).await;
+    let (th, built) = ("deferred", "built");
+    let (batches, runs, log) = branchy_thread(th, 40);
+    let mut seq = 0;
+    for batch in &batches {
+        let req = AppendRequest::new(batch.clone())
+            .expect_seq(seq)
+            .checkpoints(Checkpoints::Defer);
+        seq = s.append(T, th, req).await.expect("append").last_seq;
+        append(&s, T, built, batch.clone()).await;
+    }
+    for r in &runs {
+        assert!(
+            s.load_checkpoint(T, th, r).await.unwrap().is_none(),
+            "run {r}: no checkpoint built on a deferred append"
+        );
+    }
+    let want = lineage_conversations(&log, &runs);
+    // The last run first: one replay of its branch stores every checkpoint
+    // along it.
+    let last = runs.len() - 1;
+    let got = s.restore(T, th, &runs[last]).await.unwrap();
+    assert_eq!(got.json, want[last]);
+    assert!(!got.from_checkpoint);
+    let branch = s.branch(T, th, &runs[last]).await.unwrap();
+    assert_eq!(got.rebuilt, branch.len(), "one checkpoint per run replayed");
+    for run in &branch {
+        assert!(
+            s.load_checkpoint(T, th, &run.run_id)
+                .await
+                .unwrap()
+                .is_some(),
+            "run {} of the branch got its checkpoint",
+            run.run_id
+        );
+    }
+    let ids: Vec<String> = branch.iter().map(|r| r.run_id.clone()).collect();
+    let deltas = bases(&s, th, &ids).await.iter().flatten().count();
+    assert_eq!(
+        deltas,
+        ids.len() - 1,
+        "the replay stores deltas after the first"
+    );
+    for (r, w) in runs.iter().zip(&want) {
+        let got = s.restore(T, th, r).await.unwrap();
+        assert_eq!(&got.json, w, "run {r}");
+        let reference = s.restore(T, built, r).await.unwrap();
+        assert_eq!(got.json, reference.json, "run {r} as with checkpoints");
+    }
+    for r in &runs {
+        assert!(
+            s.restore(T, th, r).await.unwrap().from_checkpoint,
+            "run {r} restores from its stored checkpoints"
+        );
+    }
+    // A run appended with checkpoints continues the deferred thread.
+    append(&s, T, th, full_run(th, "next", None, "after the import")).await;
+    let mut log = log;
+    log.extend(full_run(th, "next", None, "after the import"));
+    let next = s.restore(T, th, "next").await.unwrap();
+    assert!(next.from_checkpoint, "built on the append");
+    assert_eq!(
+        next.json,
+        lineage_conversations(&log, &["next".to_owned()])[0]
+    );
     s.close().await.unwrap();
     let s = open(b).await;
     for (r, w) in runs.iter().zip(&want).rev() {

@@ -91,6 +91,7 @@ macro_rules! conformance_tests {
             checkpoints_are_rebuilt_when_missing_or_damaged,
             delta_checkpoints_restore_every_run_of_a_branchy_thread,
             damaged_or_missing_delta_bases_are_rebuilt,
+            deferred_checkpoints_are_built_by_the_first_restore,
             branches_read_and_restore_their_own_lineage,
             tenants_are_isolated,
             delete_removes_everything,
