@@ -157,6 +157,7 @@ pub async fn run_handler(
         stored_input_json: prep.stored_input_json,
         prelude: prep.prelude,
         upstream_thread: prep.upstream_thread,
+        upstream_branch: prep.upstream_branch,
         head: prep.head,
         stop: slot.stop.clone(),
         slot: Some(slot),
@@ -214,6 +215,9 @@ pub(crate) fn unknown_agent_on(name: &str, thread: Option<&str>) -> ApiError {
 struct Prepared {
     /// The thread id the upstream sees.
     upstream_thread: String,
+    /// With per-branch upstream threads: the branch's first run, under which
+    /// the agent's channel records `upstream_thread`.
+    upstream_branch: Option<String>,
     parent: Option<String>,
     head: u64,
     /// `RUN_STARTED.input` as stored: messages normalized against the
@@ -281,10 +285,33 @@ async fn prepare(
     };
     // Per-branch upstream threads: a fork goes upstream under an id of its
     // own, with its branch's whole history.
-    let (upstream_thread, fork) = match agent.upstream_thread {
-        UpstreamThread::Shared => (thread.clone(), false),
+    let (upstream_thread, fork, upstream_branch) = match agent.upstream_thread {
+        UpstreamThread::Shared => (thread.clone(), false, None),
         UpstreamThread::PerBranch => {
-            crate::upstream_thread::for_new_run(&thread, &runs, &input.run_id, parent.as_deref())
+            let new = crate::upstream_thread::for_new_run(
+                &thread,
+                &runs,
+                &input.run_id,
+                parent.as_deref(),
+            );
+            // A branch this agent's channel knows under another upstream id
+            // (the thread was imported under a new id): the upstream has
+            // never seen this one, so it gets the whole history, as a fork.
+            let recorded = match new.fork {
+                true => None,
+                false => {
+                    crate::session::recorded_upstream_thread(
+                        gw,
+                        tenant,
+                        &thread,
+                        &agent.name,
+                        &new.branch,
+                    )
+                    .await
+                }
+            };
+            let fork = new.fork || recorded.is_some_and(|r| r != new.id);
+            (new.id, fork, Some(new.branch))
         }
     };
     let mut prelude = None;
@@ -323,6 +350,7 @@ async fn prepare(
     }
     Ok(Prepared {
         upstream_thread,
+        upstream_branch,
         parent,
         head,
         stored_input_json,
@@ -407,6 +435,8 @@ pub(crate) struct RunCtx {
     pub(crate) prelude: Option<Bytes>,
     /// The thread id the upstream sees (the user's unless per-branch).
     pub(crate) upstream_thread: String,
+    /// With per-branch upstream threads: the branch's first run.
+    pub(crate) upstream_branch: Option<String>,
     pub(crate) head: u64,
     /// Cancelled by `POST /threads/{id}/runs/{run}/stop` (or a dropped
     /// client under `on_disconnect = cancel`).
@@ -604,8 +634,19 @@ async fn drive(mut ctx: RunCtx, tx: mpsc::UnboundedSender<Bytes>) {
         gw.metrics.runs_closed_by_gateway.fetch_add(1, Relaxed);
     }
     if st.reader.started() && !st.store_failed {
-        crate::session::record_channel(&gw, &ctx.tenant, &ctx.thread, &ctx.agent, &ctx.run_id)
-            .await;
+        let upstream = ctx
+            .upstream_branch
+            .as_deref()
+            .map(|branch| (branch, ctx.upstream_thread.as_str()));
+        crate::session::record_channel(
+            &gw,
+            &ctx.tenant,
+            &ctx.thread,
+            &ctx.agent,
+            &ctx.run_id,
+            upstream,
+        )
+        .await;
     }
     tracing::info!(thread = %ctx.thread, run = %ctx.run_id, events = st.reader.count(), "run ended");
     // The thread is free before the client sees its stream end.

@@ -50,15 +50,44 @@ pub(crate) fn participants(gw: &Gateway, runs: &[RunRecord], channels: &[Channel
     )
 }
 
+/// The upstream thread id `agent`'s channel on `thread` records for the
+/// branch that starts at run `branch` (`upstreamThreads`), if any.
+pub(crate) async fn recorded_upstream_thread(
+    gw: &Gateway,
+    tenant: &str,
+    thread: &str,
+    agent: &str,
+    branch: &str,
+) -> Option<String> {
+    let channel = match gw.store.channel(tenant, thread, agent).await {
+        Ok(channel) => channel?,
+        Err(e) => {
+            tracing::warn!(thread = %thread, agent = %agent, error = %e, "cannot read a channel");
+            return None;
+        }
+    };
+    let state: Value = serde_json::from_str(&channel.state).ok()?;
+    Some(
+        state
+            .get("upstreamThreads")?
+            .get(branch)?
+            .as_str()?
+            .to_owned(),
+    )
+}
+
 /// Records what the gateway needs to continue `agent` on `thread`: its
-/// session mode and the last run it was sent. Fields other agents' code
-/// keeps in the channel (such as upstream thread ids) are left as they are.
+/// session mode, the last run it was sent and, with per-branch upstream
+/// threads, `upstream` = (the branch's first run, the upstream thread id it
+/// used) under `upstreamThreads`. Fields the gateway does not know are kept
+/// as they are.
 pub(crate) async fn record_channel(
     gw: &Gateway,
     tenant: &str,
     thread: &str,
     agent: &AgentConfig,
     run_id: &str,
+    upstream: Option<(&str, &str)>,
 ) {
     let mut state = match gw.store.channel(tenant, thread, &agent.name).await {
         Ok(Some(c)) => {
@@ -76,6 +105,17 @@ pub(crate) async fn record_channel(
     };
     state.insert("sessions".into(), Value::String(mode.into()));
     state.insert("lastRunId".into(), Value::String(run_id.into()));
+    if let Some((branch, id)) = upstream {
+        let threads = state
+            .entry("upstreamThreads")
+            .or_insert_with(|| Value::Object(serde_json::Map::new()));
+        if !threads.is_object() {
+            *threads = Value::Object(serde_json::Map::new());
+        }
+        if let Some(threads) = threads.as_object_mut() {
+            threads.insert(branch.to_owned(), Value::String(id.to_owned()));
+        }
+    }
     let text = Value::Object(state).to_string();
     if let Err(e) = gw
         .store

@@ -14,29 +14,66 @@
 //!
 //! A run whose upstream id differs from its parent's is sent the whole
 //! history of its branch, so the framework starts the new id from it.
+//!
+//! A branch is named by its first run (the thread's root run, or the run at
+//! which it forked). Each agent's channel records the upstream thread id it
+//! used per branch (`upstreamThreads`, see `crate::session`). When the id
+//! derived here differs from the recorded one (the thread was imported under
+//! another id), the upstream has never seen the derived id: the run is sent
+//! its branch's whole history, as a fork is, so the framework starts the new
+//! id from it instead of from nothing, and never shares state with the
+//! thread the document came from.
 
 use std::collections::HashMap;
 
 use agui_store::RunRecord;
 
+/// Where a new run goes upstream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct NewRun {
+    /// The upstream thread id.
+    pub id: String,
+    /// Whether the id is new to the upstream (a fork): the run is sent its
+    /// branch's whole history.
+    pub fork: bool,
+    /// The branch's first run (the root run, or the run that forked).
+    pub branch: String,
+}
+
 /// The upstream thread id of a new run `run` with parent `parent`, given the
-/// thread's existing runs (any order). Returns the id and whether it starts
-/// a new upstream thread (a fork).
+/// thread's existing runs (any order).
 pub(crate) fn for_new_run(
     thread: &str,
     runs: &[RunRecord],
     run: &str,
     parent: Option<&str>,
-) -> (String, bool) {
+) -> NewRun {
     let Some(parent) = parent else {
-        return (thread.to_owned(), false);
+        return NewRun {
+            id: thread.to_owned(),
+            fork: false,
+            branch: run.to_owned(),
+        };
     };
     let index = Index::new(runs);
     if index.first_child.contains_key(parent) {
         // The parent already has a child that continued it: a fork.
-        (fork_id(thread, run), true)
+        NewRun {
+            id: fork_id(thread, run),
+            fork: true,
+            branch: run.to_owned(),
+        }
     } else {
-        (index.upstream_id(thread, parent), false)
+        let (start, root) = index.branch_start(parent);
+        NewRun {
+            id: if root {
+                thread.to_owned()
+            } else {
+                fork_id(thread, start)
+            },
+            fork: false,
+            branch: start.to_owned(),
+        }
     }
 }
 
@@ -78,19 +115,32 @@ impl<'a> Index<'a> {
         }
     }
 
-    fn upstream_id(&self, thread: &str, run: &str) -> String {
+    /// The first run of `run`'s branch, and whether that is a root run (the
+    /// branch goes upstream under the user's thread id).
+    fn branch_start<'r>(&self, run: &'r str) -> (&'r str, bool)
+    where
+        'a: 'r,
+    {
         let mut cur = run;
         // Bounded walk up the first-child chain (a cycle cannot loop).
         for _ in 0..=self.parent.len() {
             match self.parent.get(cur).copied().flatten() {
-                None => return thread.to_owned(),
+                None => return (cur, true),
                 Some(p) => match self.first_child.get(p) {
                     Some((first, _)) if *first == cur => cur = p,
-                    _ => return fork_id(thread, cur),
+                    _ => return (cur, false),
                 },
             }
         }
-        thread.to_owned()
+        (cur, true)
+    }
+
+    #[cfg(test)]
+    fn upstream_id(&self, thread: &str, run: &str) -> String {
+        match self.branch_start(run) {
+            (_, true) => thread.to_owned(),
+            (start, false) => fork_id(thread, start),
+        }
     }
 }
 
@@ -135,18 +185,27 @@ mod tests {
         assert_eq!(id("c1"), "t~c1");
         // New runs: continuing a tip keeps its id; under a parent with a
         // child already, a fork.
+        let new = |id: &str, fork, branch: &str| NewRun {
+            id: id.into(),
+            fork,
+            branch: branch.into(),
+        };
         assert_eq!(
             for_new_run("t", &runs, "n", Some("r3")),
-            ("t".into(), false)
+            new("t", false, "r1")
         );
         assert_eq!(
             for_new_run("t", &runs, "n", Some("b2")),
-            ("t~b1".into(), false)
+            new("t~b1", false, "b1")
+        );
+        assert_eq!(
+            for_new_run("t", &runs, "n", Some("c1")),
+            new("t~c1", false, "c1")
         );
         assert_eq!(
             for_new_run("t", &runs, "n", Some("r1")),
-            ("t~n".into(), true)
+            new("t~n", true, "n")
         );
-        assert_eq!(for_new_run("t", &[], "n", None), ("t".into(), false));
+        assert_eq!(for_new_run("t", &[], "n", None), new("t", false, "n"));
     }
 }

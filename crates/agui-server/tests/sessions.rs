@@ -282,3 +282,109 @@ async fn per_branch_upstream_threads_for_stateful_frameworks() {
     assert!(branch.iter().all(|m| m["id"] != "u2" && m["id"] != "a-r2"));
     g.shutdown().await;
 }
+
+/// Each agent's channel records the upstream thread id it used per branch
+/// (`upstreamThreads`, keyed by the branch's first run). Imported under a
+/// new thread id, a branch goes upstream under an id the framework has never
+/// seen, so the gateway sends it the branch's whole history (as for a fork)
+/// instead of continuing from nothing; on the original thread, continuing
+/// the same branch sends only what the client sent.
+#[tokio::test]
+async fn upstream_threads_are_recorded_per_branch_and_an_import_under_a_new_id_resends_the_history()
+{
+    let (url, seen) = recording_upstream().await;
+    let mut a = parse_agent_flag(&format!("st={url}"), SessionMode::Client).unwrap();
+    a.upstream_thread = UpstreamThread::PerBranch;
+    let g = start(GatewayConfig {
+        agents: vec![a],
+        ..GatewayConfig::default()
+    })
+    .await;
+    let _ = run(
+        &g.base,
+        "st",
+        &body("p", "r1", None, vec![user("u1", "one")]),
+    )
+    .await;
+    let mut h = messages_at(&g.base, "p", "r1").await;
+    h.push(user("u2", "two"));
+    let _ = run(&g.base, "st", &body("p", "r2", None, h)).await;
+    let mut b = messages_at(&g.base, "p", "r1").await;
+    b.push(user("u2b", "two, again"));
+    let _ = run(&g.base, "st", &body("p", "b1", Some("r1"), b)).await;
+    let mut c = messages_at(&g.base, "p", "b1").await;
+    c.push(user("u3b", "three"));
+    let _ = run(&g.base, "st", &body("p", "b2", Some("b1"), c)).await;
+
+    // The session document carries the channel with both branches.
+    let doc = client()
+        .get(format!("{}/threads/p/session", g.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let parsed: Value = serde_json::from_str(&doc).unwrap();
+    let channel = parsed
+        .as_array()
+        .and_then(|records| records.iter().find(|r| r["kind"] == "channel"))
+        .unwrap_or_else(|| panic!("no channel record in {doc}"));
+    assert_eq!(
+        channel["state"]["upstreamThreads"],
+        json!({"r1": "p", "b1": "p~b1"}),
+        "{channel}"
+    );
+    assert_eq!(channel["state"]["lastRunId"], "b2");
+
+    // Imported under a new id on the same gateway.
+    let resp = client()
+        .post(format!("{}/threads/import?as=q", g.base))
+        .body(doc)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        resp.status().as_u16(),
+        200,
+        "{}",
+        resp.text().await.unwrap()
+    );
+    let thin = vec![user("u4b", "four")];
+    let _ = run(&g.base, "st", &body("q", "q3", Some("b2"), thin.clone())).await;
+    // The original thread, continued the same way.
+    let _ = run(&g.base, "st", &body("p", "p3", Some("b2"), thin.clone())).await;
+
+    let seen = seen.lock().unwrap().clone();
+    let sent = |run: &str| seen.iter().find(|x| x["runId"] == run).unwrap().clone();
+    let ids = |v: &Value| -> Vec<String> {
+        v["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let copy = sent("q3");
+    assert_eq!(
+        copy["threadId"], "q~b1",
+        "the copy never shares the original's upstream state"
+    );
+    assert_eq!(
+        ids(&copy),
+        ["u1", "a-r1", "u2b", "a-b1", "u3b", "a-b2", "u4b"],
+        "the new upstream thread starts from the branch's history"
+    );
+    let original = sent("p3");
+    assert_eq!(original["threadId"], "p~b1");
+    assert_eq!(
+        ids(&original),
+        ["u4b"],
+        "a known upstream thread gets what the client sent"
+    );
+    // The copy's channel now records its own id for the branch.
+    let (_, session) = get_json(&format!("{}/threads/q/session", g.base)).await;
+    let text = session.to_string();
+    assert!(text.contains(r#""b1":"q~b1""#), "{text}");
+    g.shutdown().await;
+}
