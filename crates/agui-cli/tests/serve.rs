@@ -414,17 +414,25 @@ fn on_postgres_a_run_of_a_gateway_whose_lock_outlives_it_is_interrupted_once_the
             .await
             .unwrap();
         tokio::spawn(conn);
-        let row = client
-            .query_one(
-                &format!(
-                    "SELECT l.classid::text::bigint, r.owner::bigint FROM \"{name}\".runs r \
-                     JOIN pg_locks l ON l.locktype = 'advisory' AND l.objsubid = 2 \
-                     AND l.granted AND l.objid::text::bigint = r.owner WHERE r.run_id = 'r1'"
-                ),
-                &[],
-            )
-            .await
-            .unwrap();
+        // The client may see RUN_STARTED before the run's row is committed:
+        // wait for the row and its owner's lock.
+        // Session numbers repeat across schemas; the lock space does not.
+        let space = agui_store_postgres::session_lock_space(&name);
+        let query = format!(
+            "SELECT l.classid::text::bigint, r.owner::bigint FROM \"{name}\".runs r \
+             JOIN pg_locks l ON l.locktype = 'advisory' AND l.objsubid = 2 \
+             AND l.granted AND l.objid::text::bigint = r.owner \
+             AND l.classid::text::bigint = {space} WHERE r.run_id = 'r1'"
+        );
+        let mut row = None;
+        for _ in 0..200 {
+            row = client.query_opt(&query, &[]).await.unwrap();
+            if row.is_some() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        let row = row.expect("run r1 stored with its owner's lock held");
         let space: i64 = row.get(0);
         let session: i64 = row.get(1);
         (client, space as u32 as i32, session as i32)

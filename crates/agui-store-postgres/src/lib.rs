@@ -256,6 +256,16 @@ fn get<'a, T: tokio_postgres::types::FromSql<'a>>(row: &'a Row, idx: usize) -> R
 }
 
 /// The short key notices carry for a (tenant, thread).
+/// The first key of the advisory locks by which the gateways on `schema`
+/// show they are alive (`pg_advisory_lock(space, session)`; `pg_locks` shows
+/// it as `classid`, and the session number as `objid`, with `objsubid` 2).
+/// Session numbers come from a sequence per schema, so only the space tells
+/// two schemas' sessions apart.
+pub fn session_lock_space(schema: &str) -> i32 {
+    let key = notice_key("sessions", schema);
+    i32::from_str_radix(&key[..8], 16).unwrap_or(0) & i32::MAX
+}
+
 fn notice_key(tenant: &str, thread: &str) -> String {
     let mut h = Sha256::new();
     h.update((tenant.len() as u64).to_le_bytes());
@@ -646,10 +656,7 @@ impl PgStore {
                 .map_err(pg)?;
             get(&row, 0)?
         };
-        let lock_space = {
-            let key = notice_key("sessions", &opts.schema);
-            i32::from_str_radix(&key[..8], 16).unwrap_or(0) & i32::MAX
-        };
+        let lock_space = session_lock_space(&opts.schema);
         let channel = format!("agui_{}", &notice_key("schema", &opts.schema)[..16]);
         let inner = Arc::new(Inner {
             pool,
