@@ -263,7 +263,10 @@ fn get<'a, T: tokio_postgres::types::FromSql<'a>>(row: &'a Row, idx: usize) -> R
 /// two schemas' sessions apart.
 pub fn session_lock_space(schema: &str) -> i32 {
     let key = notice_key("sessions", schema);
-    i32::from_str_radix(&key[..8], 16).unwrap_or(0) & i32::MAX
+    // Eight hex digits are a u32; read as an i32, half of them overflowed
+    // and every such schema shared space 0 (and so each other's sessions).
+    let bits = u32::from_str_radix(&key[..8], 16).unwrap_or(0);
+    (bits & 0x7fff_ffff) as i32
 }
 
 fn notice_key(tenant: &str, thread: &str) -> String {
@@ -899,14 +902,28 @@ async fn listen_once(
         .await
     {
         Ok(()) => client
-            .execute("SELECT pg_try_advisory_lock($1, $2)", &[&space, &session])
+            .query_one("SELECT pg_try_advisory_lock($1, $2)", &[&space, &session])
             .await
-            .map(drop),
+            .map(|row| row.get::<_, bool>(0)),
         Err(e) => Err(e),
     };
-    if let Err(e) = listened {
-        driver.abort();
-        return Err(pg(e));
+    match listened {
+        Ok(true) => {}
+        Ok(false) => {
+            // Another connection holds this session's lock: the previous
+            // listening connection, not yet seen gone by the server (the
+            // caller tries again), or a session of another schema in the
+            // same lock space. Without the lock the other replicas would
+            // take this one for dead and interrupt its runs.
+            driver.abort();
+            return Err(StoreError::unavailable(
+                "another connection holds this store's session lock",
+            ));
+        }
+        Err(e) => {
+            driver.abort();
+            return Err(pg(e));
+        }
     }
     if let Some(tx) = ready.take() {
         let _ = tx.send(Ok(()));
@@ -1964,6 +1981,16 @@ mod tests {
             .batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE"))
             .await
             .unwrap();
+    }
+
+    #[test]
+    fn lock_spaces_spread_over_the_whole_positive_range() {
+        let spaces: std::collections::HashSet<i32> = (0..64)
+            .map(|i| session_lock_space(&format!("schema_{i}")))
+            .collect();
+        assert!(spaces.iter().all(|s| *s >= 0));
+        // Before the fix, about half of all schemas got space 0.
+        assert!(spaces.len() > 60, "{spaces:?}");
     }
 
     #[test]
