@@ -17,6 +17,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures::{FutureExt, StreamExt};
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use crate::error::ApiError;
@@ -91,27 +92,28 @@ pub async fn list_threads(
             ),
         ));
     }
-    let page = gw
-        .store
-        .list_threads(
-            &tenant,
-            &ThreadFilter {
-                agent: q.agent,
-                limit: q.limit.unwrap_or(100),
-                cursor: q.cursor,
-            },
-        )
-        .await
-        .map_err(store_error)?;
-    let latest = q.include.as_deref() == Some("latestRun");
-    let mut threads = Vec::with_capacity(page.threads.len());
-    for t in &page.threads {
-        if q.prefix
-            .as_ref()
-            .is_some_and(|p| !t.thread_id.starts_with(p.as_str()))
-        {
-            continue;
+    let limit = agui_store::page_size(q.limit.unwrap_or(100));
+    let (found, next_cursor) = match q.prefix.as_deref().filter(|p| !p.is_empty()) {
+        None => {
+            let page = gw
+                .store
+                .list_threads(
+                    &tenant,
+                    &ThreadFilter {
+                        agent: q.agent,
+                        limit,
+                        cursor: q.cursor,
+                    },
+                )
+                .await
+                .map_err(store_error)?;
+            (page.threads, page.next_cursor)
         }
+        Some(prefix) => threads_with_prefix(&gw, &tenant, q.agent, q.cursor, prefix, limit).await?,
+    };
+    let latest = q.include.as_deref() == Some("latestRun");
+    let mut threads = Vec::with_capacity(found.len());
+    for t in &found {
         let mut v = thread_json(t);
         if latest {
             let runs = all_runs(&gw, &tenant, &t.thread_id).await?;
@@ -124,8 +126,63 @@ pub async fn list_threads(
     }
     Ok(Json(json!({
         "threads": threads,
-        "nextCursor": page.next_cursor,
+        "nextCursor": next_cursor,
     })))
+}
+
+/// Threads looked at per `GET /threads?prefix=` request before it answers
+/// with what it found and a cursor to go on from.
+const PREFIX_SCAN: usize = 100_000;
+
+/// Up to `limit` threads whose id starts with `prefix`, newest activity
+/// first, from `cursor` on: pages are read until `limit` match, the threads
+/// run out, or [`PREFIX_SCAN`] were looked at. The cursor returned is the
+/// position after the last thread looked at (the last match when the page
+/// filled up), so following it neither skips nor repeats a match.
+async fn threads_with_prefix(
+    gw: &Gateway,
+    tenant: &str,
+    agent: Option<String>,
+    mut cursor: Option<String>,
+    prefix: &str,
+    limit: usize,
+) -> Result<(Vec<agui_store::ThreadInfo>, Option<String>), ApiError> {
+    let mut found = Vec::new();
+    let mut scanned = 0;
+    loop {
+        let page = gw
+            .store
+            .list_threads(
+                tenant,
+                &ThreadFilter {
+                    agent: agent.clone(),
+                    limit: agui_store::MAX_PAGE.min(limit.max(1_000)),
+                    cursor: cursor.take(),
+                },
+            )
+            .await
+            .map_err(store_error)?;
+        let count = page.threads.len();
+        for (i, t) in page.threads.into_iter().enumerate() {
+            if !t.thread_id.starts_with(prefix) {
+                continue;
+            }
+            let position = agui_store::cursor::ThreadCursor {
+                updated_at: t.updated_at,
+                thread_id: t.thread_id.clone(),
+            };
+            found.push(t);
+            if found.len() == limit {
+                let last_of_all = i + 1 == count && page.next_cursor.is_none();
+                return Ok((found, (!last_of_all).then(|| position.encode())));
+            }
+        }
+        scanned += count;
+        match page.next_cursor {
+            Some(next) if scanned < PREFIX_SCAN => cursor = Some(next),
+            next => return Ok((found, next)),
+        }
+    }
 }
 
 /// `GET /threads/{id}`: summary and run tree.
@@ -259,18 +316,6 @@ pub struct RunQuery {
     seq: Option<u64>,
 }
 
-/// The conversation at the end of a run, as JSON `{messages, state}`.
-async fn conversation_at(
-    gw: &Gateway,
-    tenant: &str,
-    thread: &str,
-    run: &str,
-) -> Result<(Value, Value, Vec<String>), ApiError> {
-    let restored = restore(gw, tenant, thread, run).await?;
-    let (messages, state) = split(&restored.json);
-    Ok((messages, state, restored.warnings))
-}
-
 /// A run's conversation, as far as its stored events allow.
 pub(crate) struct Restored {
     /// `{"messages":[...],"state":...}`.
@@ -331,12 +376,48 @@ pub(crate) async fn restore(
     }
 }
 
-/// `{messages, state}` out of a restored conversation's JSON.
-fn split(json: &str) -> (Value, Value) {
-    let v: Value = serde_json::from_str(json).unwrap_or_default();
-    let messages = v.get("messages").cloned().unwrap_or_else(|| json!([]));
-    let state = v.get("state").cloned().unwrap_or(Value::Null);
-    (messages, state)
+/// The `messages` and `state` members of a restored conversation's JSON
+/// (`{"messages":[...],"state":...}`), as slices of it. The conversation is
+/// served and forwarded as the store composed it, never parsed into a tree
+/// and serialized again: on a long thread that costs hundreds of times the
+/// restore itself. A conversation without `state` has `null`.
+pub(crate) fn parts(json: &str) -> Result<(&RawValue, &RawValue), ApiError> {
+    #[derive(Deserialize)]
+    struct Parts<'a> {
+        #[serde(borrow)]
+        messages: &'a RawValue,
+        #[serde(borrow, default)]
+        state: Option<&'a RawValue>,
+    }
+    let null: &'static RawValue = serde_json::from_str("null").expect("null is JSON");
+    match serde_json::from_str::<Parts>(json) {
+        Ok(p) => Ok((p.messages, p.state.unwrap_or(null))),
+        Err(e) => {
+            tracing::error!(error = %e, "a restored conversation is not {{messages, state}} JSON");
+            Err(ApiError::store())
+        }
+    }
+}
+
+/// The body of `GET /threads/{id}/messages` at the end of a run:
+/// `{"messages":...,"state":...,"runId":...}` and `"warnings"` when events
+/// were skipped, written around the restored conversation's own bytes.
+fn messages_body(restored: &Restored, run: &str) -> Result<String, ApiError> {
+    let (messages, state) = parts(&restored.json)?;
+    let run = serde_json::to_string(run).map_err(|_| ApiError::store())?;
+    let mut body = String::with_capacity(restored.json.len() + run.len() + 40);
+    body.push_str("{\"messages\":");
+    body.push_str(messages.get());
+    body.push_str(",\"state\":");
+    body.push_str(state.get());
+    body.push_str(",\"runId\":");
+    body.push_str(&run);
+    if !restored.warnings.is_empty() {
+        body.push_str(",\"warnings\":");
+        body.push_str(&serde_json::to_string(&restored.warnings).map_err(|_| ApiError::store())?);
+    }
+    body.push('}');
+    Ok(body)
 }
 
 /// `GET /threads/{id}/messages[?run=RUN_ID]`.
@@ -345,7 +426,7 @@ pub async fn get_messages(
     headers: HeaderMap,
     Path(thread): Path<String>,
     Query(q): Query<RunQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let tenant = gw.tenant(&headers)?;
     gw.store
         .thread(&tenant, &thread)
@@ -354,16 +435,13 @@ pub async fn get_messages(
     let runs = all_runs(&gw, &tenant, &thread).await?;
     let position = crate::travel::resolve_position(&runs, q.run.as_deref(), q.event, q.seq)?;
     let Some((record, event)) = position else {
-        return Ok(Json(json!({"messages": [], "state": null, "runId": null})));
+        return Ok(Json(json!({"messages": [], "state": null, "runId": null})).into_response());
     };
     let run = record.run_id.clone();
     let Some(n) = event else {
-        let (messages, state, warnings) = conversation_at(&gw, &tenant, &thread, &run).await?;
-        let mut out = json!({"messages": messages, "state": state, "runId": run});
-        if !warnings.is_empty() {
-            out["warnings"] = json!(warnings);
-        }
-        return Ok(Json(out));
+        let restored = restore(&gw, &tenant, &thread, &run).await?;
+        let body = messages_body(&restored, &run)?;
+        return Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response());
     };
     let conv = crate::travel::conversation_after(&gw, &tenant, &thread, &runs, record, n).await?;
     Ok(Json(json!({
@@ -372,7 +450,8 @@ pub async fn get_messages(
         "runId": run,
         "event": n,
         "seq": record.first_seq + n as u64,
-    })))
+    }))
+    .into_response())
 }
 
 /// `GET /threads/{id}/events` query.
@@ -703,13 +782,21 @@ pub async fn connect(
     if let Some(b) = &base {
         let restored = restore(&gw, &tenant, &thread, b).await?;
         last_seq = restored.last_seq;
-        let (messages, state) = split(&restored.json);
-        put(
-            json!({"type":"MESSAGES_SNAPSHOT","messages":messages}),
-            &mut buf,
-        );
-        if !state.is_null() {
-            put(json!({"type":"STATE_SNAPSHOT","snapshot":state}), &mut buf);
+        // The snapshots are written around the restored bytes, not rebuilt
+        // from a parsed tree.
+        let (messages, state) = parts(&restored.json)?;
+        let snapshot = |text: String| Event::from_json_string(text).map_err(|_| ApiError::store());
+        let e = snapshot(format!(
+            "{{\"type\":\"MESSAGES_SNAPSHOT\",\"messages\":{}}}",
+            messages.get()
+        ))?;
+        put_frame(&mut buf, &e, None);
+        if state.get() != "null" {
+            let e = snapshot(format!(
+                "{{\"type\":\"STATE_SNAPSHOT\",\"snapshot\":{}}}",
+                state.get()
+            ))?;
+            put_frame(&mut buf, &e, None);
         }
     }
     put(
@@ -800,4 +887,83 @@ pub async fn get_artifact(
 #[derive(Deserialize)]
 pub struct ArtifactQuery {
     source: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The body the handler built before it served restored bytes as they
+    /// are: the conversation parsed into a tree and serialized again.
+    fn through_a_tree(restored: &Restored, run: &str) -> String {
+        let v: Value = serde_json::from_str(&restored.json).unwrap();
+        let mut out = json!({
+            "messages": v.get("messages").cloned().unwrap_or_else(|| json!([])),
+            "state": v.get("state").cloned().unwrap_or(Value::Null),
+            "runId": run,
+        });
+        if !restored.warnings.is_empty() {
+            out["warnings"] = json!(restored.warnings);
+        }
+        serde_json::to_string(&out).unwrap()
+    }
+
+    fn restored(conversation: &Value, warnings: &[&str]) -> Restored {
+        Restored {
+            json: serde_json::to_string(conversation).unwrap(),
+            last_seq: 0,
+            warnings: warnings.iter().map(|w| w.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn the_messages_body_is_the_bytes_a_tree_would_give() {
+        let cases = [
+            json!({"messages": [], "state": null}),
+            json!({"messages": []}),
+            json!({
+                "messages": [
+                    {"id": "m1", "role": "user", "content": "caf\u{e9} \"q\" \\ \n \u{1F600} </script>"},
+                    {"id": "m2", "role": "assistant", "toolCalls": [{"id": "t", "type": "function",
+                        "function": {"name": "f", "arguments": "{\"a\":1}"}}], "z": 1, "a": 2}
+                ],
+                "state": {"n": 12345678901234567890123_u128.to_string(), "x": 1.5e300, "nested": [true, null]}
+            }),
+        ];
+        for conversation in &cases {
+            for warnings in [&[][..], &["event 3 (TEXT_MESSAGE_CONTENT) was skipped"][..]] {
+                let r = restored(conversation, warnings);
+                for run in ["r1", "run \"quoted\" \u{e9}"] {
+                    let body = messages_body(&r, run).unwrap();
+                    assert_eq!(body, through_a_tree(&r, run), "{conversation}");
+                    let _: Value = serde_json::from_str(&body).unwrap();
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn numbers_keep_their_text() {
+        let r = Restored {
+            json: r#"{"messages":[{"id":"m","role":"user","content":"x","n":1.000000000000000000001}],"state":{"big":123456789012345678901234567890}}"#.into(),
+            last_seq: 0,
+            warnings: Vec::new(),
+        };
+        let body = messages_body(&r, "r").unwrap();
+        assert!(body.contains("1.000000000000000000001"), "{body}");
+        assert!(body.contains("123456789012345678901234567890"), "{body}");
+    }
+
+    #[test]
+    fn a_restored_text_that_is_not_a_conversation_is_a_store_error() {
+        for json in ["", "[]", "{\"state\":1}", "{\"messages\":[", "nope"] {
+            let r = Restored {
+                json: json.into(),
+                last_seq: 0,
+                warnings: Vec::new(),
+            };
+            let err = messages_body(&r, "r").unwrap_err();
+            assert_eq!(err.status, StatusCode::INTERNAL_SERVER_ERROR, "{json:?}");
+        }
+    }
 }
