@@ -695,6 +695,80 @@ async fn threads_page_by_cursor_and_filter_by_agent() {
 }
 
 #[tokio::test]
+async fn a_prefix_search_reads_past_pages_without_a_match() {
+    let g = start(GatewayConfig::default()).await;
+    // The five matches are the oldest of 2,505 threads: more than one page
+    // of the store's listing holds none of them.
+    let ids: Vec<String> = (0..5)
+        .map(|i| format!("old-{i}"))
+        .chain((0..2_500).map(|i| format!("new-{i:04}")))
+        .collect();
+    for id in &ids {
+        g.store
+            .append(
+                "default",
+                id,
+                agui_store::AppendRequest::new(agui_store::sample::full_run(id, "r", None, "hi")),
+            )
+            .await
+            .unwrap();
+    }
+    let list = |query: String| {
+        let base = g.base.clone();
+        async move {
+            let (status, v) = get_json(&format!("{base}/threads?{query}")).await;
+            assert_eq!(status, 200, "{v}");
+            let names: Vec<String> = v["threads"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["threadId"].as_str().unwrap().to_owned())
+                .collect();
+            (names, v["nextCursor"].as_str().map(str::to_owned))
+        }
+    };
+    // The order every search must keep: the whole listing, filtered.
+    let (everything, none_left) = list("limit=10000".into()).await;
+    assert_eq!((everything.len(), none_left), (ids.len(), None));
+    let expected: Vec<String> = everything
+        .iter()
+        .filter(|t| t.starts_with("old-"))
+        .cloned()
+        .collect();
+    assert_eq!(expected.len(), 5);
+    // Followed page by page, every match comes once, in order.
+    for limit in [1, 2, 3, 5, 100] {
+        let mut got = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let query = match &cursor {
+                None => format!("prefix=old-&limit={limit}"),
+                Some(c) => format!("prefix=old-&limit={limit}&cursor={c}"),
+            };
+            let (names, next) = list(query).await;
+            assert!(
+                !names.is_empty() || next.is_none(),
+                "limit {limit}: an empty page with a cursor"
+            );
+            assert!(names.len() <= limit);
+            got.extend(names);
+            match next {
+                Some(c) => cursor = Some(c),
+                None => break,
+            }
+        }
+        assert_eq!(got, expected, "limit {limit}");
+    }
+    // No match anywhere: an empty list and nothing to follow.
+    assert_eq!(list("prefix=nothing-".into()).await, (vec![], None));
+    // The newest ones, on the first page of the listing, as before.
+    let (first, next) = list("prefix=new-&limit=3".into()).await;
+    assert_eq!(first, everything[..3].to_vec());
+    assert!(next.is_some());
+    g.shutdown().await;
+}
+
+#[tokio::test]
 async fn compacted_history_and_cors() {
     let g = start(GatewayConfig {
         cors_origins: vec!["http://app.example".into()],

@@ -246,6 +246,10 @@ function threadsView() {
       h("span", { text: bytes(t.bytes ?? 0) }),
       h("span", { className: "age", text: age(t.updatedAt), title: time(t.updatedAt), dataset: { at: t.updatedAt ?? "" } }));
   };
+  // A search answers after looking at up to 100,000 threads; with none found
+  // so far and more to look at, "Load more" goes on searching.
+  const listStatus = () => rows.size ? `${rows.size} thread${rows.size === 1 ? "" : "s"} shown`
+    : cursor ? "No match among the threads searched so far." : prefix.value || agent.value ? "No matching threads." : "No threads yet.";
   const load = async () => {
     try {
       const page = await json(query(cursor));
@@ -257,7 +261,7 @@ function threadsView() {
       }
       cursor = page.nextCursor;
       more.hidden = !cursor;
-      status.textContent = rows.size ? `${rows.size} thread${rows.size === 1 ? "" : "s"} shown` : "No threads yet.";
+      status.textContent = listStatus();
     } catch (e) { showError(status, e); }
   };
   more.addEventListener("click", load);
@@ -276,7 +280,7 @@ function threadsView() {
         anchor = r;
       }
       for (const a of list.querySelectorAll(".age")) a.textContent = age(a.dataset.at);
-      status.textContent = rows.size ? `${rows.size} thread${rows.size === 1 ? "" : "s"} shown` : "No threads yet.";
+      status.textContent = listStatus();
     } catch (e) { showError(status, e); }
   };
   load();
