@@ -3,8 +3,12 @@
 //!
 //! A copy preserves every event's sequence number, exact JSON and receive
 //! time, the original batch boundaries (so runs start in the same batches)
-//! and the agent of every run. The destination rebuilds its run index and
-//! checkpoints from the events, as on any append.
+//! and the agent of every run. The destination rebuilds its run index from
+//! the events, as on any append; checkpoints are deferred
+//! ([`crate::Checkpoints::Defer`]) and built by each thread's first restore,
+//! so a copy holds one batch at a time whatever the thread's size (building
+//! them during the copy kept the whole conversation of a long thread in
+//! memory: gigabytes for a million-event thread).
 
 use sha2::{Digest, Sha256};
 
@@ -224,7 +228,7 @@ async fn flush<D: EventStore + ?Sized>(
         agent,
         durability: Durability::RunEnd,
         received_at: Some(received_at),
-        checkpoints: crate::Checkpoints::Build,
+        checkpoints: crate::Checkpoints::Defer,
     };
     Ok(dst.append(tenant, thread, req).await?.last_seq)
 }
@@ -284,7 +288,8 @@ mod tests {
             digest(&src, "t", "th").await.unwrap(),
             digest(&dst, "t", "th").await.unwrap()
         );
-        // Runs and agents came along; checkpoints were rebuilt.
+        // Runs and agents came along; checkpoints were deferred: the first
+        // restore replays the log and builds them, the next one reads them.
         let th_runs = RunFilter {
             thread_id: Some("th".into()),
             ..RunFilter::default()
@@ -292,7 +297,12 @@ mod tests {
         let a = src.list_runs("t", &th_runs).await.unwrap().runs;
         let b = dst.list_runs("t", &th_runs).await.unwrap().runs;
         assert_eq!(a, b);
-        assert!(dst.restore("t", "th", "r2").await.unwrap().from_checkpoint);
+        let first = dst.restore("t", "th", "r2").await.unwrap();
+        assert!(!first.from_checkpoint);
+        let again = dst.restore("t", "th", "r2").await.unwrap();
+        assert!(again.from_checkpoint);
+        assert_eq!(again.json, first.json);
+        assert_eq!(again.json, src.restore("t", "th", "r2").await.unwrap().json);
         // Copying again copies nothing.
         assert_eq!(copy_thread(&src, &dst, "t", "th", |_| {}).await.unwrap(), 0);
         // A destination that diverged is a conflict.
