@@ -179,6 +179,7 @@ async fn two_hundred_turns_store_flat_bytes_per_turn() {
     let g = start(GatewayConfig::default()).await;
     let mut history: Vec<Value> = Vec::new();
     let mut full_input_bytes = Vec::new();
+    let mut full_messages_bytes = Vec::new();
     for i in 1..=200 {
         let run_id = format!("r{i:03}");
         let mut msgs = history.clone();
@@ -188,6 +189,7 @@ async fn two_hundred_turns_store_flat_bytes_per_turn() {
         ));
         let b = body("long", &run_id, None, msgs);
         full_input_bytes.push(b.to_string().len());
+        full_messages_bytes.push(b["messages"].to_string().len() as u64);
         let (s, frames, _) = run(&g.base, "demo", &b).await;
         assert_eq!((s, frames.last().unwrap().ty()), (200, "RUN_FINISHED"));
         // The client's state after the run: its messages plus the answer.
@@ -216,9 +218,36 @@ async fn two_hundred_turns_store_flat_bytes_per_turn() {
         *bytes[1..].iter().min().unwrap(),
         *bytes[1..].iter().max().unwrap(),
     );
+    // What each run would have stored had its RUN_STARTED recorded the
+    // client's whole input, as before normalization: the same run with its
+    // stored (normalized) messages replaced by the full list it was sent.
+    let mut unnormalized = Vec::with_capacity(runs.len());
+    for (r, full) in runs.iter().zip(&full_messages_bytes) {
+        let first = g
+            .store
+            .read_range("default", "long", r.first_seq, r.first_seq)
+            .await
+            .unwrap();
+        let started: Value = serde_json::from_str(first[0].event.json()).unwrap();
+        assert_eq!(started["type"], "RUN_STARTED");
+        let kept = started["input"]["messages"].to_string().len() as u64;
+        assert!(
+            kept <= *full,
+            "run {}: normalized input is longer",
+            r.run_id
+        );
+        unnormalized.push(r.bytes - kept + full);
+    }
     println!(
         "200-turn thread: stored bytes per turn: turn 2 {}, turn 100 {}, turn 200 {}; min {lo}, max {hi}; total {} (request body of turn 200: {} bytes)",
         bytes[1], bytes[99], bytes[199], total, full_input_bytes[199]
+    );
+    println!(
+        "without normalization (full input recorded): turn 2 {}, turn 100 {}, turn 200 {}; total {}",
+        unnormalized[1],
+        unnormalized[99],
+        unnormalized[199],
+        unnormalized.iter().sum::<u64>()
     );
     assert!(
         (hi as f64) <= lo as f64 * 1.10,
