@@ -7,7 +7,8 @@
 //! run in one browser session; this test makes the data, computes what the
 //! console must show from the HTTP API and `agui history`, and checks the
 //! browser's report against it. `AGUI_CONSOLE_SHOTS=DIR` keeps the
-//! screenshots (docs/console.md shows them).
+//! screenshots (docs/console.md shows them; a relative DIR is from the
+//! repository's root).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -272,7 +273,13 @@ fn console_in_headless_chromium() {
     assert_eq!(api_at["messages"], history["messages"]);
     assert_eq!(api_at["state"], history["state"]);
 
-    let shots = std::env::var("AGUI_CONSOLE_SHOTS").ok();
+    // A relative directory is taken from the repository's root, as
+    // docs/console.md writes it (the browser script runs in e2e/).
+    let shots = std::env::var("AGUI_CONSOLE_SHOTS").ok().map(|d| {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../..")
+            .join(d)
+    });
     let downloads = dir.path().join("downloads");
     std::fs::create_dir_all(&downloads).unwrap();
     let report = node(

@@ -242,3 +242,148 @@ fn the_example_config_names_every_setting_and_serves() {
         "{head}"
     );
 }
+
+/// Relative link targets of a Markdown text: `](target)`, without an
+/// `#anchor`, leaving out web addresses and in-page anchors.
+fn relative_links(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for part in text.split("](").skip(1) {
+        let Some(end) = part.find(')') else { continue };
+        let target = part[..end].split('#').next().unwrap_or("").trim();
+        let web = ["http://", "https://", "mailto:"]
+            .iter()
+            .any(|s| target.starts_with(s));
+        if !target.is_empty() && !web && !target.contains(' ') {
+            out.push(target.to_owned());
+        }
+    }
+    out
+}
+
+/// The small things a newcomer trips on, checked: no command in `--help`
+/// that does not exist, the data directory ignored by git, logs to a file
+/// without colour codes, and docs that link only into the repository and
+/// name no machine's paths.
+#[test]
+fn help_logs_and_docs_hold_no_traps_for_a_newcomer() {
+    let help = Command::new(env!("CARGO_BIN_EXE_agui"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    let help = String::from_utf8(help.stdout).unwrap();
+    let commands: Vec<&str> = help
+        .split("Commands:")
+        .nth(1)
+        .expect("--help lists its commands")
+        .lines()
+        .take_while(|l| !l.trim().is_empty())
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert!(commands.contains(&"serve"), "{help}");
+    assert!(!commands.contains(&"branch"), "{help}");
+    for c in commands.iter().filter(|c| **c != "help") {
+        let out = Command::new(env!("CARGO_BIN_EXE_agui"))
+            .args([c, "--help"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "agui {c} --help");
+    }
+
+    let ignored = std::fs::read_to_string(repo().join(".gitignore")).unwrap();
+    assert!(ignored.lines().any(|l| l.trim() == ".agui/"), "{ignored}");
+
+    // A log written to a pipe or a file: no ANSI escapes.
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agui"))
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .current_dir(dir.path())
+        .env_remove("AGUI_DATA_DIR")
+        .env_remove("AGUI_AUTH_TOKEN")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        let done = line.contains("listening on http://");
+        seen.push(line);
+        if done {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        seen.iter().any(|l| l.contains("listening on http://")),
+        "{seen:?}"
+    );
+    for l in &seen {
+        assert!(!l.contains('\u{1b}'), "a colour code in a piped log: {l:?}");
+    }
+
+    // Docs link only to files of the repository and name no machine paths.
+    let mut docs = vec![
+        repo().join("README.md"),
+        repo().join("ARCHITECTURE.md"),
+        repo().join("fuzz/RESULTS.md"),
+        repo().join("python/README.md"),
+    ];
+    for dir in ["docs", "crates"] {
+        for entry in walk(&repo().join(dir)) {
+            if entry.extension().is_some_and(|e| e == "md") {
+                docs.push(entry);
+            }
+        }
+    }
+    let mut checked = 0;
+    for doc in &docs {
+        let text = std::fs::read_to_string(doc).unwrap();
+        for machine in ["/work/", "/root/", "/home/", "/tmp/agui-"] {
+            assert!(
+                !text.contains(&format!("]({machine}")) && !text.contains(&format!("({machine}")),
+                "{} links {machine}",
+                doc.display()
+            );
+        }
+        for target in relative_links(&text) {
+            let path = doc.parent().unwrap().join(&target);
+            let inside = path
+                .canonicalize()
+                .ok()
+                .is_some_and(|p| p.starts_with(repo().canonicalize().unwrap()));
+            assert!(
+                inside,
+                "{} links {target}, which is not a file of the repository",
+                doc.display()
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked > 20, "only {checked} links found");
+}
+
+/// Every file under `dir`, leaving out build and package folders.
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        let name = e.file_name();
+        if p.is_dir() {
+            if !["target", "node_modules", ".venv"]
+                .iter()
+                .any(|n| name == *n)
+            {
+                out.extend(walk(&p));
+            }
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
