@@ -276,6 +276,7 @@ fn help_logs_and_docs_hold_no_traps_for_a_newcomer() {
         .nth(1)
         .expect("--help lists its commands")
         .lines()
+        .skip(1)
         .take_while(|l| !l.trim().is_empty())
         .filter_map(|l| l.split_whitespace().next())
         .collect();
