@@ -401,20 +401,26 @@ pub(crate) fn parts(json: &str) -> Result<(&RawValue, &RawValue), ApiError> {
 
 /// The body of `GET /threads/{id}/messages` at the end of a run:
 /// `{"messages":...,"state":...,"runId":...}` and `"warnings"` when events
-/// were skipped, written around the restored conversation's own bytes.
-fn messages_body(restored: &Restored, run: &str) -> Result<String, ApiError> {
-    let (messages, state) = parts(&restored.json)?;
-    let run = serde_json::to_string(run).map_err(|_| ApiError::store())?;
-    let mut body = String::with_capacity(restored.json.len() + run.len() + 40);
-    body.push_str("{\"messages\":");
-    body.push_str(messages.get());
-    body.push_str(",\"state\":");
-    body.push_str(state.get());
+/// were skipped. A restored conversation is always a serialized
+/// [`Conversation`] (`{"messages":[...],"state":...}`, in that order), so the
+/// body is its own bytes with the run id added before the closing brace:
+/// not parsed, not even scanned (a conversation of tens of megabytes is
+/// served at the pace of a copy).
+fn messages_body(restored: Restored, run: &str) -> Result<String, ApiError> {
+    let Restored {
+        json: mut body,
+        warnings,
+        ..
+    } = restored;
+    if !body.starts_with("{\"messages\":") || body.pop() != Some('}') {
+        tracing::error!("a restored conversation is not {{messages, state}} JSON");
+        return Err(ApiError::store());
+    }
     body.push_str(",\"runId\":");
-    body.push_str(&run);
-    if !restored.warnings.is_empty() {
+    body.push_str(&serde_json::to_string(run).map_err(|_| ApiError::store())?);
+    if !warnings.is_empty() {
         body.push_str(",\"warnings\":");
-        body.push_str(&serde_json::to_string(&restored.warnings).map_err(|_| ApiError::store())?);
+        body.push_str(&serde_json::to_string(&warnings).map_err(|_| ApiError::store())?);
     }
     body.push('}');
     Ok(body)
@@ -440,7 +446,7 @@ pub async fn get_messages(
     let run = record.run_id.clone();
     let Some(n) = event else {
         let restored = restore(&gw, &tenant, &thread, &run).await?;
-        let body = messages_body(&restored, &run)?;
+        let body = messages_body(restored, &run)?;
         return Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response());
     };
     let conv = crate::travel::conversation_after(&gw, &tenant, &thread, &runs, record, n).await?;
@@ -920,7 +926,7 @@ mod tests {
     fn the_messages_body_is_the_bytes_a_tree_would_give() {
         let cases = [
             json!({"messages": [], "state": null}),
-            json!({"messages": []}),
+            json!({"messages": [], "state": {}}),
             json!({
                 "messages": [
                     {"id": "m1", "role": "user", "content": "caf\u{e9} \"q\" \\ \n \u{1F600} </script>"},
@@ -932,10 +938,11 @@ mod tests {
         ];
         for conversation in &cases {
             for warnings in [&[][..], &["event 3 (TEXT_MESSAGE_CONTENT) was skipped"][..]] {
-                let r = restored(conversation, warnings);
                 for run in ["r1", "run \"quoted\" \u{e9}"] {
-                    let body = messages_body(&r, run).unwrap();
-                    assert_eq!(body, through_a_tree(&r, run), "{conversation}");
+                    let r = restored(conversation, warnings);
+                    let expected = through_a_tree(&r, run);
+                    let body = messages_body(r, run).unwrap();
+                    assert_eq!(body, expected, "{conversation}");
                     let _: Value = serde_json::from_str(&body).unwrap();
                 }
             }
@@ -949,7 +956,7 @@ mod tests {
             last_seq: 0,
             warnings: Vec::new(),
         };
-        let body = messages_body(&r, "r").unwrap();
+        let body = messages_body(r, "r").unwrap();
         assert!(body.contains("1.000000000000000000001"), "{body}");
         assert!(body.contains("123456789012345678901234567890"), "{body}");
     }
@@ -957,12 +964,16 @@ mod tests {
     #[test]
     fn a_restored_text_that_is_not_a_conversation_is_a_store_error() {
         for json in ["", "[]", "{\"state\":1}", "{\"messages\":[", "nope"] {
+            assert!(parts(json).is_err(), "{json:?}");
+        }
+        // The messages body checks the ends of the shape only.
+        for json in ["", "[]", "{\"state\":1}", "{\"messages\":[", "nope"] {
             let r = Restored {
                 json: json.into(),
                 last_seq: 0,
                 warnings: Vec::new(),
             };
-            let err = messages_body(&r, "r").unwrap_err();
+            let err = messages_body(r, "r").unwrap_err();
             assert_eq!(err.status, StatusCode::INTERNAL_SERVER_ERROR, "{json:?}");
         }
     }
