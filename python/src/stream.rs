@@ -9,6 +9,7 @@ use agui_protocol::verify::Verifier;
 use pyo3::prelude::*;
 
 use crate::core::{Attr, Failure, Kind};
+use crate::run_detached;
 
 /// Decodes a byte stream pushed in pieces (`sse` by default, as an AG-UI
 /// HTTP response): `push(bytes)` returns the events completed so far as
@@ -56,14 +57,20 @@ impl StreamDecoder {
         })
     }
 
+    /// Without the GIL, and a Rust panic comes back as `AguiInternalError`,
+    /// as in every other function.
     fn push(&mut self, py: Python<'_>, data: &[u8]) -> PyResult<Vec<String>> {
-        self.decoder.push(data);
-        self.drain().map_err(|f| f.into_py_err(py))
+        run_detached(py, || {
+            self.decoder.push(data);
+            self.drain()
+        })
     }
 
     fn finish(&mut self, py: Python<'_>) -> PyResult<Vec<String>> {
-        self.decoder.finish();
-        self.drain().map_err(|f| f.into_py_err(py))
+        run_detached(py, || {
+            self.decoder.finish();
+            self.drain()
+        })
     }
 }
 
@@ -87,33 +94,35 @@ impl PyVerifier {
     /// (or `AguiDecodeError` for text that is not an event). Returns the
     /// event's type.
     fn push(&self, py: Python<'_>, json: &str) -> PyResult<String> {
-        let mut guard = self
-            .inner
-            .lock()
-            .map_err(|_| Failure::new(Kind::Internal, "verifier poisoned").into_py_err(py))?;
-        let (verifier, count) = &mut *guard;
-        let index = *count;
-        let event = Event::from_json(json).map_err(|e| {
-            Failure::new(
-                Kind::Decode,
-                format!("event #{index}: not an AG-UI event: {e}"),
-            )
-            .with("index", Attr::Int(index as u64))
-            .with("reason", Attr::Str(e.to_string()))
-            .into_py_err(py)
-        })?;
-        *count += 1;
-        verifier.push(&event).map_err(|e| {
-            Failure::new(
-                Kind::Verify,
-                format!("event #{index} ({}): {e}", event.type_name()),
-            )
-            .with("index", Attr::Int(index as u64))
-            .with("event_type", Attr::Str(event.type_name().to_owned()))
-            .with("reason", Attr::Str(e.to_string()))
-            .into_py_err(py)
-        })?;
-        Ok(event.type_name().to_owned())
+        run_detached(py, || {
+            // A panic while the lock was held leaves it poisoned: later
+            // pushes then fail instead of checking against a broken state.
+            let mut guard = self
+                .inner
+                .lock()
+                .map_err(|_| Failure::new(Kind::Internal, "verifier poisoned"))?;
+            let (verifier, count) = &mut *guard;
+            let index = *count;
+            let event = Event::from_json(json).map_err(|e| {
+                Failure::new(
+                    Kind::Decode,
+                    format!("event #{index}: not an AG-UI event: {e}"),
+                )
+                .with("index", Attr::Int(index as u64))
+                .with("reason", Attr::Str(e.to_string()))
+            })?;
+            *count += 1;
+            verifier.push(&event).map_err(|e| {
+                Failure::new(
+                    Kind::Verify,
+                    format!("event #{index} ({}): {e}", event.type_name()),
+                )
+                .with("index", Attr::Int(index as u64))
+                .with("event_type", Attr::Str(event.type_name().to_owned()))
+                .with("reason", Attr::Str(e.to_string()))
+            })?;
+            Ok(event.type_name().to_owned())
+        })
     }
 }
 
