@@ -253,3 +253,30 @@ def test_sqlite_file_has_one_writer_at_a_time_between_python_and_serve(agui_bin:
         assert any(m.get("content") == "and serve" for m in messages), messages
         after = [m["role"] for m in messages[messages.index(next(m for m in messages if m.get("content") == "and serve")) + 1 :]]
         assert "assistant" in after, messages
+
+
+BIG = (
+    b'{"type":"RUN_STARTED","threadId":"n","runId":"r1"}\n'
+    b'{"type":"STATE_SNAPSHOT","snapshot":{"big":123456789012345678901234567890,"exact":1.50,"tiny":1e-400}}\n'
+    b'{"type":"RUN_FINISHED","threadId":"n","runId":"r1"}\n'
+)
+NUMBERS = [b"123456789012345678901234567890", b"1.50", b"1e-400"]
+
+
+def test_big_integers_and_exact_decimals_survive_the_bytes_path(url: str) -> None:
+    # Numbers a float cannot hold keep their text through every bytes path:
+    # conversion, compaction, reduction and a store round trip.
+    outputs = [
+        agui.to_ndjson(BIG),
+        agui.to_sse(BIG),
+        agui.compact_events(BIG, "deltas", output="bytes"),
+        agui.compact_events(BIG, "snapshot", output="bytes"),
+        agui.compact_events(BIG, "latest", output="bytes"),
+        agui.reduce(BIG, output="bytes"),
+    ]
+    with agui.Store(url) as store:
+        store.append("n", BIG, expected_seq=0)
+        outputs.append(b"\n".join(e["event"] for e in store.read("n", output="bytes")["events"]))
+    for out in outputs:
+        for number in NUMBERS:
+            assert number in out, (number, out[:300])
