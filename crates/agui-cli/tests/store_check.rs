@@ -209,6 +209,29 @@ fn check_finds_damage_in_the_file_store() {
     assert_eq!(out.status.code(), Some(5), "{}", text(&out.stderr));
     let out = agui(&["store", "ls", "--store", &url], None);
     assert_eq!(out.status.code(), Some(5), "{}", text(&out.stderr));
+    // `agui serve --repair` cuts the log at a damaged batch in the middle
+    // and starts; what was before the damage is kept, and the store is
+    // clean again.
+    let batches: Vec<(usize, usize, u8)> = recs.iter().copied().filter(|r| r.2 == 1).collect();
+    assert!(batches.len() >= 3, "{batches:?}");
+    let (off, _, _) = batches[1];
+    let mut data = original.clone();
+    data[off + 20] ^= 0x41;
+    std::fs::write(&seg, &data).unwrap();
+    let (code, out) = check(&url);
+    assert_eq!(code, Some(1), "{out}");
+    let cwd = tempfile::tempdir().unwrap();
+    drop(serve_with(cwd.path(), &url, &["--repair"]));
+    assert_eq!(std::fs::metadata(&seg).unwrap().len(), off as u64);
+    let (code, out) = check(&url);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.ends_with("no damage found\n"), "{out}");
+    let out = agui(&["store", "ls", "--store", &url, "--json"], None);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        !text(&out.stdout).trim().is_empty(),
+        "the first batch is kept"
+    );
 }
 
 #[test]
@@ -367,8 +390,13 @@ impl Drop for Serve {
 }
 
 fn serve(dir: &Path, store: &str) -> Serve {
+    serve_with(dir, store, &[])
+}
+
+fn serve_with(dir: &Path, store: &str, extra: &[&str]) -> Serve {
     let mut child = Command::new(env!("CARGO_BIN_EXE_agui"))
         .args(["serve", "--listen", "127.0.0.1:0", "--store", store])
+        .args(extra)
         .current_dir(dir)
         .env_remove("AGUI_DATA_DIR")
         .env_remove("AGUI_AUTH_TOKEN")

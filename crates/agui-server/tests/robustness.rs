@@ -141,10 +141,11 @@ fn verify_frames(frames: &[Frame]) {
 
 #[tokio::test]
 async fn a_failed_append_of_the_terminal_batch_reaches_the_client_as_run_error() {
+    logged();
     let store = Arc::new(Faulty::default());
     store.fail_terminal.store(true, Ordering::SeqCst);
     let g = start_with(store.clone(), GatewayConfig::default()).await;
-    let (status, frames, _) = run(&g.base, "demo", &input("t", "r", "hello")).await;
+    let (status, frames, _) = run(&g.base, "demo", &input("t-fails-at-end", "r", "hello")).await;
     assert_eq!(status, 200);
     let last = frames.last().expect("the client gets frames");
     assert_eq!(last.ty(), "RUN_ERROR");
@@ -154,18 +155,61 @@ async fn a_failed_append_of_the_terminal_batch_reaches_the_client_as_run_error()
         "nothing more is stored: the error is unnumbered"
     );
     // Every numbered frame the client saw is stored.
-    let stored = events_of(&g.base, "t").await;
+    let stored = events_of(&g.base, "t-fails-at-end").await;
     let seen: Vec<&Frame> = frames.iter().filter(|f| f.id.is_some()).collect();
     assert_eq!(stored.len(), seen.len());
     // And when even the first batch fails, the client still hears of it.
     store.fail_all.store(true, Ordering::SeqCst);
-    let (status, frames, _) = run(&g.base, "demo", &input("t2", "r", "hello")).await;
+    let (status, frames, _) = run(&g.base, "demo", &input("t-fails-at-once", "r", "hello")).await;
     assert_eq!(status, 200);
     let types: Vec<&str> = frames.iter().map(Frame::ty).collect();
     assert_eq!(types, vec!["RUN_ERROR"]);
     assert_eq!(frames[0].data["code"], "store_error");
     store.fail_all.store(false, Ordering::SeqCst);
+    // Each failure is logged at error level, naming the thread and the run.
+    for thread in ["t-fails-at-end", "t-fails-at-once"] {
+        let lines = error_lines_with(&["cannot store the run's events", thread, "run=r"]);
+        assert_eq!(lines.len(), 1, "{thread}: {lines:?}");
+    }
     g.shutdown().await;
+}
+
+/// Every line the gateways of this test binary logged (one subscriber for
+/// the process; each test looks for its own thread's lines).
+fn logged() -> &'static std::sync::Mutex<Vec<u8>> {
+    use std::sync::{Mutex, OnceLock};
+    #[derive(Clone)]
+    struct Sink(&'static Mutex<Vec<u8>>);
+    impl std::io::Write for Sink {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    static LOGS: OnceLock<&'static Mutex<Vec<u8>>> = OnceLock::new();
+    LOGS.get_or_init(|| {
+        let logs: &'static Mutex<Vec<u8>> = Box::leak(Box::new(Mutex::new(Vec::new())));
+        let sink = Sink(logs);
+        tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::INFO)
+            .with_ansi(false)
+            .with_writer(move || sink.clone())
+            .try_init()
+            .expect("the only subscriber of this test binary");
+        logs
+    })
+}
+
+/// The error-level lines logged so far that contain every one of `words`.
+fn error_lines_with(words: &[&str]) -> Vec<String> {
+    let text = String::from_utf8_lossy(&logged().lock().unwrap()).into_owned();
+    text.lines()
+        .filter(|l| l.contains("ERROR") && words.iter().all(|w| l.contains(w)))
+        .map(str::to_owned)
+        .collect()
 }
 
 /// An upstream that answers after `delay` with a short, valid run.
@@ -450,13 +494,14 @@ async fn a_stored_log_the_client_rejects_restores_as_far_as_it_goes() {
 
 #[tokio::test]
 async fn a_damaged_chunk_ends_the_event_stream_with_a_visible_error() {
+    logged();
     let store = Arc::new(Faulty::default());
     let g = start_with(store.clone(), GatewayConfig::default()).await;
-    let (_, frames, _) = run(&g.base, "demo", &input("t", "r", "hello")).await;
+    let (_, frames, _) = run(&g.base, "demo", &input("t-damaged", "r", "hello")).await;
     assert!(frames.len() > 2);
     store.break_subscriptions.store(true, Ordering::SeqCst);
     let resp = client()
-        .get(format!("{}/threads/t/events", g.base))
+        .get(format!("{}/threads/t-damaged/events", g.base))
         .send()
         .await
         .unwrap();
@@ -467,6 +512,9 @@ async fn a_damaged_chunk_ends_the_event_stream_with_a_visible_error() {
         text.contains("event: error\ndata: {\"error\":{\"code\":\"store_error\""),
         "{text}"
     );
+    // And the gateway's log says so at error level, naming the thread.
+    let lines = error_lines_with(&["cannot read the thread's stored events", "t-damaged"]);
+    assert_eq!(lines.len(), 1, "{lines:?}");
     g.shutdown().await;
 }
 
