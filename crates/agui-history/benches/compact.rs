@@ -1,7 +1,13 @@
-//! End-to-end benchmark of `agui compact` against Node running the official
-//! `compactEvents` (`oracle/bench-compact.mjs`) on the same file: read,
-//! parse, compact, write, each as its own process, measured in one run
-//! (wall time and peak resident memory, through `/usr/bin/time -v`).
+//! End-to-end benchmark of `agui compact` (deltas, snapshot, latest) against
+//! Node running the official `compactEvents` (`oracle/bench-compact.mjs`) on
+//! the same file: read, parse, compact, write, each as its own process,
+//! measured in one run (wall time and peak resident memory, through
+//! `/usr/bin/time -v`). Also `agui verify` against Node's `JSON.parse` +
+//! `transformChunks` + `verifyEvents` (`oracle/bench-verify.mjs`) and
+//! `agui convert --to sse` against `JSON.parse` + `JSON.stringify`
+//! (`oracle/bench-convert.mjs`), unless `AGUI_BENCH_COMPACT_ONLY` is set, and
+//! the ceilings of the same run: a memchr newline scan and a memcpy of the
+//! file in memory.
 //!
 //! ```text
 //! cargo build --release -p agui-cli
@@ -121,55 +127,159 @@ fn main() {
     let node_out = dir.join("out-node.ndjson");
     let node_out_s = node_out.to_str().expect("utf-8 path").to_owned();
 
-    let mut ours = Vec::new();
-    let mut theirs = Vec::new();
-    for round in 0..rounds {
-        eprintln!("round {}: agui compact", round + 1);
-        ours.push(measure(
-            &agui,
-            &["compact", &input_s, "--to", "ndjson"],
-            &agui_out,
-            &dir,
-        ));
-        eprintln!("round {}: node compactEvents", round + 1);
-        // Node writes its output file itself; its stdout stays empty.
-        let mut m = measure(
-            &node,
-            &["bench-compact.mjs", &input_s, &node_out_s],
-            &dir.join("node-stdout.txt"),
-            &oracle,
-        );
-        let text = std::fs::read_to_string(&node_out).expect("node output");
-        m.out_events = text.lines().filter(|l| !l.trim().is_empty()).count();
-        m.out_bytes = text.len() as u64;
-        theirs.push(m);
+    // Every row, each round in turn, so that load drifts hit all alike.
+    struct Job {
+        name: &'static str,
+        program: PathBuf,
+        args: Vec<String>,
+        cwd: PathBuf,
+        /// Where the row's output goes; `None`: /dev/null.
+        out: Option<PathBuf>,
     }
-    let wall = |v: &[Measure]| median(v.iter().map(|m| m.wall_s).collect());
-    let peak = |v: &[Measure]| median(v.iter().map(|m| m.peak_kb as f64).collect());
-    let (ow, tw) = (wall(&ours), wall(&theirs));
-    let (op, tp) = (peak(&ours), peak(&theirs));
+    let dev_null = PathBuf::from("/dev/null");
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    let mut jobs = vec![
+        Job {
+            name: "agui compact (deltas)",
+            program: agui.clone(),
+            args: s(&["compact", &input_s, "--to", "ndjson"]),
+            cwd: dir.clone(),
+            out: Some(agui_out.clone()),
+        },
+        Job {
+            name: "agui compact --mode snapshot",
+            program: agui.clone(),
+            args: s(&["compact", &input_s, "--mode", "snapshot"]),
+            cwd: dir.clone(),
+            out: None,
+        },
+        Job {
+            name: "agui compact --mode latest",
+            program: agui.clone(),
+            args: s(&["compact", &input_s, "--mode", "latest"]),
+            cwd: dir.clone(),
+            out: None,
+        },
+        Job {
+            name: "node compactEvents",
+            program: node.clone(),
+            args: s(&["bench-compact.mjs", &input_s, &node_out_s]),
+            cwd: oracle.clone(),
+            out: None,
+        },
+    ];
+    if std::env::var_os("AGUI_BENCH_COMPACT_ONLY").is_none() {
+        jobs.extend([
+            Job {
+                name: "agui verify",
+                program: agui.clone(),
+                args: s(&["verify", &input_s]),
+                cwd: dir.clone(),
+                out: None,
+            },
+            Job {
+                name: "node JSON.parse + verifyEvents",
+                program: node.clone(),
+                args: s(&["bench-verify.mjs", &input_s]),
+                cwd: oracle.clone(),
+                out: None,
+            },
+            Job {
+                name: "agui convert --to sse",
+                program: agui.clone(),
+                args: s(&["convert", "--to", "sse", &input_s]),
+                cwd: dir.clone(),
+                out: None,
+            },
+            Job {
+                name: "node JSON.parse + JSON.stringify to SSE",
+                program: node.clone(),
+                args: s(&["bench-convert.mjs", &input_s, "sse"]),
+                cwd: oracle.clone(),
+                out: None,
+            },
+        ]);
+    }
+    let mut walls: Vec<Vec<f64>> = vec![Vec::new(); jobs.len()];
+    let mut peaks: Vec<Vec<f64>> = vec![Vec::new(); jobs.len()];
+    let mut firsts: Vec<Option<Measure>> = (0..jobs.len()).map(|_| None).collect();
+    let whole = std::fs::read(&input).expect("input readable");
+    let mut ceiling_scan = Vec::new();
+    let mut ceiling_copy = Vec::new();
+    for round in 0..rounds {
+        // Ceilings on the same file, in this process: a newline scan with
+        // memchr and one memcpy (the file is in memory; process start and
+        // the read are not in them).
+        let started = Instant::now();
+        let lines = memchr::memchr_iter(b'\n', &whole).count();
+        ceiling_scan.push(started.elapsed().as_secs_f64());
+        assert!(lines >= n);
+        let started = Instant::now();
+        let copy = whole.clone();
+        ceiling_copy.push(started.elapsed().as_secs_f64());
+        std::hint::black_box(copy);
+        for (i, job) in jobs.iter().enumerate() {
+            eprintln!("round {}: {}", round + 1, job.name);
+            let out = job.out.as_deref().unwrap_or(&dev_null);
+            let args: Vec<&str> = job.args.iter().map(String::as_str).collect();
+            let m = measure(&job.program, &args, out, &job.cwd);
+            walls[i].push(m.wall_s);
+            peaks[i].push(m.peak_kb as f64);
+            if firsts[i].is_none() {
+                firsts[i] = Some(m);
+            }
+        }
+    }
+    let node_text = std::fs::read_to_string(&node_out).expect("node output");
+    let node_events = node_text.lines().filter(|l| !l.trim().is_empty()).count();
     println!(
         "input: {n} events, {:.1} MB ({})",
         in_bytes as f64 / 1e6,
         input.display()
     );
     println!(
-        "agui compact (deltas):  {ow:7.3} s  {:6.2} M events/s  peak {:8.1} MB  -> {} events, {:.1} MB",
-        n as f64 / ow / 1e6,
-        op / 1024.0,
-        ours[0].out_events,
-        ours[0].out_bytes as f64 / 1e6
+        "ceiling, memchr newline scan of the file in memory: {:.4} s; memcpy of it: {:.4} s (median of {rounds})",
+        median(ceiling_scan.clone()),
+        median(ceiling_copy.clone())
     );
-    println!(
-        "node compactEvents:     {tw:7.3} s  {:6.2} M events/s  peak {:8.1} MB  -> {} events, {:.1} MB",
-        n as f64 / tw / 1e6,
-        tp / 1024.0,
-        theirs[0].out_events,
-        theirs[0].out_bytes as f64 / 1e6
-    );
-    println!(
-        "median of {rounds} rounds: agui is {:.1}x faster and uses {:.1}x less peak memory (goal: >= 20x, >= 10x)",
-        tw / ow,
-        tp / op
-    );
+    let wall_of = |name: &str| {
+        jobs.iter()
+            .position(|j| j.name == name)
+            .map(|i| median(walls[i].clone()))
+    };
+    let pairs = [
+        ("agui compact (deltas)", "node compactEvents"),
+        ("agui compact --mode snapshot", "node compactEvents"),
+        ("agui compact --mode latest", "node compactEvents"),
+        ("agui verify", "node JSON.parse + verifyEvents"),
+        (
+            "agui convert --to sse",
+            "node JSON.parse + JSON.stringify to SSE",
+        ),
+    ];
+    println!("| row | median s | M events/s | peak MB | x official (same run) | x memchr scan |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    let scan = median(ceiling_scan);
+    for (i, job) in jobs.iter().enumerate() {
+        let w = median(walls[i].clone());
+        let p = median(peaks[i].clone()) / 1024.0;
+        let versus = pairs
+            .iter()
+            .find(|(ours, _)| *ours == job.name)
+            .and_then(|(_, theirs)| wall_of(theirs))
+            .map_or("".to_owned(), |t| format!("{:.1}x", t / w));
+        println!(
+            "| {} | {w:.3} | {:.2} | {p:.1} | {versus} | {:.0}x slower |",
+            job.name,
+            n as f64 / w / 1e6,
+            w / scan
+        );
+    }
+    if let Some(m) = &firsts[0] {
+        println!(
+            "agui compact (deltas) -> {} events, {:.1} MB; node compactEvents -> {node_events} events",
+            m.out_events,
+            m.out_bytes as f64 / 1e6
+        );
+    }
 }
