@@ -398,7 +398,14 @@ fn compact_streaming(data: &[u8], mode: Mode, start: &Conversation, to: Format) 
                 let _ = tx.send(Ok(batch));
             }
         });
-        let mut writer = Writer::new(Vec::with_capacity(data.len() / 2), to);
+        // `deltas` output is never longer than its input in one format (a
+        // guarantee of the mode), so an allocation of the input's size is
+        // seldom outgrown and copied; pages never written cost nothing.
+        let capacity = match mode {
+            Mode::Deltas => data.len() + data.len() / 16,
+            _ => data.len() / 2,
+        };
+        let mut writer = Writer::new(Vec::with_capacity(capacity), to);
         for batch in batches {
             for event in batch? {
                 compactor.push(event).map_err(compact_failure)?;
