@@ -157,6 +157,22 @@ async fn two_agents_export_reduced_import_and_the_second_agent_returns() {
     assert_eq!(parts[1]["agent"], "writer");
     assert_eq!(parts[1]["runs"], 1);
     assert_eq!(parts[1]["lastRunId"], "r2");
+    // Both are configured here; each one's last run started when the run
+    // index says.
+    let started = |run: &str| {
+        thread["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["runId"] == run)
+            .unwrap()["startedAt"]
+            .clone()
+    };
+    assert_eq!(parts[0]["configured"], true);
+    assert_eq!(parts[1]["configured"], true);
+    assert_eq!(parts[0]["lastRunAt"], started("r3"));
+    assert_eq!(parts[1]["lastRunAt"], started("r2"));
+    assert!(parts[0]["lastRunAt"].as_str().unwrap().ends_with('Z'));
     let ch = channel_state(&a.store, "writer", "r2").await;
     assert_eq!(ch, json!({"sessions": "server", "lastRunId": "r2"}));
     channel_state(&a.store, "demo", "r3").await;
@@ -203,6 +219,26 @@ async fn two_agents_export_reduced_import_and_the_second_agent_returns() {
     assert_eq!(err["error"]["code"], "unknown_agent");
     let msg = err["error"]["message"].as_str().unwrap();
     assert!(msg.contains("\"writer\"") && msg.contains("\"t\""), "{msg}");
+    // It is still a participant of the thread, shown as not configured here.
+    let (_, thread_b) = get(&b.base, "/threads/t").await;
+    let thread_b: Value = serde_json::from_str(&thread_b).unwrap();
+    let writer_b = thread_b["participants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["agent"] == "writer")
+        .unwrap()
+        .clone();
+    assert_eq!(writer_b["configured"], false);
+    assert_eq!(writer_b["lastRunId"], "r2");
+    let demo_b = thread_b["participants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["agent"] == "demo")
+        .unwrap()
+        .clone();
+    assert_eq!(demo_b["configured"], true);
     // The demo agent continues the thread.
     let (s, _) = post_run(&b.base, "demo", &turn("r4", Some("r3"), "go on")).await;
     assert_eq!(s, 200);

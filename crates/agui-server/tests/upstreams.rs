@@ -211,6 +211,7 @@ async fn headers_forwarded_by_allow_list_and_secrets_never_leak() {
         forward_headers: file.forward_header_names().unwrap(),
         cors_origins: vec!["http://app.example".into()],
         cors_headers: vec![parse_header_name("c", "x-app-version").unwrap()],
+        copilotkit_prefix: Some(agui_server::config::copilotkit_prefix("/ck").unwrap()),
         ..GatewayConfig::default()
     })
     .await;
@@ -259,6 +260,9 @@ async fn headers_forwarded_by_allow_list_and_secrets_never_leak() {
         "/threads/t",
         "/threads",
         "/threads/t/runs/r1/artifact",
+        "/threads/t/session",
+        "/threads/t/session?format=ndjson",
+        "/ck/info",
         "/metrics",
     ] {
         let resp = client()
@@ -290,6 +294,13 @@ async fn headers_forwarded_by_allow_list_and_secrets_never_leak() {
         ("POST", "/agents/secure/connect"),
         ("GET", "/threads/t/events"),
         ("DELETE", "/threads/t"),
+        ("POST", "/threads/t/runs/r1/stop"),
+        ("POST", "/threads/import"),
+        ("GET", "/threads/t/session"),
+        ("GET", "/ck/info"),
+        ("POST", "/ck/agent/secure/run"),
+        ("POST", "/ck/agent/secure/connect"),
+        ("POST", "/ck/agent/secure/stop/t"),
     ] {
         let resp = client()
             .request(reqwest::Method::OPTIONS, format!("{}{path}", g.base))
