@@ -14,6 +14,8 @@ use std::process::{Child, Command, Stdio};
 struct Server {
     child: Child,
     addr: String,
+    /// What it logged up to and including the "listening" line.
+    startup: Vec<String>,
 }
 
 impl Drop for Server {
@@ -42,17 +44,27 @@ fn serve(dir: &Path, args: &[&str]) -> Server {
         .spawn()
         .unwrap();
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut startup = Vec::new();
     let addr = loop {
         let line = lines
             .next()
             .expect("agui serve exited before listening")
             .unwrap();
-        if let Some(rest) = line.split("listening on http://").nth(1) {
-            break rest.trim().to_owned();
+        let addr = line
+            .split("listening on http://")
+            .nth(1)
+            .map(|rest| rest.trim().to_owned());
+        startup.push(line);
+        if let Some(addr) = addr {
+            break addr;
         }
     };
     std::thread::spawn(move || for _ in lines.by_ref() {});
-    Server { child, addr }
+    Server {
+        child,
+        addr,
+        startup,
+    }
 }
 
 /// The fenced block that follows `<!-- quickstart:NAME -->` in README.md.
@@ -295,33 +307,9 @@ fn help_logs_and_docs_hold_no_traps_for_a_newcomer() {
 
     // A log written to a pipe or a file: no ANSI escapes.
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_agui"))
-        .args(["serve", "--listen", "127.0.0.1:0"])
-        .current_dir(dir.path())
-        .env_remove("AGUI_DATA_DIR")
-        .env_remove("AGUI_AUTH_TOKEN")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let mut seen = Vec::new();
-    for line in lines.by_ref() {
-        let line = line.unwrap();
-        let done = line.contains("listening on http://");
-        seen.push(line);
-        if done {
-            break;
-        }
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    assert!(
-        seen.iter().any(|l| l.contains("listening on http://")),
-        "{seen:?}"
-    );
-    for l in &seen {
+    let server = serve(dir.path(), &[]);
+    let seen = &server.startup;
+    for l in seen {
         assert!(!l.contains('\u{1b}'), "a colour code in a piped log: {l:?}");
     }
 
