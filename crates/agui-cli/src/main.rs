@@ -7,6 +7,13 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+/// mimalloc instead of the system allocator: the commands allocate and free
+/// one buffer per event, often on two threads (a reading thread decodes, the
+/// main thread drops), where glibc's allocator spends a fifth of the CPU
+/// time (measured: ARCHITECTURE.md, "Allocator").
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod cmd;
 mod io;
 mod progress;
