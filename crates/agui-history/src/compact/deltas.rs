@@ -26,7 +26,7 @@ use agui_protocol::{Event, EventType};
 use serde_json::{Map, Value};
 
 use super::CompactError;
-use super::fields::{Fields, string_body};
+use super::fields::{Fields, Members, same_json, string_body};
 use super::state::StateWindow;
 
 /// Held events beyond which the oldest open anchor is closed early, so that a
@@ -667,8 +667,9 @@ impl ActivityAnchor {
 /// yields concatenated, with the metadata folded.
 struct ChunkRun {
     first: Event,
-    /// The first chunk's fields.
-    fields: Map<String, Value>,
+    /// The first chunk's members: each key and where its value lies in
+    /// `first`'s text (read once; merging compares raw values).
+    fields: Vec<(String, std::ops::Range<usize>)>,
     /// Concatenated string bodies (escapes kept); `None` while no chunk of
     /// the run had a `delta`.
     delta: Option<String>,
@@ -689,18 +690,28 @@ type ChunkParts = (Option<String>, Option<Map<String, Value>>);
 
 /// A chunk's `delta` body (absent: `Some(None)`) and `metadata`, when both
 /// merge the way expansion and the reducer apply them.
-fn chunk_parts(fields: &Map<String, Value>) -> Option<ChunkParts> {
+///
+/// The body is written as the JSON library writes the decoded string: a
+/// body without a backslash already is (valid JSON text holds no raw `"`
+/// or control character), any other is decoded and written again.
+fn chunk_parts(fields: &Members<'_>) -> Option<ChunkParts> {
     let delta = match fields.get("delta") {
         None => None,
-        Some(Value::String(s)) => {
-            let raw = serde_json::to_string(s).ok()?;
-            Some(string_body(&raw)?.to_owned())
+        Some(raw) if raw.starts_with('"') => {
+            let body = string_body(raw)?;
+            if body.contains('\\') {
+                let decoded: String = serde_json::from_str(raw).ok()?;
+                let written = serde_json::to_string(&decoded).ok()?;
+                Some(string_body(&written)?.to_owned())
+            } else {
+                Some(body.to_owned())
+            }
         }
         Some(_) => return None,
     };
     let metadata = match fields.get("metadata") {
         None => None,
-        Some(Value::Object(m)) => Some(m.clone()),
+        Some(raw) if raw.starts_with('{') => Some(serde_json::from_str(raw).ok()?),
         Some(_) => return None,
     };
     Some((delta, metadata))
@@ -709,8 +720,18 @@ fn chunk_parts(fields: &Map<String, Value>) -> Option<ChunkParts> {
 impl ChunkRun {
     fn start(event: &Event) -> Option<ChunkRun> {
         chunk_id_field(event.event_type())?;
-        let fields: Map<String, Value> = serde_json::from_str(event.json()).ok()?;
-        let (delta, metadata) = chunk_parts(&fields)?;
+        let json = event.json();
+        let members = Members::read(json)?;
+        let (delta, metadata) = chunk_parts(&members)?;
+        // The raw values are slices of `json`: their offsets locate them.
+        let base = json.as_ptr() as usize;
+        let fields = members
+            .iter()
+            .map(|(key, value)| {
+                let at = value.as_ptr() as usize - base;
+                (key.to_owned(), at..at + value.len())
+            })
+            .collect();
         Some(ChunkRun {
             first: event.clone(),
             fields,
@@ -718,6 +739,12 @@ impl ChunkRun {
             metadata,
             merged: 0,
         })
+    }
+
+    /// The first chunk's raw value of `key` (its last occurrence).
+    fn first_field(&self, key: &str) -> Option<&str> {
+        let (_, range) = self.fields.iter().rev().find(|(k, _)| k == key)?;
+        self.first.json().get(range.clone())
     }
 
     /// Merges `event` into the run when expansion makes it a plain
@@ -728,17 +755,27 @@ impl ChunkRun {
         if event.event_type() != self.first.event_type() {
             return false;
         }
-        let Ok(fields) = serde_json::from_str::<Map<String, Value>>(event.json()) else {
+        let Some(fields) = Members::read(event.json()) else {
             return false;
         };
         let Some((delta, metadata)) = chunk_parts(&fields) else {
             return false;
         };
-        let agrees = fields.iter().all(|(k, v)| match k.as_str() {
+        let agrees = fields.iter().all(|(k, _)| match k {
             "type" | "delta" | "metadata" | "timestamp" => true,
-            _ => self.fields.get(k) == Some(v),
+            _ => match (self.first_field(k), fields.get(k)) {
+                (Some(first), Some(value)) => same_json(first, value),
+                _ => false,
+            },
         });
-        let same_lane = self.fields.get("subagentRunId") == fields.get("subagentRunId");
+        let same_lane = match (
+            self.first_field("subagentRunId"),
+            fields.get("subagentRunId"),
+        ) {
+            (None, None) => true,
+            (Some(first), Some(value)) => same_json(first, value),
+            _ => false,
+        };
         if !agrees || !same_lane {
             return false;
         }
@@ -752,53 +789,103 @@ impl ChunkRun {
         true
     }
 
+    /// The first chunk with the merged `delta` and `metadata`, written as
+    /// the JSON library writes the first chunk parsed as an object (a key
+    /// once, where it first appears, with its last value; values in their
+    /// canonical form), without parsing what is already canonical.
     fn into_event(self) -> Result<Event, CompactError> {
         if self.merged == 0 {
             return Ok(self.first);
         }
-        let mut fields = self.fields;
-        let mut text = String::from("{");
+        let json = self.first.json();
+        let mut text =
+            String::with_capacity(json.len() + self.delta.as_ref().map_or(0, String::len) + 16);
+        text.push('{');
         let mut first = true;
-        let mut push_key = |text: &mut String, key: &str| -> Result<(), CompactError> {
-            if !first {
+        let push_key = |text: &mut String, first: &mut bool, key: &str| {
+            if !*first {
                 text.push(',');
             }
-            first = false;
-            text.push_str(&serde_json::to_string(key).map_err(CompactError::Json)?);
+            *first = false;
+            push_json_string(text, key);
             text.push(':');
-            Ok(())
         };
-        let delta = self.delta;
-        let metadata = self.metadata;
-        let has_delta = fields.contains_key("delta");
-        let has_metadata = fields.contains_key("metadata");
-        for (key, value) in &mut fields {
-            push_key(&mut text, key)?;
+        let delta = self.delta.as_deref();
+        let metadata = self.metadata.as_ref();
+        let mut has_delta = false;
+        let mut has_metadata = false;
+        for (i, (key, _)) in self.fields.iter().enumerate() {
+            if self.fields[..i].iter().any(|(k, _)| k == key) {
+                continue;
+            }
+            let raw = self
+                .first_field(key)
+                .ok_or(CompactError::Internal("a chunk member lies in its text"))?;
+            push_key(&mut text, &mut first, key);
             match key.as_str() {
                 "delta" => {
+                    has_delta = true;
                     text.push('"');
-                    text.push_str(delta.as_deref().unwrap_or_default());
+                    text.push_str(delta.unwrap_or_default());
                     text.push('"');
                 }
                 "metadata" if metadata.is_some() => {
+                    has_metadata = true;
                     text.push_str(&serde_json::to_string(&metadata).map_err(CompactError::Json)?);
                 }
-                _ => text.push_str(&serde_json::to_string(value).map_err(CompactError::Json)?),
+                "metadata" => {
+                    has_metadata = true;
+                    push_canonical(&mut text, raw)?;
+                }
+                _ => push_canonical(&mut text, raw)?,
             }
         }
-        if !has_delta && let Some(delta) = &delta {
-            push_key(&mut text, "delta")?;
+        if !has_delta && let Some(delta) = delta {
+            push_key(&mut text, &mut first, "delta");
             text.push('"');
             text.push_str(delta);
             text.push('"');
         }
-        if !has_metadata && let Some(metadata) = &metadata {
-            push_key(&mut text, "metadata")?;
+        if !has_metadata && let Some(metadata) = metadata {
+            push_key(&mut text, &mut first, "metadata");
             text.push_str(&serde_json::to_string(metadata).map_err(CompactError::Json)?);
         }
         text.push('}');
         Event::from_json_string(text).map_err(CompactError::Synthesized)
     }
+}
+
+/// Writes `s` as a JSON string, as the JSON library writes it.
+fn push_json_string(text: &mut String, s: &str) {
+    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        text.push('"');
+        text.push_str(s);
+        text.push('"');
+    } else if let Ok(written) = serde_json::to_string(s) {
+        text.push_str(&written);
+    }
+}
+
+/// Writes a raw JSON value (from a validated event) as the JSON library
+/// writes it once parsed: a literal, a string without escapes or a number
+/// without an exponent is already in that form (numbers keep their
+/// spelling, but an exponent gets its sign written: `1e5` is `1e+5`); an
+/// escaped string, an exponent, an object or an array is parsed and written
+/// again (escapes, spacing and repeated keys change).
+fn push_canonical(text: &mut String, raw: &str) -> Result<(), CompactError> {
+    let plain = match raw.as_bytes().first() {
+        Some(b'{' | b'[') => false,
+        Some(b'"') => !raw.contains('\\'),
+        Some(b't' | b'f' | b'n') => true,
+        _ => !raw.contains(['e', 'E']),
+    };
+    if plain {
+        text.push_str(raw);
+    } else {
+        let value: Value = serde_json::from_str(raw).map_err(CompactError::Json)?;
+        text.push_str(&serde_json::to_string(&value).map_err(CompactError::Json)?);
+    }
+    Ok(())
 }
 
 /// The one CONTENT / ARGS event standing for an anchor's pieces, shaped as the
@@ -867,6 +954,71 @@ mod tests {
 
     fn texts(events: &[Event]) -> Vec<String> {
         events.iter().map(|e| e.json().to_owned()).collect()
+    }
+
+    /// A merged chunk run is written as the first chunk parsed and written
+    /// again by the JSON library: values that differ only in spelling still
+    /// merge, escapes and spacing take their canonical form, a repeated key
+    /// appears once (where it first stood, with its last value), an
+    /// exponent gets its sign, and an escaped key reads as the key it spells.
+    #[test]
+    fn merged_chunk_runs_are_written_in_canonical_form() {
+        let out = compact_deltas(events(&[
+            r#"{"type":"TEXT_MESSAGE_CHUNK","messageId":"m","role":"assistant","delta":"a\u00e9","rawEvent":{ "b" : [1, 2.50] },"name":"x\/y","name":"z","n":-0.0e1}"#,
+            r#"{"type":"TEXT_MESSAGE_CHUNK","messageId":"m","delta":"b\n","rawEvent":{"b":[1,2.50]},"metadata":{"k":1}}"#,
+            r#"{"type":"TEXT_MESSAGE_CHUNK","message\u0049d":"m","delta":"c"}"#,
+            r#"{"type":"TEXT_MESSAGE_CHUNK","messageId":"m2","delta":"d"}"#,
+        ]))
+        .unwrap();
+        assert_eq!(
+            texts(&out),
+            [
+                r#"{"type":"TEXT_MESSAGE_CHUNK","messageId":"m","role":"assistant","delta":"aéb\nc","rawEvent":{"b":[1,2.50]},"name":"z","n":-0.0e+1,"metadata":{"k":1}}"#,
+                r#"{"type":"TEXT_MESSAGE_CHUNK","messageId":"m2","delta":"d"}"#,
+            ]
+        );
+    }
+
+    /// Every spelling of a value in a merged chunk comes out as the JSON
+    /// library writes the parsed value (the way merged chunks were written
+    /// before they were assembled from raw members).
+    #[test]
+    fn merged_chunk_values_match_the_parsed_and_written_value() {
+        let spellings = [
+            "1",
+            "-0",
+            "1.50",
+            "1e5",
+            "1E5",
+            "1e-5",
+            "-2.5E+3",
+            "0.0e0",
+            "true",
+            "null",
+            r#""plain""#,
+            r#""\u00e9\/\"""#,
+            r#""\ud83d\ude00""#,
+            r#""tab\there""#,
+            "[ 1 , 2 ]",
+            r#"{"b":1,"a":2}"#,
+            r#"{ "a" : 1, "a" : 2 }"#,
+            r#"[{"x":[]} ,{}]"#,
+        ];
+        for raw in spellings {
+            let first =
+                format!(r#"{{"type":"TOOL_CALL_CHUNK","toolCallId":"t","v":{raw},"delta":"a"}}"#);
+            let out = compact_deltas(events(&[
+                &first,
+                r#"{"type":"TOOL_CALL_CHUNK","toolCallId":"t","delta":"b"}"#,
+            ]))
+            .unwrap();
+            let value: Value = serde_json::from_str(raw).unwrap();
+            let expected = format!(
+                r#"{{"type":"TOOL_CALL_CHUNK","toolCallId":"t","v":{},"delta":"ab"}}"#,
+                serde_json::to_string(&value).unwrap()
+            );
+            assert_eq!(texts(&out), [expected], "{raw}");
+        }
     }
 
     #[test]

@@ -10,7 +10,7 @@ use serde_json::value::RawValue;
 
 /// Up to four named top-level fields of one event, each as its raw JSON text.
 pub(crate) struct Fields<'a, const N: usize> {
-    pub(crate) values: [Option<&'a RawValue>; N],
+    pub(crate) values: [Option<&'a str>; N],
 }
 
 impl<'a, const N: usize> Fields<'a, N> {
@@ -18,13 +18,26 @@ impl<'a, const N: usize> Fields<'a, N> {
     /// wanted key appears twice (JavaScript would keep the last one; callers
     /// treat such events as opaque, which is always safe).
     pub(crate) fn read(json: &'a str, names: [&'static str; N]) -> Option<Self> {
+        // The one-pass scanner first (no allocation, no DOM); it defers to
+        // the JSON library for what it does not read itself (escaped keys).
+        let mut values: [Option<&'a str>; N] = [None; N];
+        let mut duplicate = false;
+        let scanned = agui_protocol::for_each_member(json, |key, value| {
+            if let Some(i) = names.iter().position(|n| *n == key) {
+                duplicate |= values[i].is_some();
+                values[i] = Some(value);
+            }
+        });
+        if scanned {
+            return (!duplicate).then_some(Fields { values });
+        }
         let mut de = serde_json::Deserializer::from_str(json);
         de.deserialize_map(FieldsVisitor { names }).ok()
     }
 
     /// The raw text of field `i`, if present.
     pub(crate) fn raw(&self, i: usize) -> Option<&'a str> {
-        self.values[i].map(RawValue::get)
+        self.values[i]
     }
 
     /// Field `i` as a decoded string: `Some(Ok(s))` for a JSON string,
@@ -50,14 +63,14 @@ impl<'de, const N: usize> Visitor<'de> for FieldsVisitor<N> {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut values: [Option<&'de RawValue>; N] = [None; N];
+        let mut values: [Option<&'de str>; N] = [None; N];
         while let Some(key) = map.next_key::<Cow<'de, str>>()? {
             match self.names.iter().position(|n| *n == key) {
                 Some(i) => {
                     if values[i].is_some() {
                         return Err(de::Error::custom("duplicate field"));
                     }
-                    values[i] = Some(map.next_value::<&'de RawValue>()?);
+                    values[i] = Some(map.next_value::<&'de RawValue>()?.get());
                 }
                 None => {
                     map.next_value::<IgnoredAny>()?;
@@ -66,6 +79,72 @@ impl<'de, const N: usize> Visitor<'de> for FieldsVisitor<N> {
         }
         Ok(Fields { values })
     }
+}
+
+/// Every top-level member of an event: its key (decoded) and its value's
+/// raw text, in the order written (a repeated key appears each time; the
+/// last one wins, as in JavaScript).
+pub(crate) struct Members<'a> {
+    list: Vec<(Cow<'a, str>, &'a str)>,
+}
+
+impl<'a> Members<'a> {
+    /// Reads the members of `json`; `None` when it is not an object.
+    pub(crate) fn read(json: &'a str) -> Option<Self> {
+        let mut list = Vec::with_capacity(8);
+        if agui_protocol::for_each_member(json, |key, value| {
+            list.push((Cow::Borrowed(key), value));
+        }) {
+            return Some(Members { list });
+        }
+        let mut de = serde_json::Deserializer::from_str(json);
+        de.deserialize_map(MembersVisitor).ok()
+    }
+
+    /// The value of `key` (its last occurrence).
+    pub(crate) fn get(&self, key: &str) -> Option<&'a str> {
+        self.list
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| *v)
+    }
+
+    /// The members in the order written.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&str, &'a str)> + '_ {
+        self.list.iter().map(|(k, v)| (k.as_ref(), *v))
+    }
+}
+
+struct MembersVisitor;
+
+impl<'de> Visitor<'de> for MembersVisitor {
+    type Value = Members<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an event object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut list = Vec::new();
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            list.push((key, map.next_value::<&'de RawValue>()?.get()));
+        }
+        Ok(Members { list })
+    }
+}
+
+/// Two raw JSON values with the same meaning: the same text, or, when the
+/// texts differ (spacing, escapes, key order), equal as parsed values.
+pub(crate) fn same_json(a: &str, b: &str) -> bool {
+    a == b
+        || matches!(
+            (
+                serde_json::from_str::<serde_json::Value>(a),
+                serde_json::from_str::<serde_json::Value>(b),
+            ),
+            (Ok(x), Ok(y)) if x == y
+        )
 }
 
 /// The body of a JSON string literal (its text between the quotes, escapes
