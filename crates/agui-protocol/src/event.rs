@@ -236,11 +236,9 @@ fn trim(text: &str) -> &str {
 /// that the reference path would accept `text` unchanged.
 #[inline]
 fn fast_type(text: &str) -> Option<EventType> {
+    // The scanner defers any key that is (or could decode to) the reserved
+    // key, so the reference path judges those.
     let scanned = scan::scan(text.as_bytes(), &mut ())?;
-    // Only the reference path can tell the reserved key from a mention.
-    if text.contains("serde_json") {
-        return None;
-    }
     Some(EventType::from_wire(&text[scanned.ty.0..scanned.ty.1]))
 }
 
@@ -483,7 +481,7 @@ fn check_reserved_key(text: &str) -> Result<(), EnvelopeError> {
 }
 
 /// The key serde_json's exact-number mode reserves for itself.
-const RESERVED_KEY: &str = "$serde_json::private::Number";
+pub(crate) const RESERVED_KEY: &str = "$serde_json::private::Number";
 
 /// Removes insignificant whitespace from valid JSON text.
 fn one_line(text: &str) -> String {

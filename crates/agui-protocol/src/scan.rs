@@ -10,7 +10,8 @@
 //! The scanner is **conservative**: it accepts only text for which the
 //! reference path would return the same text unchanged (no line break, depth
 //! within [`MAX_DEPTH`], no escape that could hide a lone surrogate or the
-//! reserved key, no escaped top-level key, a `type` without escapes). For
+//! reserved key, no key that is the reserved key, no escaped top-level key,
+//! a `type` without escapes). For
 //! anything else it answers `None` and the caller takes the reference path,
 //! which gives the verdict and the exact error. So the fast path can only
 //! ever be faster, never different; `tests/scan_differential.rs` and the
@@ -115,15 +116,22 @@ const fn splat(b: u8) -> u64 {
 const LOW: u64 = splat(0x01);
 const HIGH: u64 = splat(0x80);
 
-/// True when one of the eight bytes in `x` is `"`, `\` or below 0x20. Exact
-/// for "is there one" (a borrow can only mark bytes above a true hit).
+/// The high bit of each of the eight bytes of `x` (read little-endian) that
+/// is `"`, `\` or below 0x20, and maybe of bytes above such a byte (a
+/// borrow only runs upwards). So the mask is zero exactly when no byte is
+/// special, and its lowest set bit marks the first special byte.
 #[inline(always)]
-fn has_special(x: u64) -> bool {
+fn special_mask(x: u64) -> u64 {
     let quote = x ^ splat(b'"');
     let backslash = x ^ splat(b'\\');
     let zero = |v: u64| v.wrapping_sub(LOW) & !v & HIGH;
     let control = x.wrapping_sub(splat(0x20)) & !x & HIGH;
-    (zero(quote) | zero(backslash) | control) != 0
+    zero(quote) | zero(backslash) | control
+}
+
+#[cfg(test)]
+fn has_special(x: u64) -> bool {
+    special_mask(x) != 0
 }
 
 /// Scans `text` (already trimmed of surrounding whitespace) as an event
@@ -152,7 +160,7 @@ pub(crate) fn scan<S: Sink>(text: &[u8], sink: &mut S) -> Option<Scanned> {
                 }
                 let start = i + 1;
                 let (end, escaped) = string(text, start)?;
-                if escaped {
+                if escaped || is_reserved(&text[start..end]) {
                     return None;
                 }
                 key = (start, end);
@@ -255,6 +263,9 @@ fn container_end(text: &[u8], mut i: usize, object: bool) -> Option<usize> {
                     return None;
                 }
                 let (end, _) = string(text, i + 1)?;
+                if is_reserved(&text[i + 1..end]) {
+                    return None;
+                }
                 i = end + 1;
                 *state = State::Colon;
             }
@@ -318,6 +329,15 @@ fn container_end(text: &[u8], mut i: usize, object: bool) -> Option<usize> {
     }
 }
 
+/// True for a key whose body (as written) is the key the JSON library
+/// reserves for its exact numbers. A body with escapes never decodes to it
+/// unless an escape spells printable ASCII, which [`string`] defers: so
+/// this test on the raw body is exact.
+#[inline(always)]
+fn is_reserved(body: &[u8]) -> bool {
+    body.first() == Some(&b'$') && body == crate::event::RESERVED_KEY.as_bytes()
+}
+
 fn member(key: (usize, usize), value: (usize, usize)) -> Member {
     // `scan` refuses text longer than u32::MAX bytes, so these fit.
     Member {
@@ -352,10 +372,11 @@ fn close(depth: &mut usize, state: &mut State) {
 fn string(text: &[u8], mut i: usize) -> Option<(usize, bool)> {
     let mut escaped = false;
     loop {
-        // Eight bytes at a time while none of them is special.
+        // Eight bytes at a time up to the first special byte.
         while let Some(chunk) = text.get(i..i + 8) {
-            let word = u64::from_ne_bytes(chunk.try_into().ok()?);
-            if has_special(word) {
+            let mask = special_mask(u64::from_le_bytes(chunk.try_into().ok()?));
+            if mask != 0 {
+                i += (mask.trailing_zeros() / 8) as usize;
                 break;
             }
             i += 8;
@@ -529,6 +550,25 @@ mod tests {
     }
 
     #[test]
+    fn the_reserved_key_is_deferred_wherever_it_stands_and_only_as_a_key() {
+        for text in [
+            r#"{"type":"A","$serde_json::private::Number":"1"}"#,
+            r#"{"type":"A","b":{"$serde_json::private::Number":"1"}}"#,
+            r#"{"type":"A","b":[{"c":{"$serde_json::private::Number":"1"}}]}"#,
+            r#"{"type":"A","b":{"\u0024serde_json::private::Number":"1"}}"#,
+        ] {
+            assert_eq!(ty(text), None, "{text}");
+        }
+        for text in [
+            r#"{"type":"A","b":"$serde_json::private::Number"}"#,
+            r#"{"type":"A","b":{"$schema":"x","$ref":"y"}}"#,
+            r#"{"type":"A","$serde_json::private::Numbers":1}"#,
+        ] {
+            assert_eq!(ty(text), Some("A"), "{text}");
+        }
+    }
+
+    #[test]
     fn depth_beyond_the_limit_is_deferred() {
         let nested = |levels: usize| {
             let inner = "[".repeat(levels - 1) + &"]".repeat(levels - 1);
@@ -551,5 +591,24 @@ mod tests {
             assert!(!has_special(u64::from_ne_bytes(bytes)));
         }
         assert!(!has_special(u64::from_ne_bytes(*b"abc~\x7f\x80\xff ")));
+    }
+
+    #[test]
+    fn the_mask_marks_the_first_special_byte_exactly() {
+        // Every lane for the first hit, with every kind of byte after it
+        // (a borrow from the hit may mark later lanes, never earlier ones).
+        for first in 0..8 {
+            for special in [b'"', b'\\', 0x00, 0x1f] {
+                for after in [b'"', b'\\', 0x00, 0x01, 0x20, 0x21, b'a', 0xff] {
+                    let mut bytes = [b'a'; 8];
+                    bytes[first] = special;
+                    for b in &mut bytes[first + 1..] {
+                        *b = after;
+                    }
+                    let mask = special_mask(u64::from_le_bytes(bytes));
+                    assert_eq!(mask.trailing_zeros() / 8, first as u32, "{bytes:?}");
+                }
+            }
+        }
     }
 }
