@@ -26,7 +26,9 @@ use agui_protocol::{Event, EventType};
 use serde_json::{Map, Value};
 
 use super::CompactError;
-use super::fields::{Fields, Members, same_json, string_body};
+use super::fields::{
+    Fields, Members, RawMap, merge_raw, push_canonical, push_json_string, same_json, string_body,
+};
 use super::state::StateWindow;
 
 /// Held events beyond which the oldest open anchor is closed early, so that a
@@ -80,7 +82,7 @@ struct Anchor {
     /// Concatenated string bodies of the merged deltas, escapes kept.
     delta: String,
     /// Last-write-wins fold of the merged pieces' metadata.
-    metadata: Option<Map<String, Value>>,
+    metadata: Option<RawMap>,
     pieces: usize,
     end: Option<Event>,
     open: bool,
@@ -407,10 +409,7 @@ impl DeltaCompactor {
         let body = fields.raw(1).and_then(string_body);
         let metadata = match fields.raw(2) {
             None => Some(None),
-            Some(raw) if raw.starts_with('{') => serde_json::from_str::<Map<String, Value>>(raw)
-                .ok()
-                .map(Some),
-            Some(_) => None,
+            Some(raw) => RawMap::parse(raw).map(Some),
         };
         let (Some(body), Some(metadata)) = (body, metadata) else {
             self.close(&key);
@@ -427,7 +426,7 @@ impl DeltaCompactor {
         if let Some(anchor) = self.anchor_mut(seq) {
             anchor.delta.push_str(body);
             if let Some(incoming) = metadata {
-                merge_metadata(&mut anchor.metadata, incoming);
+                merge_raw(&mut anchor.metadata, incoming);
             }
             anchor.pieces += 1;
         }
@@ -673,7 +672,7 @@ struct ChunkRun {
     /// Concatenated string bodies (escapes kept); `None` while no chunk of
     /// the run had a `delta`.
     delta: Option<String>,
-    metadata: Option<Map<String, Value>>,
+    metadata: Option<RawMap>,
     merged: usize,
 }
 
@@ -686,7 +685,7 @@ fn chunk_id_field(ty: &EventType) -> Option<&'static str> {
 }
 
 /// A chunk's `delta` body and `metadata`, each `None` when absent.
-type ChunkParts = (Option<String>, Option<Map<String, Value>>);
+type ChunkParts = (Option<String>, Option<RawMap>);
 
 /// A chunk's `delta` body (absent: `Some(None)`) and `metadata`, when both
 /// merge the way expansion and the reducer apply them.
@@ -711,8 +710,7 @@ fn chunk_parts(fields: &Members<'_>) -> Option<ChunkParts> {
     };
     let metadata = match fields.get("metadata") {
         None => None,
-        Some(raw) if raw.starts_with('{') => Some(serde_json::from_str(raw).ok()?),
-        Some(_) => return None,
+        Some(raw) => Some(RawMap::parse(raw)?),
     };
     Some((delta, metadata))
 }
@@ -783,7 +781,7 @@ impl ChunkRun {
             self.delta.get_or_insert_with(String::new).push_str(&body);
         }
         if let Some(m) = metadata {
-            merge_metadata(&mut self.metadata, m);
+            merge_raw(&mut self.metadata, m);
         }
         self.merged += 1;
         true
@@ -807,8 +805,9 @@ impl ChunkRun {
                 text.push(',');
             }
             *first = false;
-            push_json_string(text, key);
+            push_json_string(text, key).map_err(CompactError::Json)?;
             text.push(':');
+            Ok::<(), CompactError>(())
         };
         let delta = self.delta.as_deref();
         let metadata = self.metadata.as_ref();
@@ -821,7 +820,7 @@ impl ChunkRun {
             let raw = self
                 .first_field(key)
                 .ok_or(CompactError::Internal("a chunk member lies in its text"))?;
-            push_key(&mut text, &mut first, key);
+            push_key(&mut text, &mut first, key)?;
             match key.as_str() {
                 "delta" => {
                     has_delta = true;
@@ -831,61 +830,30 @@ impl ChunkRun {
                 }
                 "metadata" if metadata.is_some() => {
                     has_metadata = true;
-                    text.push_str(&serde_json::to_string(&metadata).map_err(CompactError::Json)?);
+                    if let Some(metadata) = metadata {
+                        metadata.write(&mut text).map_err(CompactError::Json)?;
+                    }
                 }
                 "metadata" => {
                     has_metadata = true;
-                    push_canonical(&mut text, raw)?;
+                    push_canonical(&mut text, raw).map_err(CompactError::Json)?;
                 }
-                _ => push_canonical(&mut text, raw)?,
+                _ => push_canonical(&mut text, raw).map_err(CompactError::Json)?,
             }
         }
         if !has_delta && let Some(delta) = delta {
-            push_key(&mut text, &mut first, "delta");
+            push_key(&mut text, &mut first, "delta")?;
             text.push('"');
             text.push_str(delta);
             text.push('"');
         }
         if !has_metadata && let Some(metadata) = metadata {
-            push_key(&mut text, &mut first, "metadata");
-            text.push_str(&serde_json::to_string(metadata).map_err(CompactError::Json)?);
+            push_key(&mut text, &mut first, "metadata")?;
+            metadata.write(&mut text).map_err(CompactError::Json)?;
         }
         text.push('}');
         Event::from_json_string(text).map_err(CompactError::Synthesized)
     }
-}
-
-/// Writes `s` as a JSON string, as the JSON library writes it.
-fn push_json_string(text: &mut String, s: &str) {
-    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
-        text.push('"');
-        text.push_str(s);
-        text.push('"');
-    } else if let Ok(written) = serde_json::to_string(s) {
-        text.push_str(&written);
-    }
-}
-
-/// Writes a raw JSON value (from a validated event) as the JSON library
-/// writes it once parsed: a literal, a string without escapes or a number
-/// without an exponent is already in that form (numbers keep their
-/// spelling, but an exponent gets its sign written: `1e5` is `1e+5`); an
-/// escaped string, an exponent, an object or an array is parsed and written
-/// again (escapes, spacing and repeated keys change).
-fn push_canonical(text: &mut String, raw: &str) -> Result<(), CompactError> {
-    let plain = match raw.as_bytes().first() {
-        Some(b'{' | b'[') => false,
-        Some(b'"') => !raw.contains('\\'),
-        Some(b't' | b'f' | b'n') => true,
-        _ => !raw.contains(['e', 'E']),
-    };
-    if plain {
-        text.push_str(raw);
-    } else {
-        let value: Value = serde_json::from_str(raw).map_err(CompactError::Json)?;
-        text.push_str(&serde_json::to_string(&value).map_err(CompactError::Json)?);
-    }
-    Ok(())
 }
 
 /// The one CONTENT / ARGS event standing for an anchor's pieces, shaped as the
@@ -904,7 +872,7 @@ fn synthesize(anchor: &Anchor) -> Result<Event, CompactError> {
     text.push('"');
     if let Some(metadata) = &anchor.metadata {
         text.push_str(",\"metadata\":");
-        text.push_str(&serde_json::to_string(metadata).map_err(CompactError::Json)?);
+        metadata.write(&mut text).map_err(CompactError::Json)?;
     }
     text.push('}');
     Event::from_json_string(text).map_err(CompactError::Synthesized)

@@ -147,6 +147,105 @@ pub(crate) fn same_json(a: &str, b: &str) -> bool {
         )
 }
 
+/// A JSON object kept as its members' raw values: merged the way
+/// `mergeMetadata` merges (shallow, last write wins, a new key goes last)
+/// and written as the JSON library writes the parsed object, without
+/// building a DOM for the values.
+#[derive(Debug, Default)]
+pub(crate) struct RawMap {
+    members: Vec<(String, String)>,
+}
+
+impl RawMap {
+    /// Reads an object's raw text; `None` when it is not an object.
+    pub(crate) fn parse(raw: &str) -> Option<RawMap> {
+        if !raw.starts_with('{') {
+            return None;
+        }
+        let mut de = serde_json::Deserializer::from_str(raw);
+        let members = de.deserialize_map(MembersVisitor).ok()?;
+        de.end().ok()?;
+        let mut map = RawMap {
+            members: Vec::with_capacity(members.list.len()),
+        };
+        for (key, value) in members.list {
+            map.insert(key.into_owned(), value.to_owned());
+        }
+        Some(map)
+    }
+
+    fn insert(&mut self, key: String, value: String) {
+        match self.members.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, v)) => *v = value,
+            None => self.members.push((key, value)),
+        }
+    }
+
+    /// Merges `other` into this map, member by member.
+    pub(crate) fn merge(&mut self, other: RawMap) {
+        for (key, value) in other.members {
+            self.insert(key, value);
+        }
+    }
+
+    /// Appends the object as the JSON library writes it once parsed.
+    pub(crate) fn write(&self, text: &mut String) -> Result<(), serde_json::Error> {
+        text.push('{');
+        for (i, (key, value)) in self.members.iter().enumerate() {
+            if i > 0 {
+                text.push(',');
+            }
+            push_json_string(text, key)?;
+            text.push(':');
+            push_canonical(text, value)?;
+        }
+        text.push('}');
+        Ok(())
+    }
+}
+
+/// Merges an incoming object into an optional one (`mergeMetadata`).
+pub(crate) fn merge_raw(target: &mut Option<RawMap>, incoming: RawMap) {
+    match target {
+        None => *target = Some(incoming),
+        Some(existing) => existing.merge(incoming),
+    }
+}
+
+/// Writes `s` as a JSON string, as the JSON library writes it.
+pub(crate) fn push_json_string(text: &mut String, s: &str) -> Result<(), serde_json::Error> {
+    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        text.push('"');
+        text.push_str(s);
+        text.push('"');
+    } else {
+        text.push_str(&serde_json::to_string(s)?);
+    }
+    Ok(())
+}
+
+/// Writes a raw JSON value (from a validated event) as the JSON library
+/// writes it once parsed: a literal, a string without escapes or a number
+/// without an exponent is already in that form (numbers keep their
+/// spelling, but an exponent gets its sign written: `1e5` is `1e+5`); an
+/// escaped string, an exponent, an object or an array is parsed and written
+/// again (escapes, spacing and repeated keys change).
+pub(crate) fn push_canonical(text: &mut String, raw: &str) -> Result<(), serde_json::Error> {
+    let plain = match raw.as_bytes().first() {
+        Some(b'{' | b'[') => false,
+        Some(b'"') => !raw.contains('\\'),
+        Some(b't' | b'f' | b'n') => true,
+        _ => !raw.contains(['e', 'E']),
+    };
+    if plain {
+        text.push_str(raw);
+    } else {
+        let value: serde_json::Value = serde_json::from_str(raw)?;
+        text.push_str(&serde_json::to_string(&value)?);
+    }
+    Ok(())
+}
+
 /// The body of a JSON string literal (its text between the quotes, escapes
 /// kept), or `None` when `raw` is not a string.
 pub(crate) fn string_body(raw: &str) -> Option<&str> {
@@ -176,6 +275,37 @@ mod tests {
         assert!(Fields::read(r#"[1]"#, ["a"]).is_none());
         // A duplicate of a key nobody asked for is not our concern.
         assert!(Fields::read(r#"{"z":1,"z":2}"#, ["a"]).is_some());
+    }
+
+    /// Parsing, merging and writing raw objects gives what the JSON
+    /// library gives with parsed maps and `mergeMetadata`.
+    #[test]
+    fn raw_maps_merge_and_write_as_parsed_maps_do() {
+        use serde_json::{Map, Value};
+        let objects = [
+            r#"{}"#,
+            r#"{"a":1,"b":"x"}"#,
+            r#"{ "b" : 2.50 , "c" : [ 1, {"d":null} ] }"#,
+            r#"{"a":1e5,"a":"again","\u00e9\n":"\u00e9\/","z":true}"#,
+            r#"{"c":{"y":1,"x":2,"y":3},"e":-0.0E-1,"f":false}"#,
+        ];
+        for a in objects {
+            for b in objects {
+                let mut raw = RawMap::parse(a);
+                merge_raw(&mut raw, RawMap::parse(b).unwrap());
+                let mut written = String::new();
+                raw.unwrap().write(&mut written).unwrap();
+                let mut parsed: Option<Map<String, Value>> = serde_json::from_str(a).ok();
+                super::super::deltas::merge_metadata(&mut parsed, serde_json::from_str(b).unwrap());
+                assert_eq!(
+                    written,
+                    serde_json::to_string(&parsed).unwrap(),
+                    "{a} + {b}"
+                );
+            }
+        }
+        assert!(RawMap::parse("[1]").is_none());
+        assert!(RawMap::parse("null").is_none());
     }
 
     #[test]
