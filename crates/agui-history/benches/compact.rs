@@ -7,7 +7,8 @@
 //! `agui convert --to sse` against `JSON.parse` + `JSON.stringify`
 //! (`oracle/bench-convert.mjs`), unless `AGUI_BENCH_COMPACT_ONLY` is set, and
 //! the ceilings of the same run: a memchr newline scan and a memcpy of the
-//! file in memory.
+//! file in memory. Then `agui reduce` end to end against the official
+//! reducer end to end (see `reduce_end_to_end`).
 //!
 //! ```text
 //! cargo build --release -p agui-cli
@@ -78,7 +79,8 @@ fn measure(program: &Path, args: &[&str], out: &Path, cwd: &Path) -> Measure {
         })
         .and_then(|v| v.trim().parse().ok())
         .expect("/usr/bin/time -v reports the peak resident set size");
-    for line in stderr.lines().filter(|l| !l.starts_with('\t')) {
+    // Our own summary lines (the official reducer's warnings are many).
+    for line in stderr.lines().filter(|l| l.starts_with("agui")) {
         eprintln!("    {line}");
     }
     let text = std::fs::read_to_string(out).expect("output readable");
@@ -280,6 +282,64 @@ fn main() {
             "agui compact (deltas) -> {} events, {:.1} MB; node compactEvents -> {node_events} events",
             m.out_events,
             m.out_bytes as f64 / 1e6
+        );
+    }
+    reduce_end_to_end(&agui, &node, &oracle, &dir, &input, rounds);
+}
+
+/// `agui reduce` end to end (process start, read, parse, reduce, write the
+/// conversation) on the first 10k, 100k and 1M events of the input, and the
+/// official reducer end to end (`oracle/bench-reduce-file.mjs`: read,
+/// `JSON.parse`, `transformChunks` + `defaultApplyEvents`, write) on the
+/// sizes up to `AGUI_BENCH_REDUCE_NODE_MAX` events (default 10,000: the
+/// official reducer is quadratic, 100k events take it hours). Skipped when
+/// `AGUI_BENCH_COMPACT_ONLY` is set.
+fn reduce_end_to_end(
+    agui: &Path,
+    node: &Path,
+    oracle: &Path,
+    dir: &Path,
+    input: &Path,
+    rounds: usize,
+) {
+    if std::env::var_os("AGUI_BENCH_COMPACT_ONLY").is_some() {
+        return;
+    }
+    let node_max = env_usize("AGUI_BENCH_REDUCE_NODE_MAX", 10_000);
+    let text = std::fs::read_to_string(input).expect("input readable");
+    let dev_null = PathBuf::from("/dev/null");
+    println!(
+        "| reduce, end to end | events | median s | M events/s | peak MB | official s | x official |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    for size in [10_000usize, 100_000, 1_000_000] {
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .take(size)
+            .collect();
+        if lines.len() < size {
+            break;
+        }
+        let file = dir.join(format!("reduce-{size}.ndjson"));
+        std::fs::write(&file, lines.join("\n") + "\n").expect("reduce input");
+        let file_s = file.to_str().expect("utf-8 path");
+        let mut walls = Vec::new();
+        let mut peaks = Vec::new();
+        for _ in 0..rounds {
+            let m = measure(agui, &["reduce", file_s], &dev_null, dir);
+            walls.push(m.wall_s);
+            peaks.push(m.peak_kb as f64 / 1024.0);
+        }
+        let ours = median(walls);
+        let official = (size <= node_max)
+            .then(|| measure(node, &["bench-reduce-file.mjs", file_s], &dev_null, oracle).wall_s);
+        println!(
+            "| agui reduce | {size} | {ours:.3} | {:.2} | {:.1} | {} | {} |",
+            size as f64 / ours / 1e6,
+            median(peaks),
+            official.map_or("not run".to_owned(), |t| format!("{t:.1}")),
+            official.map_or("".to_owned(), |t| format!("{:.0}x", t / ours)),
         );
     }
 }
