@@ -1,7 +1,8 @@
 //! `agui compact`: fewer events, the same meaning.
 //!
-//! Reading and decoding run on their own thread and hand events over in
-//! batches, so decoding and compaction overlap on two cores. Memory stays
+//! Reading and decoding run on a background thread (`ThreadedReader`) that
+//! hands events over in batches, so decoding and compaction overlap on two
+//! cores. Memory stays
 //! bounded by what is open at once (`deltas`, `snapshot`). `latest` reads a
 //! file two or three times and holds the run index and the conversation, not
 //! the events; from standard input (which cannot be read again) it holds
@@ -9,20 +10,18 @@
 
 use std::cell::{Cell, RefCell};
 use std::fs::File;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::mpsc;
-use std::thread;
 
-use agui_codec::{Format, Reader, Writer};
+use agui_codec::{DecodeOptions, Format, Writer};
 use agui_history::compact::{self, DeltaCompactor, LatestOptions, Mode, SnapshotCompactor};
 use agui_history::reduce::Conversation;
 use agui_protocol::Event;
 use anyhow::{Context, bail};
 use serde_json::Value;
 
-use crate::io::stdout;
+use crate::io::{Events, read_events, read_events_on_one_thread, stdout};
 use crate::progress::{self, Unit};
 
 /// Compact an event stream without changing its meaning.
@@ -73,8 +72,11 @@ fn parse_format(s: &str) -> Result<Format, String> {
     s.parse::<Format>().map_err(|e| e.to_string())
 }
 
-/// Events per batch handed from the reading thread.
-const BATCH: usize = 4096;
+/// Events compacted between two writes of the output (and updates of the
+/// progress bar and checks of the output's growth). A fixed count, not the
+/// decoder's batches: the output, its growth warning and what is written
+/// before an input error do not depend on how decoding was split.
+const STEP: usize = 4096;
 
 /// Counts of one side of the compaction.
 #[derive(Default, Clone, Copy)]
@@ -87,6 +89,10 @@ impl Tally {
     fn add(&mut self, event: &Event) {
         self.events += 1;
         self.bytes += event.len_bytes() as u64;
+    }
+
+    fn add_all(&mut self, batches: &[Vec<Event>]) {
+        batches.iter().flatten().for_each(|event| self.add(event));
     }
 }
 
@@ -108,61 +114,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         summary(&args, read, out);
         return Ok(ExitCode::SUCCESS);
     }
-    let input = open_input(args.file.as_deref())?;
-    // `--runs N` needs the number of runs before the first one is written.
+    // `--runs N` needs the number of runs before the first one is written
+    // (counted before decoding starts: from standard input, it is an error).
     let total_runs = match args.runs {
         Some(_) => Some(count_runs(args.file.as_deref())?),
         None => None,
     };
+    // Decoding on one background thread: compaction keeps the other core
+    // busy (see `read_events_on_one_thread`).
+    let input = read_events_on_one_thread(args.file.as_deref(), DecodeOptions::default())?;
     let bar = progress::bar(input_size(args.file.as_deref()), Unit::Bytes, "compact");
-    let reader_bar = bar.clone();
-    // Batches of events, or the error that ended the input.
-    let (batches_tx, batches) = mpsc::sync_channel::<anyhow::Result<Vec<Event>>>(4);
-    let (format_tx, format_rx) = mpsc::sync_channel::<Option<Format>>(1);
-    let reader = thread::spawn(move || -> Tally {
-        let mut reader = Reader::new(input);
-        let mut tally = Tally::default();
-        let mut batch = Vec::with_capacity(BATCH);
-        let mut format_tx = Some(format_tx);
-        while let Some(item) = reader.next() {
-            let event = match item.context("cannot read the input") {
-                Ok(event) => event,
-                Err(err) => {
-                    let _ = batches_tx.send(Err(err));
-                    return tally;
-                }
-            };
-            tally.add(&event);
-            batch.push(event);
-            if batch.len() == BATCH {
-                // Event bytes plus a separator each: the input's size for
-                // NDJSON, close to it for the other framings.
-                reader_bar.set_position(tally.bytes + tally.events);
-                if let Some(tx) = format_tx.take() {
-                    let _ = tx.send(reader.format());
-                }
-                if batches_tx.send(Ok(std::mem::take(&mut batch))).is_err() {
-                    return tally;
-                }
-                batch.reserve(BATCH);
-            }
-        }
-        if let Some(tx) = format_tx.take() {
-            let _ = tx.send(reader.format());
-        }
-        if !batch.is_empty() {
-            let _ = batches_tx.send(Ok(batch));
-        }
-        tally
-    });
-
+    let mut read = Tally::default();
     let mut out = Tally::default();
-    let result = compact_stream(
-        &args, &start, batches, format_rx, &mut out, &bar, total_runs,
-    );
-    let read = reader
-        .join()
-        .map_err(|_| anyhow::anyhow!("the reading thread panicked"))?;
+    let result = compact_stream(&args, &start, input, &mut read, &mut out, &bar, total_runs);
     bar.finish_and_clear();
     result?;
     summary(&args, read, out);
@@ -207,12 +171,11 @@ fn latest_from_file(
         let (failure, detected, read) = (failure_ref, detected_ref, read_ref);
         passes.set(passes.get() + 1);
         let first = passes.get() == 1;
-        let mut reader = match File::open(path) {
-            Ok(file) => Some(Reader::new(BufReader::with_capacity(1 << 16, file))),
+        // Each pass decodes the file anew on a background thread.
+        let mut reader = match read_events_on_one_thread(Some(path), DecodeOptions::default()) {
+            Ok(reader) => Some(reader),
             Err(e) => {
-                failure.replace(Some(
-                    anyhow::Error::new(e).context(format!("cannot open {}", path.display())),
-                ));
+                failure.replace(Some(e));
                 None
             }
         };
@@ -285,91 +248,161 @@ const GROWTH_WARNING: u64 = 4;
 fn compact_stream(
     args: &Args,
     start: &Conversation,
-    batches: mpsc::Receiver<anyhow::Result<Vec<Event>>>,
-    format_rx: mpsc::Receiver<Option<Format>>,
+    mut input: Events,
+    read: &mut Tally,
     tally: &mut Tally,
     bar: &indicatif::ProgressBar,
     total_runs: Option<u64>,
 ) -> anyhow::Result<()> {
-    // The reading thread reports the detected format before its first
-    // batch (or at the end of a short input).
-    let detected = format_rx.recv().ok().flatten();
-    let format = args.to.or(detected).unwrap_or(Format::Ndjson);
+    // The format is known once the first batch is in (or the input ended).
+    let first = input.next_batch();
+    let format = args.to.or(input.format()).unwrap_or(Format::Ndjson);
     let mut writer = Writer::new(stdout(), format);
-    // Bytes of the events compacted so far, against which the output is
-    // weighed.
-    let consumed = Cell::new(0u64);
     let mut warned = false;
     let mode = args.mode;
-    let mut write = |events: &mut dyn Iterator<Item = Event>| -> anyhow::Result<()> {
+    // Writes what the compactor let go of, after every STEP events read and
+    // at the end; `read` is the input taken so far.
+    let mut write = |events: &mut dyn Iterator<Item = Event>, read: Tally| -> anyhow::Result<()> {
         for event in events {
             tally.add(&event);
             writer
                 .write_event(&event)
                 .context("cannot write the output")?;
         }
-        let read = consumed.get();
+        // Event bytes plus a separator each: the input's size for NDJSON,
+        // close to it for the other framings.
+        bar.set_position(read.bytes + read.events);
         bar.set_message(format!(
             "-> {} out",
             progress::amount(tally.bytes as f64, Unit::Bytes)
         ));
-        if !warned && read > 0 && tally.bytes > GROWTH_WARNING * read {
+        if !warned && read.bytes > 0 && tally.bytes > GROWTH_WARNING * read.bytes {
             warned = true;
-            progress::warn(bar, &growth_warning(mode, tally.bytes, read));
+            progress::warn(bar, &growth_warning(mode, tally.bytes, read.bytes));
         }
         Ok(())
     };
-    let count = |batch: &[Event]| {
-        let n: u64 = batch.iter().map(|e| e.len_bytes() as u64).sum();
-        consumed.set(consumed.get() + n);
-    };
-    let mut all = batches.iter();
+    let mut steps = Steps::new(first, input);
     match args.mode {
         Mode::Deltas => {
             let mut compactor = DeltaCompactor::new();
-            for batch in all.by_ref() {
-                let batch = batch?;
-                count(&batch);
-                for event in batch {
+            for step in steps.by_ref() {
+                let step = step?;
+                read.add_all(&step);
+                for event in step.into_iter().flatten() {
                     compactor.push(event)?;
                 }
-                write(&mut compactor.drain())?;
+                write(&mut compactor.drain(), *read)?;
             }
             compactor.finish()?;
-            write(&mut compactor.drain())?;
+            write(&mut compactor.drain(), *read)?;
         }
         Mode::Snapshot => {
             let mut compactor = match (total_runs, args.runs) {
                 (Some(total), Some(last)) => SnapshotCompactor::last_runs(start, total, last),
                 _ => SnapshotCompactor::new(start),
             };
-            for batch in all.by_ref() {
-                let batch = batch?;
-                count(&batch);
-                for event in batch {
+            for step in steps.by_ref() {
+                let step = step?;
+                read.add_all(&step);
+                for event in step.into_iter().flatten() {
                     compactor.push(event)?;
                 }
-                write(&mut compactor.drain())?;
+                write(&mut compactor.drain(), *read)?;
             }
             compactor.finish()?;
-            write(&mut compactor.drain())?;
+            write(&mut compactor.drain(), *read)?;
         }
         Mode::Latest => {
             let mut events = Vec::new();
-            for batch in all.by_ref() {
-                events.extend(batch?);
+            for step in steps.by_ref() {
+                let step = step?;
+                read.add_all(&step);
+                bar.set_position(read.bytes + read.events);
+                events.extend(step.into_iter().flatten());
             }
             let options = LatestOptions {
                 start: start.clone(),
                 branch: args.branch.clone(),
             };
             let compacted = compact::compact_latest(events, &options)?;
-            write(&mut compacted.into_iter())?;
+            write(&mut compacted.into_iter(), *read)?;
         }
     }
     let mut inner = writer.finish().context("cannot write the output")?;
     inner.flush().context("cannot write the output")?;
     Ok(())
+}
+
+/// The input regrouped in steps of [`STEP`] events (the last one shorter),
+/// whatever batches the decoder handed over; a step is a few of those
+/// batches (one is cut only where it straddles a step's end). An input
+/// error ends it, and the events of the step it interrupted are left out,
+/// so what is written before the error does not depend on how decoding was
+/// split.
+struct Steps {
+    /// The decoder's first batch, taken to learn the format.
+    first: Option<Result<Vec<Event>, agui_codec::DecodeError>>,
+    input: Events,
+    /// The end of a batch cut at a step's end: the next step's start.
+    carry: Option<Vec<Event>>,
+    step: Vec<Vec<Event>>,
+    /// Events in `step`.
+    len: usize,
+    done: bool,
+}
+
+impl Steps {
+    fn new(first: Option<Result<Vec<Event>, agui_codec::DecodeError>>, input: Events) -> Steps {
+        Steps {
+            first,
+            input,
+            carry: None,
+            step: Vec::new(),
+            len: 0,
+            done: false,
+        }
+    }
+}
+
+impl Iterator for Steps {
+    type Item = anyhow::Result<Vec<Vec<Event>>>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        while !self.done {
+            let batch = match (self.carry.take(), self.first.take()) {
+                (Some(carry), _) => Some(Ok(carry)),
+                (None, Some(first)) => Some(first),
+                (None, None) => self.input.next_batch(),
+            };
+            match batch {
+                Some(Ok(mut events)) => {
+                    let room = STEP - self.len;
+                    if events.len() > room {
+                        self.carry = Some(events.split_off(room));
+                    }
+                    self.len += events.len();
+                    self.step.push(events);
+                    if self.len == STEP {
+                        self.len = 0;
+                        return Some(Ok(std::mem::take(&mut self.step)));
+                    }
+                }
+                Some(Err(err)) => {
+                    self.done = true;
+                    self.step.clear();
+                    return Some(Err(anyhow::Error::new(err).context("cannot read the input")));
+                }
+                None => {
+                    self.done = true;
+                    if self.len > 0 {
+                        return Some(Ok(std::mem::take(&mut self.step)));
+                    }
+                }
+            }
+        }
+        None
+    }
 }
 
 /// The warning printed once the output passes [`GROWTH_WARNING`] times the
@@ -405,30 +438,14 @@ fn count_runs(path: Option<&Path>) -> anyhow::Result<u64> {
             "--runs reads the input twice (it counts the runs first): give a file, not standard input"
         );
     };
-    let file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
     let mut runs = 0u64;
-    for event in Reader::new(BufReader::with_capacity(1 << 16, file)) {
+    for event in read_events(Some(path), DecodeOptions::default())? {
         let event = event.context("cannot read the input")?;
         if event.event_type() == &agui_protocol::EventType::RunStarted {
             runs += 1;
         }
     }
     Ok(runs)
-}
-
-/// The input, readable from the decoding thread (`crate::io::open_input`
-/// gives a reader that cannot move to another thread).
-fn open_input(path: Option<&Path>) -> anyhow::Result<Box<dyn BufRead + Send>> {
-    match path {
-        Some(p) if p.as_os_str() != "-" => {
-            let file = File::open(p).with_context(|| format!("cannot open {}", p.display()))?;
-            Ok(Box::new(BufReader::with_capacity(1 << 16, file)))
-        }
-        _ => Ok(Box::new(BufReader::with_capacity(
-            1 << 16,
-            std::io::stdin(),
-        ))),
-    }
 }
 
 /// The starting conversation from a RunAgentInput or a `{messages, state}`.

@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use agui_codec::{DecodeOptions, Format, Reader, Writer};
+use agui_codec::{DecodeOptions, Format, Writer};
 use agui_protocol::chunks::ChunkExpander;
 use anyhow::Context;
 
@@ -39,7 +39,6 @@ fn parse_format(s: &str) -> Result<Format, String> {
 
 /// Runs `agui convert`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let input = crate::io::open_input(args.input.as_deref())?;
     let name = match args.input.as_deref() {
         Some(p) if p.as_os_str() != "-" => p.display().to_string(),
         _ => "<stdin>".to_owned(),
@@ -48,7 +47,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         format: args.from,
         max_event_size: args.max_event_size,
     };
-    let reader = Reader::with_options(input, options);
+    let reader = crate::io::read_events(args.input.as_deref(), options)?;
     let size = args
         .input
         .as_deref()

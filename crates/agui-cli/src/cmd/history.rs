@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use agui_codec::{Format, Reader, Writer};
+use agui_codec::{DecodeOptions, Format, Writer};
 use agui_history::lineage::{Lineage, LineageError, RunIndex, RunNode};
 use agui_history::reduce::Conversation;
 use agui_protocol::Event;
@@ -118,10 +118,15 @@ pub(crate) fn read_events(
     let name = path
         .filter(|p| p.as_os_str() != "-")
         .map_or_else(|| "standard input".to_owned(), |p| p.display().to_string());
-    let mut reader = Reader::new(io::open_input(path)?);
+    let mut reader = io::read_events(path, DecodeOptions::default())?;
     let mut events = Vec::new();
-    for event in &mut reader {
-        events.push(event.with_context(|| format!("cannot read {name}"))?);
+    while let Some(batch) = reader.next_batch() {
+        let batch = batch.with_context(|| format!("cannot read {name}"))?;
+        if events.is_empty() {
+            events = batch;
+        } else {
+            events.extend(batch);
+        }
     }
     Ok((events, reader.format()))
 }

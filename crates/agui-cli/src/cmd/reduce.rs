@@ -5,12 +5,12 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use agui_codec::Reader;
+use agui_codec::DecodeOptions;
 use agui_history::reduce::{Conversation, ReduceError, Reducer};
 use anyhow::Context;
 use serde_json::Value;
 
-use crate::io::{open_input, stdout};
+use crate::io::{read_events_on_one_thread, stdout};
 
 /// Reduce an event stream (JSON array, NDJSON or SSE, detected) to the final
 /// `{"messages": [...], "state": ...}` the official client would hold.
@@ -34,9 +34,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Some(path) => start_from_input(path)?,
         None => Conversation::default(),
     };
-    let input = open_input(args.file.as_deref())?;
+    let input = read_events_on_one_thread(args.file.as_deref(), DecodeOptions::default())?;
     let mut reducer = Reducer::new(start);
-    for (i, item) in Reader::new(input).enumerate() {
+    for (i, item) in input.enumerate() {
         match item {
             Ok(event) => {
                 if let Err(err) = reducer.apply(&event) {

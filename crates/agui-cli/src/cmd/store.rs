@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use agui_codec::{Format, Reader, Writer};
+use agui_codec::{DecodeOptions, Format, Writer};
 use agui_history::compact::Mode;
 use agui_protocol::{Event, EventType};
 use agui_store::bench::{BenchOptions, BenchReport};
@@ -387,7 +387,9 @@ async fn append_batch(
 }
 
 async fn import(args: ImportArgs) -> anyhow::Result<ExitCode> {
-    let input = crate::io::open_input(args.input.as_deref())?;
+    // Appending to the store outweighs decoding: one decoding thread.
+    let input =
+        crate::io::read_events_on_one_thread(args.input.as_deref(), DecodeOptions::default())?;
     let store = open_store(&args.store).await?;
     let size = args
         .input
@@ -405,7 +407,7 @@ async fn import(args: ImportArgs) -> anyhow::Result<ExitCode> {
 
 async fn import_into(
     store: &dyn EventStore,
-    input: Box<dyn std::io::BufRead>,
+    input: crate::io::Events,
     args: &ImportArgs,
     bar: &indicatif::ProgressBar,
 ) -> anyhow::Result<(u64, usize)> {
@@ -416,7 +418,7 @@ async fn import_into(
     let mut current: Option<String> = args.thread.clone();
     let mut pending: Vec<Event> = Vec::new();
     let mut total = 0u64;
-    for (index, item) in Reader::new(input).enumerate() {
+    for (index, item) in input.enumerate() {
         let event = item.with_context(|| format!("cannot decode the input at event {index}"))?;
         // Event bytes and a separator each: the file's size for NDJSON.
         read += event.len_bytes() as u64 + 1;

@@ -5,10 +5,10 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use agui_codec::Reader;
+use agui_codec::DecodeOptions;
 use agui_protocol::verify::{Diagnostic, Verifier};
 
-use crate::io::{open_input, stdout};
+use crate::io::{read_events_on_one_thread, stdout};
 
 /// Check an event stream (JSON array, NDJSON or SSE, detected) against the
 /// AG-UI sequence rules.
@@ -27,7 +27,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let input = open_input(args.file.as_deref())?;
+    let input = read_events_on_one_thread(args.file.as_deref(), DecodeOptions::default())?;
     let mut out = stdout();
     let mut verifier = if args.all {
         Verifier::collecting()
@@ -36,7 +36,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let mut problems = 0u64;
     let mut count = 0usize;
-    for (i, item) in Reader::new(input).enumerate() {
+    for (i, item) in input.enumerate() {
         count = i + 1;
         match item {
             Ok(event) => {
