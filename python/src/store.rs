@@ -1,4 +1,4 @@
-//! `NativeStore`: one `EventStore` opened by URL, as the CLI opens it, with
+//! `NativeStore`: one `Store` opened by URL, as the CLI opens it, with
 //! each operation written once as a future and offered twice: blocking
 //! (GIL released while it waits) for `agui.Store`, and as an asyncio
 //! awaitable for `agui.AsyncStore`.
@@ -6,7 +6,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use agui_store::{AppendRequest, Durability, EventStore, RunFilter, StoreError, ThreadFilter};
+use agui_store::{AppendRequest, Durability, RunFilter, Store, StoreError, ThreadFilter};
 use futures::StreamExt;
 use pyo3::exceptions::PyStopAsyncIteration;
 use pyo3::prelude::*;
@@ -24,15 +24,13 @@ fn store_failure(err: StoreError) -> Failure {
 
 /// Opens a store by URL: the same schemes, and the same backends, as
 /// `agui store --store URL` and `agui serve --store URL`.
-async fn open(url: &str) -> Result<Arc<dyn EventStore>, Failure> {
+async fn open(url: &str) -> Result<Store, Failure> {
     let scheme = url.split_once("://").map(|(s, _)| s).unwrap_or_default();
-    let opened: Result<Arc<dyn EventStore>, StoreError> = match scheme {
-        "memory" => agui_store::MemoryStore::open(url).map(|s| Arc::new(s) as _),
-        "sqlite" => agui_store_sqlite::open(url).await.map(|s| Arc::new(s) as _),
-        "file" => agui_store_file::open(url).await.map(|s| Arc::new(s) as _),
-        "postgres" | "postgresql" => agui_store_postgres::open(url)
-            .await
-            .map(|s| Arc::new(s) as _),
+    let opened: Result<Store, StoreError> = match scheme {
+        "memory" => agui_store::MemoryStore::open(url).map(Store::new),
+        "sqlite" => agui_store_sqlite::open(url).await.map(Store::new),
+        "file" => agui_store_file::open(url).await.map(Store::new),
+        "postgres" | "postgresql" => agui_store_postgres::open(url).await.map(Store::new),
         _ => {
             return Err(Failure::new(
                 Kind::Store,
@@ -90,7 +88,7 @@ mod ops {
     use super::*;
 
     pub async fn append(
-        store: Arc<dyn EventStore>,
+        store: Store,
         tenant: String,
         thread: String,
         data: Vec<u8>,
@@ -113,7 +111,7 @@ mod ops {
     }
 
     pub async fn read(
-        store: Arc<dyn EventStore>,
+        store: Store,
         tenant: String,
         thread: String,
         after: u64,
@@ -127,7 +125,7 @@ mod ops {
     }
 
     pub async fn read_all(
-        store: Arc<dyn EventStore>,
+        store: Store,
         tenant: String,
         thread: String,
         after: u64,
@@ -142,7 +140,7 @@ mod ops {
     }
 
     pub async fn read_run(
-        store: Arc<dyn EventStore>,
+        store: Store,
         tenant: String,
         thread: String,
         run_id: String,
@@ -155,7 +153,7 @@ mod ops {
     }
 
     pub async fn read_branch(
-        store: Arc<dyn EventStore>,
+        store: Store,
         tenant: String,
         thread: String,
         run_id: String,
@@ -171,7 +169,7 @@ mod ops {
     /// from the run's checkpoints: `(run_id, last_seq, json)`; `None` when
     /// the thread has no run yet.
     pub async fn messages_at(
-        store: Arc<dyn EventStore>,
+        store: Store,
         tenant: String,
         thread: String,
         run: Option<String>,
@@ -222,11 +220,7 @@ mod ops {
         Ok(Some((restored.run_id, restored.last_seq, restored.json)))
     }
 
-    pub async fn thread(
-        store: Arc<dyn EventStore>,
-        tenant: String,
-        thread: String,
-    ) -> Result<String, Failure> {
+    pub async fn thread(store: Store, tenant: String, thread: String) -> Result<String, Failure> {
         let info = store
             .thread(&tenant, &thread)
             .await
@@ -235,7 +229,7 @@ mod ops {
     }
 
     pub async fn threads(
-        store: Arc<dyn EventStore>,
+        store: Store,
         tenant: String,
         agent: Option<String>,
         limit: usize,
@@ -255,7 +249,7 @@ mod ops {
     }
 
     pub async fn runs(
-        store: Arc<dyn EventStore>,
+        store: Store,
         tenant: String,
         thread: Option<String>,
         limit: usize,
@@ -275,22 +269,18 @@ mod ops {
         Ok((runs, page.next_cursor))
     }
 
-    pub async fn delete(
-        store: Arc<dyn EventStore>,
-        tenant: String,
-        thread: String,
-    ) -> Result<(), Failure> {
+    pub async fn delete(store: Store, tenant: String, thread: String) -> Result<(), Failure> {
         store
             .delete_thread(&tenant, &thread)
             .await
             .map_err(store_failure)
     }
 
-    pub async fn close(store: Arc<dyn EventStore>) -> Result<(), Failure> {
+    pub async fn close(store: Store) -> Result<(), Failure> {
         store.close().await.map_err(store_failure)
     }
 
-    pub async fn mark_interrupted(store: Arc<dyn EventStore>) -> Result<u64, Failure> {
+    pub async fn mark_interrupted(store: Store) -> Result<u64, Failure> {
         store.mark_interrupted().await.map_err(store_failure)
     }
 }
@@ -299,7 +289,7 @@ mod ops {
 /// the GIL), `name_async` returns an asyncio awaitable.
 #[pyclass(module = "agui._agui", frozen)]
 struct NativeStore {
-    store: Arc<dyn EventStore>,
+    store: Store,
 }
 
 /// Writes the `#[pymethods]` block: the sync and async forms of each listed

@@ -5,9 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use agui_protocol::Event;
-use agui_store::{
-    AppendRequest, ErrorKind, EventStore, RunFilter, RunRecord, RunStatus, StoreError,
-};
+use agui_store::{AppendRequest, ErrorKind, RunFilter, RunRecord, RunStatus, Store, StoreError};
 use axum::http::{HeaderMap, StatusCode, header};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -31,7 +29,7 @@ struct InFlight {
 
 /// The gateway: everything a request handler needs.
 pub struct Gateway {
-    pub(crate) store: Arc<dyn EventStore>,
+    pub(crate) store: Store,
     pub(crate) config: GatewayConfig,
     pub(crate) agents: HashMap<String, AgentConfig>,
     pub(crate) http: reqwest::Client,
@@ -52,10 +50,7 @@ pub struct Gateway {
 impl Gateway {
     /// A gateway over `store`. With no agent configured, the demo agent serves
     /// under the name `demo`.
-    pub fn new(
-        store: Arc<dyn EventStore>,
-        mut config: GatewayConfig,
-    ) -> Result<Gateway, ServerError> {
+    pub fn new(store: Store, mut config: GatewayConfig) -> Result<Gateway, ServerError> {
         if config.agents.is_empty() {
             config.agents.push(crate::config::demo_agent("demo"));
         }
@@ -451,7 +446,7 @@ impl Gateway {
     }
 
     /// The store.
-    pub fn store(&self) -> &Arc<dyn EventStore> {
+    pub fn store(&self) -> &Store {
         &self.store
     }
 }

@@ -2,12 +2,12 @@
 //!
 //! It sits between AG-UI clients and agents: `POST /agents/{name}/run` takes a
 //! `RunAgentInput`, forwards it to the upstream agent (HTTP POST + SSE),
-//! stores every event in an [`agui_store::EventStore`] and only then streams it
+//! stores every event in an [`agui_store::Store`] and only then streams it
 //! back as SSE with `id: <thread sequence number>`. History, attach (with
 //! `Last-Event-ID`), AG-UI `connect`, branching and server-managed sessions
 //! are built on the stored log. See `docs/server.md`.
 //!
-//! The crate is generic over the store: it holds an `Arc<dyn EventStore>` and
+//! The crate is generic over the store: it holds an `Store` and
 //! never names a backend.
 
 mod app;

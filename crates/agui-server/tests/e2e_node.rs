@@ -10,10 +10,9 @@ mod common;
 
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::Arc;
 
 use agui_server::{GatewayConfig, SessionMode, config::parse_agent_flag};
-use agui_store::{EventStore, MemoryStore};
+use agui_store::{MemoryStore, Store};
 use common::*;
 use serde_json::{Value, json};
 
@@ -198,7 +197,7 @@ async fn connect_agent_restores_the_thread_through_the_subclass() {
 #[tokio::test]
 async fn restore_after_a_gateway_restart_and_interrupted_runs() {
     let mem = MemoryStore::new();
-    let store: Arc<dyn EventStore> = Arc::new(mem.reopen());
+    let store: Store = Store::new(mem.reopen());
     let g = start_with(store, GatewayConfig::default()).await;
     let url = format!("{}/agents/demo/run", g.base);
     let r = node(json!({"op":"conversation","url":url,"threadId":"rs","turns":turns(&[("r1","one"),("r2","two")])})).await;
@@ -209,7 +208,7 @@ async fn restore_after_a_gateway_restart_and_interrupted_runs() {
     let resp = client().post(&url).json(&slow).send().await.unwrap();
     let seen = read_frames(resp, 2).await;
     g.done.abort();
-    let store2: Arc<dyn EventStore> = Arc::new(mem.reopen());
+    let store2: Store = Store::new(mem.reopen());
     let before = store2.read_run("default", "rs", "r3").await.unwrap();
     assert!(before.len() >= seen.len());
     let g2 = start_with(store2.clone(), GatewayConfig::default()).await;

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use agui_server::{AgentConfig, Auth, GatewayConfig, SessionMode, Upstream};
-use agui_store::{EventStore, MemoryStore};
+use agui_store::Store;
 use axum::Router;
 use axum::routing::post;
 use common::*;
@@ -196,7 +196,7 @@ async fn two_agents_export_reduced_import_and_the_second_agent_returns() {
     a.shutdown().await;
 
     // Gateway B: the demo agent only.
-    let store: Arc<dyn EventStore> = Arc::new(MemoryStore::new());
+    let store: Store = Store::memory();
     let b = start_with(store.clone(), config(vec![demo()])).await;
     let resp = client()
         .post(format!("{}/threads/import", b.base))
@@ -291,7 +291,7 @@ async fn two_agents_export_reduced_import_and_the_second_agent_returns() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn import_errors_over_http_have_a_code_per_case() {
-    let src: Arc<dyn EventStore> = Arc::new(MemoryStore::new());
+    let src: Store = Store::memory();
     let a = start_with(src.clone(), config(vec![demo()])).await;
     let (s, _) = post_run(&a.base, "demo", &turn("r1", None, "hi")).await;
     assert_eq!(s, 200);
@@ -382,7 +382,7 @@ async fn import_errors_over_http_have_a_code_per_case() {
 
 /// The channel state of `agent` on thread `t` once it names `last` as its
 /// last run (the gateway writes it right after the run's last event).
-async fn channel_state(store: &Arc<dyn EventStore>, agent: &str, last: &str) -> Value {
+async fn channel_state(store: &Store, agent: &str, last: &str) -> Value {
     let mut seen = Value::Null;
     for _ in 0..200 {
         if let Some(c) = store.channel(TENANT_NAME, "t", agent).await.unwrap() {

@@ -11,8 +11,8 @@ use agui_protocol::Event;
 use agui_protocol::verify::verify_events;
 use agui_server::{Auth, GatewayConfig, SessionMode, config::parse_agent_flag};
 use agui_store::{
-    AppendRequest, Appended, EventPage, EventStore, EventStream, MemoryStore, Result, RunFilter,
-    RunPage, RunRecord, StoreError, StoreStats, ThreadFilter, ThreadInfo, ThreadPage,
+    AppendRequest, Backend, Committed, EventPage, EventStream, MemoryStore, Result, RunFilter,
+    RunPage, RunRecord, Store, StoreError, StoreStats, ThreadFilter, ThreadInfo, ThreadPage,
 };
 use axum::Router;
 use axum::body::Body;
@@ -43,15 +43,15 @@ struct Faulty {
 }
 
 #[async_trait::async_trait]
-impl EventStore for Faulty {
-    async fn append(&self, tenant: &str, thread: &str, req: AppendRequest) -> Result<Appended> {
+impl Backend for Faulty {
+    async fn commit(&self, tenant: &str, thread: &str, req: AppendRequest) -> Result<Committed> {
         let terminal = req.events.iter().any(|e| e.event_type().is_run_terminal());
         if self.fail_all.load(Ordering::SeqCst)
             || (terminal && self.fail_terminal.load(Ordering::SeqCst))
         {
             return Err(StoreError::unavailable("the disk is gone (test)"));
         }
-        self.inner.append(tenant, thread, req).await
+        self.inner.commit(tenant, thread, req).await
     }
     async fn read(&self, t: &str, th: &str, from: u64, limit: usize) -> Result<EventPage> {
         self.inner.read(t, th, from, limit).await
@@ -142,8 +142,9 @@ fn verify_frames(frames: &[Frame]) {
 #[tokio::test]
 async fn a_failed_append_of_the_terminal_batch_reaches_the_client_as_run_error() {
     logged();
-    let store = Arc::new(Faulty::default());
-    store.fail_terminal.store(true, Ordering::SeqCst);
+    let faulty = Arc::new(Faulty::default());
+    let store = Store::from_arc(faulty.clone());
+    faulty.fail_terminal.store(true, Ordering::SeqCst);
     let g = start_with(store.clone(), GatewayConfig::default()).await;
     let (status, frames, _) = run(&g.base, "demo", &input("t-fails-at-end", "r", "hello")).await;
     assert_eq!(status, 200);
@@ -159,13 +160,13 @@ async fn a_failed_append_of_the_terminal_batch_reaches_the_client_as_run_error()
     let seen: Vec<&Frame> = frames.iter().filter(|f| f.id.is_some()).collect();
     assert_eq!(stored.len(), seen.len());
     // And when even the first batch fails, the client still hears of it.
-    store.fail_all.store(true, Ordering::SeqCst);
+    faulty.fail_all.store(true, Ordering::SeqCst);
     let (status, frames, _) = run(&g.base, "demo", &input("t-fails-at-once", "r", "hello")).await;
     assert_eq!(status, 200);
     let types: Vec<&str> = frames.iter().map(Frame::ty).collect();
     assert_eq!(types, vec!["RUN_ERROR"]);
     assert_eq!(frames[0].data["code"], "store_error");
-    store.fail_all.store(false, Ordering::SeqCst);
+    faulty.fail_all.store(false, Ordering::SeqCst);
     // Each failure is logged at error level, naming the thread and the run.
     for thread in ["t-fails-at-end", "t-fails-at-once"] {
         let lines = error_lines_with(&["cannot store the run's events", thread, "run=r"]);
@@ -270,7 +271,7 @@ async fn another_gateway_on_the_same_store_sees_a_run_that_stored_nothing_yet() 
     // Two gateways sharing one store, as replicas share a PostgreSQL
     // database: the store's claims make a run in flight visible to both.
     let up = serve_upstream(slow_upstream(Duration::from_millis(800))).await;
-    let store: Arc<dyn EventStore> = Arc::new(MemoryStore::new());
+    let store: Store = Store::memory();
     let a = start_with(store.clone(), with_agents(&[&format!("slow={up}/")])).await;
     let b = start_with(store.clone(), with_agents(&[&format!("slow={up}/")])).await;
     let (_, first, _) = run(&a.base, "slow", &input("t", "r1", "one")).await;
@@ -452,7 +453,7 @@ async fn upstream_events_the_client_rejects_are_never_stored() {
 #[tokio::test]
 async fn a_stored_log_the_client_rejects_restores_as_far_as_it_goes() {
     // Stored by an older version, which kept upstream events unchecked.
-    let store: Arc<dyn EventStore> = Arc::new(MemoryStore::new());
+    let store: Store = Store::memory();
     let events: Vec<Event> = [
         json!({"type":"RUN_STARTED","threadId":"t","runId":"r1","input":{"threadId":"t","runId":"r1","messages":[{"id":"u1","role":"user","content":"hi"}]}}),
         json!({"type":"TEXT_MESSAGE_START","messageId":"m1","role":"assistant"}),
@@ -495,11 +496,12 @@ async fn a_stored_log_the_client_rejects_restores_as_far_as_it_goes() {
 #[tokio::test]
 async fn a_damaged_chunk_ends_the_event_stream_with_a_visible_error() {
     logged();
-    let store = Arc::new(Faulty::default());
+    let faulty = Arc::new(Faulty::default());
+    let store = Store::from_arc(faulty.clone());
     let g = start_with(store.clone(), GatewayConfig::default()).await;
     let (_, frames, _) = run(&g.base, "demo", &input("t-damaged", "r", "hello")).await;
     assert!(frames.len() > 2);
-    store.break_subscriptions.store(true, Ordering::SeqCst);
+    faulty.break_subscriptions.store(true, Ordering::SeqCst);
     let resp = client()
         .get(format!("{}/threads/t-damaged/events", g.base))
         .send()

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use agui_server::config::parse_agent_flag;
 use agui_server::{GatewayConfig, OnDisconnect, SessionMode};
-use agui_store::{EventStore, MemoryStore};
+use agui_store::Store;
 use axum::Router;
 use axum::body::Body;
 use axum::response::IntoResponse;
@@ -222,7 +222,7 @@ async fn on_disconnect_cancel_stops_the_run_when_its_client_goes_away() {
 async fn a_stop_sent_to_another_gateway_on_the_same_store_stops_the_run() {
     let up = Endless::default();
     let url = up.serve().await;
-    let store: Arc<dyn EventStore> = Arc::new(MemoryStore::new());
+    let store: Store = Store::memory();
     let config = || GatewayConfig {
         agents: vec![agent("slow", &url)],
         recover_on_start: false,

@@ -136,7 +136,7 @@ fn a_bad_ca_file_is_a_clear_configuration_error() {
     f.write_all(b"not a certificate").unwrap();
     let mut a = parse_agent_flag("x=https://localhost:1/", SessionMode::Client).unwrap();
     a.ca_file = Some(f.path().to_owned());
-    let store: Arc<dyn agui_store::EventStore> = Arc::new(agui_store::MemoryStore::new());
+    let store: agui_store::Store = agui_store::Store::memory();
     let e = agui_server::Gateway::new(
         store,
         GatewayConfig {

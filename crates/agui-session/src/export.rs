@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use agui_store::{EventStore, RunFilter, RunRecord};
+use agui_store::{RunFilter, RunRecord, Store};
 use bytes::Bytes;
 use futures::StreamExt;
 use futures::stream::BoxStream;
@@ -84,7 +84,7 @@ fn json_str(s: &str) -> String {
 
 /// Every run of a thread in log order.
 pub(crate) async fn thread_runs(
-    store: &dyn EventStore,
+    store: &Store,
     tenant: &str,
     thread: &str,
 ) -> Result<Vec<RunRecord>, SessionError> {
@@ -119,7 +119,7 @@ pub(crate) async fn thread_runs(
 /// events, runs and channels (no URL, header, token, tenant or
 /// configuration).
 pub async fn export(
-    store: Arc<dyn EventStore>,
+    store: Store,
     tenant: String,
     thread: String,
     opts: ExportOptions,
@@ -134,7 +134,7 @@ pub async fn export(
             layout: opts.layout,
             started: false,
         };
-        if let Err(e) = write_all(&*store, &tenant, &thread, &opts, &mut out).await {
+        if let Err(e) = write_all(&store, &tenant, &thread, &opts, &mut out).await {
             let _ = tx.send(Err(e)).await;
         }
     });
@@ -142,7 +142,7 @@ pub async fn export(
 }
 
 async fn write_all(
-    store: &dyn EventStore,
+    store: &Store,
     tenant: &str,
     thread: &str,
     opts: &ExportOptions,

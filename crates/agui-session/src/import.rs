@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use agui_protocol::{Event, EventType};
-use agui_store::{AppendRequest, Channel, Checkpoints, ErrorKind, EventStore, Timestamp};
+use agui_store::{AppendRequest, Channel, Checkpoints, ErrorKind, Store, Timestamp};
 use bytes::Bytes;
 use serde::Serialize;
 use tokio::sync::mpsc;
@@ -182,14 +182,14 @@ fn staging_id() -> String {
 /// Imports a document. It is checked whole first (nothing is written when
 /// it is damaged), then the restore case is decided, then it is read again
 /// and written batch by batch (memory bounded by a batch) under a fresh
-/// staging thread id, which one atomic [`EventStore::rename_thread`] gives
+/// staging thread id, which one atomic [`Store::rename_thread`] gives
 /// the target id at the end. Readers of the target see nothing or the whole
 /// thread. Should anything fail before the rename (the store, or a document
 /// that changed between the two reads), the staging thread is deleted
 /// again; should the process die, only the staging thread (named
 /// [`STAGING_PREFIX`]...) is left, never a partial target.
 pub async fn import(
-    store: Arc<dyn EventStore>,
+    store: Store,
     source: Arc<dyn Source>,
     opts: ImportOptions,
 ) -> Result<ImportReport, SessionError> {
@@ -283,7 +283,7 @@ pub async fn import(
 }
 
 async fn write(
-    store: &Arc<dyn EventStore>,
+    store: &Store,
     source: Arc<dyn Source>,
     tenant: &str,
     target: &str,

@@ -24,12 +24,12 @@ type Case = (
 );
 
 async fn source_doc() -> String {
-    let s: Arc<dyn agui_store::EventStore> = Arc::new(agui_store::MemoryStore::new());
-    multi_agent_thread(&*s, "t").await;
+    let s: agui_store::Store = agui_store::Store::memory();
+    multi_agent_thread(&s, "t").await;
     export_text(&s, "t", Layout::Ndjson).await
 }
 
-async fn for_each_backend(f: impl AsyncFn(&'static str, Arc<dyn agui_store::EventStore>)) {
+async fn for_each_backend(f: impl AsyncFn(&'static str, agui_store::Store)) {
     let b = Backends::new();
     for (name, url) in b.urls() {
         let store = open(&url).await;
@@ -41,9 +41,9 @@ async fn for_each_backend(f: impl AsyncFn(&'static str, Arc<dyn agui_store::Even
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn equivalent_enhanced_reduced_and_history_only() {
     let doc = source_doc().await;
-    let src: Arc<dyn agui_store::EventStore> = Arc::new(agui_store::MemoryStore::new());
-    multi_agent_thread(&*src, "t").await;
-    let want = picture(&*src, "t").await;
+    let src: agui_store::Store = agui_store::Store::memory();
+    multi_agent_thread(&src, "t").await;
+    let want = picture(&src, "t").await;
     for_each_backend(async |name, store| {
         let cases: [Case; 5] = [
             (
@@ -92,7 +92,7 @@ async fn equivalent_enhanced_reduced_and_history_only() {
             assert_eq!(r.source_thread_id, "t");
             // Whatever the case, the history and every channel are complete
             // (reduced keeps the missing agents' channels).
-            assert_eq!(picture(&*store, id).await, want, "{name} {id}");
+            assert_eq!(picture(&store, id).await, want, "{name} {id}");
         }
     })
     .await;
@@ -127,20 +127,20 @@ async fn invalid_fails_fast_unless_imported_as_a_new_id() {
     for_each_backend(async |name, store| {
         // A target with events.
         put_stream(
-            &*store,
+            &store,
             "t",
             &[ev(r#"{"type":"CUSTOM","name":"x","value":1}"#)],
             &[],
         )
         .await;
-        let before = picture(&*store, "t").await;
+        let before = picture(&store, "t").await;
         let e = import_text(&store, &doc, opts(None)).await.unwrap_err();
         assert!(
             matches!(e, SessionError::ThreadExists { .. }),
             "{name}: {e}"
         );
         assert!(e.to_string().contains("--as NEW_ID"), "{e}");
-        assert_eq!(picture(&*store, "t").await, before, "{name}: unchanged");
+        assert_eq!(picture(&store, "t").await, before, "{name}: unchanged");
         let mut o = opts(None);
         o.target = Some("t-copy".into());
         let r = import_text(&store, &doc, o).await.unwrap();
@@ -243,11 +243,11 @@ async fn a_failure_after_the_first_write_is_rolled_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_target_appears_whole_or_not_at_all() {
     let doc = source_doc().await;
-    let src: Arc<dyn agui_store::EventStore> = Arc::new(agui_store::MemoryStore::new());
-    multi_agent_thread(&*src, "t").await;
-    let want = picture(&*src, "t").await;
+    let src: agui_store::Store = agui_store::Store::memory();
+    multi_agent_thread(&src, "t").await;
+    let want = picture(&src, "t").await;
     for_each_backend(async |name, store| {
-        let threads = async |store: &Arc<dyn agui_store::EventStore>| -> Vec<String> {
+        let threads = async |store: &agui_store::Store| -> Vec<String> {
             let page = store
                 .list_threads(TENANT, &agui_store::ThreadFilter::default())
                 .await
@@ -267,7 +267,7 @@ async fn the_target_appears_whole_or_not_at_all() {
         }));
         import_text(&store, &doc, o).await.unwrap();
         assert!(seen.load(Ordering::SeqCst) >= 2, "{name}: several batches");
-        assert_eq!(picture(&*store, "t").await, want, "{name}");
+        assert_eq!(picture(&store, "t").await, want, "{name}");
         assert_eq!(threads(&store).await, ["t"], "{name}: no staging left");
 
         // A process dying after two batches.
@@ -303,7 +303,7 @@ async fn the_target_appears_whole_or_not_at_all() {
         let mut o = opts(None);
         o.target = Some("u".into());
         import_text(&store, &doc, o).await.unwrap();
-        assert_eq!(picture(&*store, "u").await, want, "{name}");
+        assert_eq!(picture(&store, "u").await, want, "{name}");
     })
     .await;
 }

@@ -4,14 +4,12 @@
 
 mod common;
 
-use std::sync::Arc;
-
 use agui_session::{Damage, Layout, SessionError};
 use common::*;
 
 async fn doc(layout: Layout) -> String {
-    let s: Arc<dyn agui_store::EventStore> = Arc::new(agui_store::MemoryStore::new());
-    multi_agent_thread(&*s, "t").await;
+    let s: agui_store::Store = agui_store::Store::memory();
+    multi_agent_thread(&s, "t").await;
     export_text(&s, "t", layout).await
 }
 
@@ -187,7 +185,7 @@ async fn empty_and_header_only_documents() {
 #[tokio::test]
 async fn unknown_fields_inside_events_are_kept_and_records_are_strict() {
     let text = doc(Layout::Ndjson).await;
-    let s: Arc<dyn agui_store::EventStore> = Arc::new(agui_store::MemoryStore::new());
+    let s: agui_store::Store = agui_store::Store::memory();
     import_text(&s, &text, opts(None)).await.unwrap();
     let events = s.read_range(TENANT, "t", 1, u64::MAX).await.unwrap();
     assert!(events.iter().any(|e| {

@@ -10,7 +10,7 @@ use agui_session::Layout;
 use agui_testkit::r#gen::{self as streams, Profile};
 use common::*;
 
-async fn chain(thread: &str, fill: impl AsyncFnOnce(&dyn agui_store::EventStore)) {
+async fn chain(thread: &str, fill: impl AsyncFnOnce(&agui_store::Store)) {
     let b = Backends::new();
     let mut urls: Vec<(&str, String)> = b
         .urls()
@@ -24,8 +24,8 @@ async fn chain(thread: &str, fill: impl AsyncFnOnce(&dyn agui_store::EventStore)
         _ => 2,
     });
     let first = open(&urls[0].1).await;
-    fill(&*first).await;
-    let want = picture(&*first, thread).await;
+    fill(&first).await;
+    let want = picture(&first, thread).await;
     let json_doc = export_text(&first, thread, Layout::Json).await;
     let mut doc = json_doc.clone();
     first.close().await.unwrap();
@@ -43,7 +43,7 @@ async fn chain(thread: &str, fill: impl AsyncFnOnce(&dyn agui_store::EventStore)
             "{:?}",
             report.status_differences
         );
-        let got = picture(&*store, thread).await;
+        let got = picture(&store, thread).await;
         assert_eq!(
             got, want,
             "{thread}: the picture after importing into {name}"
@@ -64,7 +64,7 @@ async fn every_generator_profile_round_trips_sqlite_postgres_file() {
         let events = streams::stream(*profile, 11 + i as u64);
         let thread = format!("profile-{}", profile.name());
         let t = thread.clone();
-        chain(&thread, async move |s: &dyn agui_store::EventStore| {
+        chain(&thread, async move |s: &agui_store::Store| {
             put_stream(s, &t, &events, &["research", "writer"]).await;
         })
         .await;
@@ -73,7 +73,7 @@ async fn every_generator_profile_round_trips_sqlite_postgres_file() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_multi_agent_branched_thread_round_trips_sqlite_postgres_file() {
-    chain("multi", async |s: &dyn agui_store::EventStore| {
+    chain("multi", async |s: &agui_store::Store| {
         multi_agent_thread(s, "multi").await;
     })
     .await;

@@ -14,11 +14,10 @@
 //! 4. stored bytes against raw JSON bytes, before and after sealing the
 //!    active segment.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agui_protocol::{Event, EventType};
-use agui_store::{AppendRequest, Durability, EventStore};
+use agui_store::{AppendRequest, Durability, Store};
 use agui_store_file::{FileOptions, FileStore};
 use futures::StreamExt;
 
@@ -30,7 +29,7 @@ fn rate(n: u64, took: Duration) -> f64 {
 }
 
 async fn append_all(
-    store: &FileStore,
+    store: &Store,
     thread: &str,
     events: Vec<Event>,
     durability: Durability,
@@ -68,7 +67,7 @@ fn runs_of(events: Vec<Event>) -> Vec<Vec<Event>> {
 
 /// `k` concurrent writers; each appends its realistic stream one run per
 /// thread (a gateway's many conversations), in batches of `BATCH`.
-async fn writers(store: &FileStore, name: &str, per: usize, k: usize, d: Durability) -> f64 {
+async fn writers(store: &Store, name: &str, per: usize, k: usize, d: Durability) -> f64 {
     let work: Vec<Vec<Vec<Event>>> = (0..k)
         .map(|i| runs_of(agui_testkit::r#gen::realistic(per, 100 + i as u64)))
         .collect();
@@ -99,7 +98,7 @@ fn percentiles(mut samples: Vec<Duration>) -> (Duration, Duration) {
     (at(0.5), at(0.99))
 }
 
-async fn restores(store: &FileStore, thread: &str, run: &str, n: usize) -> (Duration, Duration) {
+async fn restores(store: &Store, thread: &str, run: &str, n: usize) -> (Duration, Duration) {
     let mut samples = Vec::with_capacity(n);
     for _ in 0..n {
         let t = Instant::now();
@@ -141,9 +140,10 @@ fn main() {
         opts.block_bytes >> 10
     );
     rt.block_on(async {
-        let store = FileStore::open(dir.path(), opts.clone())
+        let file = FileStore::open(dir.path(), opts.clone())
             .await
             .expect("open");
+        let store = agui_store::Store::new(file.clone());
 
         // 1. Appends.
         let r = writers(&store, "w1", append_n, 1, Durability::RunEnd).await;
@@ -203,7 +203,7 @@ fn main() {
             s.stored_per_raw_byte()
         );
         let t = Instant::now();
-        store.seal().await.expect("seal");
+        file.seal().await.expect("seal");
         let sealed_in = t.elapsed();
         let s = store.stats().await.expect("stats");
         println!(
@@ -217,7 +217,7 @@ fn main() {
 
         // Reopen: replay time, then cold restores (sealed segments).
         let t = Instant::now();
-        let store = Arc::new(FileStore::open(dir.path(), opts).await.expect("reopen"));
+        let store = agui_store::Store::new(FileStore::open(dir.path(), opts).await.expect("reopen"));
         println!(
             "reopen (replay of {} events): {:?}",
             s.events,

@@ -4,7 +4,7 @@
 //!
 //! ```no_run
 //! # async fn demo() -> agui_store::Result<()> {
-//! use agui_store::EventStore;
+//! use agui_store::Backend;
 //! let store = agui_store_file::open("file:///var/lib/agui?durability=append").await?;
 //! let stats = store.stats().await?;
 //! store.close().await?;
@@ -118,9 +118,9 @@ use agui_store::cursor::{RunCursor, ThreadCursor};
 use agui_store::index::BatchPlan;
 use agui_store::subscribe::{EventStream, Hub, PageReader, catch_up_then_live};
 use agui_store::{
-    AppendRequest, Appended, Checkpoints, ConversationCache, Durability, EventPage, EventStore,
-    Result, RunFilter, RunPage, RunRecord, StoreError, StoreStats, StoredEvent, ThreadFilter,
-    ThreadInfo, ThreadPage, Timestamp, check_id, page_size,
+    AppendRequest, Appended, Backend, Committed, Durability, EventPage, Result, RunFilter, RunPage,
+    RunRecord, StoreError, StoreStats, StoredEvent, ThreadFilter, ThreadInfo, ThreadPage,
+    Timestamp, check_id, page_size,
 };
 use async_trait::async_trait;
 use futures::FutureExt;
@@ -263,7 +263,6 @@ struct Inner {
     synced: Mutex<(u64, u64)>,
     hub: Hub,
     closed: AtomicBool,
-    cache: ConversationCache,
     sealer: Mutex<Option<(mpsc::Sender<SealJob>, JoinHandle<()>)>>,
     lock: Mutex<Option<std::fs::File>>,
 }
@@ -554,7 +553,6 @@ fn open_locked(
             synced: Mutex::new(synced),
             hub: Hub::new(),
             closed: AtomicBool::new(false),
-            cache: ConversationCache::new(),
             sealer: Mutex::new(Some((tx, handle))),
             lock: Mutex::new(lock_file.take()),
         }),
@@ -600,7 +598,7 @@ fn sealer(shared: Arc<Shared>, rx: mpsc::Receiver<SealJob>) {
 impl FileStore {
     /// Opens (creating if needed) the store in `dir`: takes its lock,
     /// replays the log, cuts a torn tail. Runs left `running` by a crash stay
-    /// so until [`EventStore::mark_interrupted`].
+    /// so until [`Backend::mark_interrupted`].
     pub async fn open(dir: impl AsRef<Path>, options: FileOptions) -> Result<FileStore> {
         let dir = dir.as_ref().to_path_buf();
         tokio::task::spawn_blocking(move || open_blocking(dir, options))
@@ -923,9 +921,8 @@ fn checkpoint_blob(payload: &[u8]) -> Vec<u8> {
 }
 
 #[async_trait]
-impl EventStore for FileStore {
-    async fn append(&self, tenant: &str, thread: &str, req: AppendRequest) -> Result<Appended> {
-        let build = req.checkpoints == Checkpoints::Build;
+impl Backend for FileStore {
+    async fn commit(&self, tenant: &str, thread: &str, req: AppendRequest) -> Result<Committed> {
         self.check_writable()?;
         check_id("tenant", tenant)?;
         check_id("thread", thread)?;
@@ -934,10 +931,7 @@ impl EventStore for FileStore {
         }
         let (t, th) = (tenant.to_owned(), thread.to_owned());
         let (appended, plan) = self.blocking(move |i| i.append(&t, &th, req)).await?;
-        if build {
-            self.checkpoint_ended_runs(tenant, thread, &plan).await;
-        }
-        Ok(appended)
+        Ok(Committed { appended, plan })
     }
 
     async fn read(
@@ -1094,7 +1088,6 @@ impl EventStore for FileStore {
             let loc = i.write(active, &rec.frame()?)?;
             write_lock(&i.state).delete(&t, &th);
             i.hub.close_thread(&t, &th);
-            i.cache.forget(&t, &th);
             drop(w);
             i.sync_through(loc.seg, loc.off + u64::from(loc.len))?;
             Ok(())
@@ -1127,7 +1120,6 @@ impl EventStore for FileStore {
             write_lock(&i.state).rename(&t, &f, &n);
             for id in [&f, &n] {
                 i.hub.close_thread(&t, id);
-                i.cache.forget(&t, id);
             }
             drop(w);
             i.sync_through(loc.seg, loc.off + u64::from(loc.len))?;
@@ -1303,10 +1295,6 @@ impl EventStore for FileStore {
             })
             .await?;
         Ok(s)
-    }
-
-    fn conversation_cache(&self) -> Option<&ConversationCache> {
-        Some(&self.inner.cache)
     }
 
     async fn flush(&self) -> Result<()> {

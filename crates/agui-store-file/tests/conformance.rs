@@ -1,14 +1,14 @@
 //! The shared conformance suite against the file backend, one directory per
 //! test.
 
-use agui_store::conformance::Backend;
+use agui_store::conformance::Harness;
 use agui_store::{Result, StoreError};
 use agui_store_file::{FileOptions, FileStore};
 
 struct File(tempfile::TempDir);
 
 #[async_trait::async_trait]
-impl Backend for File {
+impl Harness for File {
     type Store = FileStore;
 
     async fn open(&self) -> Result<FileStore> {

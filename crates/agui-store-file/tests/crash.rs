@@ -16,7 +16,7 @@ fn main() {
             .and_then(|s| s.parse().ok())
             .unwrap_or(1);
         let result = rt.block_on(async {
-            let store = agui_store_file::open(&url).await?;
+            let store = agui_store::Store::new(agui_store_file::open(&url).await?);
             crash::child_main(&store, seed).await
         });
         if let Err(e) = result {
@@ -39,7 +39,11 @@ fn main() {
                 .env("AGUI_STORE_CRASH_SEED", seed.to_string());
             cmd
         },
-        || agui_store_file::open(&url),
+        || async {
+            agui_store_file::open(&url)
+                .await
+                .map(agui_store::Store::new)
+        },
         kills,
         0x5eed,
     ));

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use agui_store::conformance::events::{event, full_run, run_started};
-use agui_store::{AppendRequest, Durability, ErrorKind, EventStore, StoredEvent};
+use agui_store::{AppendRequest, Durability, ErrorKind, Store, StoredEvent};
 use agui_store_file::{FileOptions, FileStore, parse_url};
 use serde_json::json;
 
@@ -14,7 +14,7 @@ fn custom(n: u64) -> agui_protocol::Event {
     event(json!({"type":"CUSTOM","name":"n","value":n,"pad":"x".repeat((n % 50) as usize)}))
 }
 
-async fn all(s: &FileStore, thread: &str) -> Vec<StoredEvent> {
+async fn all(s: &Store, thread: &str) -> Vec<StoredEvent> {
     s.read_range(T, thread, 1, u64::MAX).await.expect("read")
 }
 
@@ -47,9 +47,11 @@ fn records(path: &Path) -> Vec<(usize, usize, u8)> {
 #[tokio::test]
 async fn a_torn_tail_is_cut_back_to_the_last_complete_record() {
     let dir = tempfile::tempdir().unwrap();
-    let s = FileStore::open(dir.path(), FileOptions::default())
-        .await
-        .unwrap();
+    let s = agui_store::Store::new(
+        FileStore::open(dir.path(), FileOptions::default())
+            .await
+            .unwrap(),
+    );
     for k in 0..5 {
         s.append(
             T,
@@ -70,9 +72,11 @@ async fn a_torn_tail_is_cut_back_to_the_last_complete_record() {
     let original = std::fs::read(&seg).unwrap();
     for cut in [1, 4, 8, 9, last_len - 1] {
         std::fs::write(&seg, &original[..last_off + cut]).unwrap();
-        let s = FileStore::open(dir.path(), FileOptions::default())
-            .await
-            .unwrap();
+        let s = agui_store::Store::new(
+            FileStore::open(dir.path(), FileOptions::default())
+                .await
+                .unwrap(),
+        );
         let got = all(&s, "th").await;
         assert_eq!(
             got.len(),
@@ -94,9 +98,11 @@ async fn a_torn_tail_is_cut_back_to_the_last_complete_record() {
     garbage.extend_from_slice(&[0u8; 4096]);
     garbage.extend_from_slice(b"\xff\xff\x00\x00junk");
     std::fs::write(&seg, &garbage).unwrap();
-    let s = FileStore::open(dir.path(), FileOptions::default())
-        .await
-        .unwrap();
+    let s = agui_store::Store::new(
+        FileStore::open(dir.path(), FileOptions::default())
+            .await
+            .unwrap(),
+    );
     assert_eq!(all(&s, "th").await.len(), before.len());
     assert_eq!(std::fs::metadata(&seg).unwrap().len(), full);
     // Appending continues after the cut.
@@ -115,9 +121,11 @@ async fn a_torn_tail_is_cut_back_to_the_last_complete_record() {
 #[tokio::test]
 async fn a_damaged_checkpoint_on_disk_is_rebuilt_and_damaged_events_refuse_to_open() {
     let dir = tempfile::tempdir().unwrap();
-    let s = FileStore::open(dir.path(), FileOptions::default())
-        .await
-        .unwrap();
+    let s = agui_store::Store::new(
+        FileStore::open(dir.path(), FileOptions::default())
+            .await
+            .unwrap(),
+    );
     s.append(
         T,
         "th",
@@ -141,9 +149,11 @@ async fn a_damaged_checkpoint_on_disk_is_rebuilt_and_damaged_events_refuse_to_op
     let original = data.clone();
     data[off + len - 3] ^= 0x41;
     std::fs::write(&seg, &data).unwrap();
-    let s = FileStore::open(dir.path(), FileOptions::default())
-        .await
-        .unwrap();
+    let s = agui_store::Store::new(
+        FileStore::open(dir.path(), FileOptions::default())
+            .await
+            .unwrap(),
+    );
     assert_eq!(all(&s, "th").await.len(), n_events);
     let r = s.restore(T, "th", "r1").await.unwrap();
     assert!(!r.from_checkpoint, "the damaged checkpoint is not trusted");
@@ -176,14 +186,15 @@ async fn sealed_segments_read_back_and_survive_reopen() {
         block_bytes: 8 * 1024,
         ..FileOptions::default()
     };
-    let s = FileStore::open(dir.path(), opts.clone()).await.unwrap();
+    let file = FileStore::open(dir.path(), opts.clone()).await.unwrap();
+    let s = agui_store::Store::new(file.clone());
     let mut expect = Vec::new();
     for k in 0..300u64 {
         let batch: Vec<_> = (0..10).map(|i| custom(k * 10 + i)).collect();
         expect.extend(batch.iter().map(|e| e.json().to_owned()));
         s.append(T, "big", AppendRequest::new(batch)).await.unwrap();
     }
-    s.seal().await.unwrap();
+    file.seal().await.unwrap();
     assert!(
         files(dir.path(), ".zseg").len() >= 3,
         "full segments are sealed"
@@ -203,7 +214,7 @@ async fn sealed_segments_read_back_and_survive_reopen() {
     assert!(stats.stored_bytes < stats.raw_bytes, "{stats:?}");
     s.close().await.unwrap();
     drop(s);
-    let s = FileStore::open(dir.path(), opts).await.unwrap();
+    let s = agui_store::Store::new(FileStore::open(dir.path(), opts).await.unwrap());
     let page = s.read(T, "big", 1234, 7).await.unwrap();
     let seqs: Vec<u64> = page.events.iter().map(|e| e.seq).collect();
     assert_eq!(seqs, (1234..1241).collect::<Vec<_>>());
@@ -215,9 +226,11 @@ async fn sealed_segments_read_back_and_survive_reopen() {
 #[tokio::test]
 async fn ids_never_become_file_names() {
     let dir = tempfile::tempdir().unwrap();
-    let s = FileStore::open(dir.path(), FileOptions::default())
-        .await
-        .unwrap();
+    let s = agui_store::Store::new(
+        FileStore::open(dir.path(), FileOptions::default())
+            .await
+            .unwrap(),
+    );
     let long = "é".repeat(20_000);
     for id in ["../../escape", "/", "CON", "a\0b", "nul.txt", long.as_str()] {
         s.append(id, id, AppendRequest::new(vec![run_started(id, id, None)]))
@@ -242,9 +255,11 @@ async fn ids_never_become_file_names() {
 #[tokio::test]
 async fn one_process_at_a_time_and_closed_handles_refuse() {
     let dir = tempfile::tempdir().unwrap();
-    let s = FileStore::open(dir.path(), FileOptions::default())
-        .await
-        .unwrap();
+    let s = agui_store::Store::new(
+        FileStore::open(dir.path(), FileOptions::default())
+            .await
+            .unwrap(),
+    );
     let e = FileStore::open(dir.path(), FileOptions::default())
         .await
         .err()
@@ -256,18 +271,22 @@ async fn one_process_at_a_time_and_closed_handles_refuse() {
         .await
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Unavailable);
-    let again = FileStore::open(dir.path(), FileOptions::default())
-        .await
-        .unwrap();
+    let again = agui_store::Store::new(
+        FileStore::open(dir.path(), FileOptions::default())
+            .await
+            .unwrap(),
+    );
     again.close().await.unwrap();
 }
 
 #[tokio::test]
 async fn durability_flags_follow_the_choice() {
     let dir = tempfile::tempdir().unwrap();
-    let s = FileStore::open(dir.path(), FileOptions::default())
-        .await
-        .unwrap();
+    let s = agui_store::Store::new(
+        FileStore::open(dir.path(), FileOptions::default())
+            .await
+            .unwrap(),
+    );
     let a = s
         .append(
             T,
@@ -303,7 +322,7 @@ async fn durability_flags_follow_the_choice() {
         durability: Some(Durability::Append),
         ..FileOptions::default()
     };
-    let s = FileStore::open(dir.path(), forced).await.unwrap();
+    let s = agui_store::Store::new(FileStore::open(dir.path(), forced).await.unwrap());
     let a = s
         .append(T, "d", AppendRequest::new(vec![custom(2)]))
         .await
@@ -340,7 +359,7 @@ fn urls_parse_with_options_and_reject_nonsense() {
 /// A store of one thread with five batches of two events, closed; returns
 /// the events and the segment.
 async fn five_batches(dir: &Path) -> (Vec<(u64, String)>, PathBuf) {
-    let s = FileStore::open(dir, FileOptions::default()).await.unwrap();
+    let s = agui_store::Store::new(FileStore::open(dir, FileOptions::default()).await.unwrap());
     for k in 0..5 {
         s.append(
             T,
@@ -382,9 +401,11 @@ async fn a_cut_in_the_middle_of_the_log_refuses_to_open_unless_repair_is_asked()
     let e = agui_store_file::open_read_only(&url).await.err().unwrap();
     assert_eq!(e.kind(), ErrorKind::Corrupt);
     // With repair: cut at the damaged record; the first batch survives.
-    let s = agui_store_file::open(&format!("{url}?repair=true"))
-        .await
-        .unwrap();
+    let s = agui_store::Store::new(
+        agui_store_file::open(&format!("{url}?repair=true"))
+            .await
+            .unwrap(),
+    );
     let got: Vec<(u64, String)> = all(&s, "th")
         .await
         .into_iter()
@@ -406,7 +427,7 @@ async fn repair_moves_later_segments_aside() {
         segment_bytes: 1,
         ..FileOptions::default()
     };
-    let s = FileStore::open(dir.path(), opts.clone()).await.unwrap();
+    let s = agui_store::Store::new(FileStore::open(dir.path(), opts.clone()).await.unwrap());
     for k in 0..4 {
         s.append(T, "th", AppendRequest::new(vec![custom(k)]))
             .await
@@ -436,15 +457,17 @@ async fn repair_moves_later_segments_aside() {
         .err()
         .unwrap();
     assert_eq!(e.kind(), ErrorKind::Corrupt);
-    let s = FileStore::open(
-        dir.path(),
-        FileOptions {
-            repair: true,
-            ..opts
-        },
-    )
-    .await
-    .unwrap();
+    let s = agui_store::Store::new(
+        FileStore::open(
+            dir.path(),
+            FileOptions {
+                repair: true,
+                ..opts
+            },
+        )
+        .await
+        .unwrap(),
+    );
     assert_eq!(all(&s, "th").await.len(), 1, "only the first batch is kept");
     let aside = std::fs::read_dir(dir.path().join("damaged"))
         .unwrap()
@@ -473,15 +496,19 @@ async fn read_only_opens_create_nothing_and_work_beside_the_writer() {
     assert_eq!(std::fs::read_dir(&empty).unwrap().count(), 0);
     // Beside a running writer (which holds the lock).
     let store = dir.path().join("store");
-    let w = FileStore::open(&store, FileOptions::default())
-        .await
-        .unwrap();
+    let w = agui_store::Store::new(
+        FileStore::open(&store, FileOptions::default())
+            .await
+            .unwrap(),
+    );
     w.append(T, "th", AppendRequest::new(vec![custom(1), custom(2)]))
         .await
         .unwrap();
-    let r = agui_store_file::open_read_only(&format!("file://{}", store.display()))
-        .await
-        .unwrap();
+    let r = agui_store::Store::new(
+        agui_store_file::open_read_only(&format!("file://{}", store.display()))
+            .await
+            .unwrap(),
+    );
     assert_eq!(all(&r, "th").await.len(), 2);
     let e = r
         .append(T, "th", AppendRequest::new(vec![custom(3)]))

@@ -4,8 +4,8 @@
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
+use agui_store::AppendRequest;
 use agui_store::conformance::events::event;
-use agui_store::{AppendRequest, EventStore};
 use agui_store_file::{FileOptions, FileStore};
 use serde_json::json;
 
@@ -32,9 +32,11 @@ async fn a_torn_tail_is_cut_with_a_warning_naming_segment_bytes_and_records() {
         .with_writer(move || writer.clone())
         .init();
     let dir = tempfile::tempdir().unwrap();
-    let s = FileStore::open(dir.path(), FileOptions::default())
-        .await
-        .unwrap();
+    let s = agui_store::Store::new(
+        FileStore::open(dir.path(), FileOptions::default())
+            .await
+            .unwrap(),
+    );
     for k in 0..4u64 {
         let e = event(json!({"type":"CUSTOM","name":"n","value":k}));
         s.append("t", "th", AppendRequest::new(vec![e]))
@@ -57,9 +59,11 @@ async fn a_torn_tail_is_cut_with_a_warning_naming_segment_bytes_and_records() {
         .set_len(len - 5)
         .unwrap();
     assert!(log.0.lock().unwrap().is_empty());
-    let s = FileStore::open(dir.path(), FileOptions::default())
-        .await
-        .unwrap();
+    let s = agui_store::Store::new(
+        FileStore::open(dir.path(), FileOptions::default())
+            .await
+            .unwrap(),
+    );
     assert_eq!(s.read_range("t", "th", 1, u64::MAX).await.unwrap().len(), 3);
     s.close().await.unwrap();
     let text = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();

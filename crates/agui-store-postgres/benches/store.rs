@@ -3,9 +3,7 @@
 //! `AGUI_TEST_POSTGRES_URL` (or `AGUI_BENCH_POSTGRES_URL`); uses a schema of
 //! its own, dropped at the end. `AGUI_BENCH_SMALL=1` runs a reduced size.
 
-use std::sync::Arc;
-
-use agui_store::EventStore;
+use agui_store::Store;
 use agui_store::bench::{BenchOptions, run};
 use agui_store_postgres::{PgOptions, PgStore};
 
@@ -31,7 +29,7 @@ fn main() {
     let store = rt
         .block_on(PgStore::open_with(o))
         .expect("the PostgreSQL store opens");
-    let store: Arc<dyn EventStore> = Arc::new(store);
+    let store = Store::new(store);
     println!("== postgres (schema {schema})");
     let report = rt.block_on(run(store.clone(), &opts, |line| {
         println!("postgres: {line}")

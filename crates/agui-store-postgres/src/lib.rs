@@ -77,10 +77,9 @@ use agui_store::cursor::{RunCursor, ThreadCursor};
 use agui_store::index::{BatchPlan, ThreadHead, plan_batch};
 use agui_store::subscribe::{EventStream, Hub, PageReader, catch_up_then_live};
 use agui_store::{
-    AppendRequest, Appended, Checkpoints, ConversationCache, Durability, ErrorKind, EventPage,
-    EventStore, Restored, Result, RunFilter, RunPage, RunRecord, RunStatus, StoreError, StoreStats,
-    StoredEvent, ThreadFilter, ThreadInfo, ThreadPage, Timestamp, check_id, checkpoint, page_size,
-    restore_run,
+    AppendRequest, Appended, Backend, CheckpointChain, Committed, Durability, ErrorKind, EventPage,
+    Result, RunFilter, RunPage, RunRecord, RunStatus, StoreError, StoreStats, StoredEvent,
+    ThreadFilter, ThreadInfo, ThreadPage, Timestamp, check_id, checkpoint, page_size,
 };
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
@@ -97,9 +96,6 @@ pub const DEFAULT_SCHEMA: &str = "agui";
 
 /// Threads whose head this process remembers (see `Inner::heads`).
 const HEAD_KEYS: usize = 4096;
-
-/// Threads tracked as possibly cached (see `Inner::cached`).
-const CACHED_KEYS: usize = 4096;
 
 /// How to open a [`PgStore`].
 #[derive(Debug, Clone)]
@@ -184,10 +180,6 @@ struct Inner {
     /// Notice key → the (tenant, thread) pairs subscribed under it.
     watched: Mutex<HashMap<String, HashSet<(String, String)>>>,
     closed: AtomicBool,
-    cache: ConversationCache,
-    /// Notice key → the threads this process may have cached conversations
-    /// of, so a deletion through another replica can forget them.
-    cached: Mutex<HashMap<String, (String, String)>>,
     listener: Mutex<Option<JoinHandle<()>>>,
     /// (tenant, thread) → the head this process last wrote or read under
     /// lock: appends plan against it and let the database check it.
@@ -539,33 +531,6 @@ const RESTORE_SQL: &str = "WITH RECURSIVE r AS (\
    SELECT r.status, r.last_seq, ch.run_id, ch.blob FROM r LEFT JOIN ch ON true \
    ORDER BY ch.depth";
 
-/// Checks a fetched chain (`(run id, blob)`, the run's own first) exactly as
-/// the shared restore does, and composes the conversation's text. `None`
-/// when any link is missing, damaged, stale or does not fit: the caller
-/// then takes the shared path, which repairs.
-fn compose_chain(run_id: &str, last_seq: u64, links: &[(&[u8], &[u8])]) -> Option<String> {
-    let mut chain = Vec::with_capacity(links.len());
-    let (mut want_run, mut want_seq) = (run_id.as_bytes().to_vec(), last_seq);
-    for (run, blob) in links {
-        if *run != want_run.as_slice() {
-            return None;
-        }
-        let d = checkpoint::decode(blob).ok()?;
-        if d.last_seq != want_seq {
-            return None;
-        }
-        let next = d.base.as_ref().map(|b| (b.run_id.clone(), b.last_seq));
-        chain.push(d);
-        match next {
-            None => return checkpoint::compose(&chain).ok(),
-            // Bases cover strictly earlier events: no cycle.
-            Some((_, s)) if s >= want_seq => return None,
-            Some((r, s)) => (want_run, want_seq) = (r.into_bytes(), s),
-        }
-    }
-    None
-}
-
 const RUN_COLUMNS: &str = "r.thread, r.run_id, r.parent_run_id, r.agent, r.status, r.started_at, \
      r.finished_at, r.first_seq, r.last_seq, r.event_count, r.bytes";
 
@@ -668,8 +633,6 @@ impl PgStore {
             hub: Hub::new(),
             watched: Mutex::new(HashMap::new()),
             closed: AtomicBool::new(false),
-            cache: ConversationCache::new(),
-            cached: Mutex::new(HashMap::new()),
             listener: Mutex::new(None),
             heads: Mutex::new(HashMap::new()),
             session,
@@ -958,10 +921,6 @@ impl PgStore {
         let targets: Vec<(String, String)> = {
             let mut watched = self.inner.watched.lock().unwrap_or_else(|p| p.into_inner());
             let Some(set) = watched.get_mut(key) else {
-                drop(watched);
-                if kind == "D" {
-                    self.forget_cached(key);
-                }
                 return;
             };
             set.retain(|(tn, th)| self.inner.hub.has_listeners(tn, th));
@@ -971,14 +930,10 @@ impl PgStore {
             }
             out
         };
-        if kind == "D" {
-            self.forget_cached(key);
-        }
         match kind {
             "D" => {
                 for (tn, th) in targets {
                     self.inner.hub.close_thread(&tn, &th);
-                    self.inner.cache.forget(&tn, &th);
                 }
             }
             "A" => {
@@ -993,34 +948,6 @@ impl PgStore {
             }
             _ => {}
         }
-    }
-
-    /// Forgets the cached conversation of the thread behind a notice key.
-    fn forget_cached(&self, key: &str) {
-        let gone = self
-            .inner
-            .cached
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(key);
-        if let Some((tn, th)) = gone {
-            self.inner.cache.forget(&tn, &th);
-        }
-    }
-
-    /// Remembers that the cache may hold a conversation of this thread.
-    fn note_cached(&self, tenant: &str, thread: &str) {
-        let mut cached = self.inner.cached.lock().unwrap_or_else(|p| p.into_inner());
-        if cached.len() >= CACHED_KEYS {
-            // Too many to track: forget them all rather than risk a stale one.
-            for (_, (tn, th)) in cached.drain() {
-                self.inner.cache.forget(&tn, &th);
-            }
-        }
-        cached.insert(
-            notice_key(tenant, thread),
-            (tenant.to_owned(), thread.to_owned()),
-        );
     }
 
     /// Reads `first..=last` and publishes it to the hub. A failed read is
@@ -1214,19 +1141,15 @@ fn done(plan: BatchPlan, durable: bool) -> (BatchPlan, Appended) {
 }
 
 #[async_trait]
-impl EventStore for PgStore {
-    async fn append(&self, tenant: &str, thread: &str, req: AppendRequest) -> Result<Appended> {
-        let build = req.checkpoints == Checkpoints::Build;
+impl Backend for PgStore {
+    async fn commit(&self, tenant: &str, thread: &str, req: AppendRequest) -> Result<Committed> {
         check_id("tenant", tenant)?;
         check_id("thread", thread)?;
         if req.events.is_empty() {
             return Err(StoreError::invalid("an append needs at least one event"));
         }
         let (plan, appended) = self.append_tx(tenant, thread, req).await?;
-        if build {
-            self.checkpoint_ended_runs(tenant, thread, &plan).await;
-        }
-        Ok(appended)
+        Ok(Committed { appended, plan })
     }
 
     async fn read(
@@ -1400,7 +1323,6 @@ impl EventStore for PgStore {
             .map_err(pg)?;
         tx.commit().await.map_err(pg)?;
         self.inner.hub.close_thread(tenant, thread);
-        self.inner.cache.forget(tenant, thread);
         self.forget_head(tenant, thread);
         Ok(())
     }
@@ -1466,7 +1388,6 @@ impl EventStore for PgStore {
         tx.commit().await.map_err(pg)?;
         for id in [from, to] {
             self.inner.hub.close_thread(tenant, id);
-            self.inner.cache.forget(tenant, id);
             self.forget_head(tenant, id);
         }
         Ok(())
@@ -1736,8 +1657,13 @@ impl EventStore for PgStore {
         })
     }
 
-    async fn restore(&self, tenant: &str, thread: &str, run_id: &str) -> Result<Restored> {
-        // Fast path, one round trip: the run, its checkpoint and its bases'.
+    /// One round trip: the run, its checkpoint and its bases'.
+    async fn checkpoint_chain(
+        &self,
+        tenant: &str,
+        thread: &str,
+        run_id: &str,
+    ) -> Result<CheckpointChain> {
         let c = self.conn().await?;
         let st = c.prepare_cached(RESTORE_SQL).await.map_err(pg)?;
         let rows = c
@@ -1753,38 +1679,26 @@ impl EventStore for PgStore {
             .await
             .map_err(pg)?;
         drop(c);
-        if let Some(first) = rows.first() {
-            let status = status_from(get(first, 0)?)?;
-            let last_seq = to_u64(get(first, 1)?)?;
-            let mut links = Vec::with_capacity(rows.len());
-            for row in &rows {
-                if let (Some(run), Some(blob)) =
-                    (get::<Option<&[u8]>>(row, 2)?, get::<Option<&[u8]>>(row, 3)?)
-                {
-                    links.push((run, blob));
-                }
-            }
-            if status != RunStatus::Running
-                && let Some(json) = compose_chain(run_id, last_seq, &links)
+        let Some(first) = rows.first() else {
+            // Say which is missing, the thread or the run.
+            self.run(tenant, thread, run_id).await?;
+            return Err(StoreError::not_found("run"));
+        };
+        let status = status_from(get(first, 0)?)?;
+        let last_seq = to_u64(get(first, 1)?)?;
+        let mut links = Vec::with_capacity(rows.len());
+        for row in &rows {
+            if let (Some(run), Some(blob)) =
+                (get::<Option<&[u8]>>(row, 2)?, get::<Option<&[u8]>>(row, 3)?)
             {
-                return Ok(Restored {
-                    run_id: run_id.to_owned(),
-                    last_seq,
-                    json,
-                    from_checkpoint: true,
-                    rebuilt: 0,
-                });
+                links.push((text(run.to_vec())?, blob.to_vec()));
             }
         }
-        // Missing, damaged, stale or still running: the shared path
-        // (repairs and rebuilds from the log, stores what it rebuilds, may
-        // cache).
-        self.note_cached(tenant, thread);
-        restore_run(self, tenant, thread, run_id).await
-    }
-
-    fn conversation_cache(&self) -> Option<&ConversationCache> {
-        Some(&self.inner.cache)
+        Ok(CheckpointChain {
+            status,
+            last_seq,
+            links,
+        })
     }
 
     async fn flush(&self) -> Result<()> {
@@ -1950,7 +1864,7 @@ mod tests {
                 .await
                 .unwrap();
         }
-        let store = PgStore::open_with(o).await.unwrap();
+        let store = agui_store::Store::new(PgStore::open_with(o).await.unwrap());
         let page = store.read("t", "x", 1, 100).await.unwrap();
         let got: Vec<&str> = page.events.iter().map(|e| e.event.json()).collect();
         assert_eq!(got, texts.iter().map(String::as_str).collect::<Vec<_>>());

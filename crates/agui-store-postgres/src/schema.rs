@@ -100,7 +100,7 @@ CREATE SEQUENCE sessions AS INT MINVALUE 1 CYCLE;
     r#"
 ALTER TABLE checkpoints ADD COLUMN base_run BYTEA;
 "#,
-    // 5: per-agent channel state of a thread (`EventStore::put_channel`),
+    // 5: per-agent channel state of a thread (`Backend::put_channel`),
     // removed with its thread.
     r#"
 CREATE TABLE channels (

@@ -6,14 +6,14 @@
 mod common;
 
 use agui_store::Result;
-use agui_store::conformance::Backend;
+use agui_store::conformance::Harness;
 use agui_store_postgres::PgStore;
 use common::Schema;
 
 struct Pg(Schema);
 
 #[async_trait::async_trait]
-impl Backend for Pg {
+impl Harness for Pg {
     type Store = PgStore;
 
     async fn open(&self) -> Result<PgStore> {

@@ -3,11 +3,10 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use agui_protocol::Event;
-use agui_store::{AppendRequest, ErrorKind, EventStore};
+use agui_store::{AppendRequest, ErrorKind};
 use common::Schema;
 use futures::StreamExt;
 
@@ -32,7 +31,10 @@ async fn a_subscriber_on_one_replica_sees_appends_through_the_other_live() {
     let schema = Schema::new(url);
     // Both replicas start together: migrations apply once.
     let (a, b) = tokio::join!(schema.open(), schema.open());
-    let (a, b) = (Arc::new(a.unwrap()), Arc::new(b.unwrap()));
+    let (a, b) = (
+        agui_store::Store::new(a.unwrap()),
+        agui_store::Store::new(b.unwrap()),
+    );
     a.append("t", "x", AppendRequest::new((1..=5).map(custom).collect()))
         .await
         .unwrap();
@@ -84,8 +86,8 @@ async fn a_subscriber_on_one_replica_sees_appends_through_the_other_live() {
 async fn appenders_on_two_replicas_serialize_and_conflict() {
     let Some(url) = common::url() else { return };
     let schema = Schema::new(url);
-    let a = Arc::new(schema.open().await.unwrap());
-    let b = Arc::new(schema.open().await.unwrap());
+    let a = agui_store::Store::new(schema.open().await.unwrap());
+    let b = agui_store::Store::new(schema.open().await.unwrap());
     let mut sub = a.subscribe("t", "race", 1).await.unwrap();
     let mut tasks = Vec::new();
     for (w, store) in [a.clone(), b.clone(), a.clone(), b.clone()]
@@ -154,7 +156,7 @@ async fn appenders_on_two_replicas_serialize_and_conflict() {
 async fn errors_do_not_show_sql_and_closed_stores_refuse() {
     let Some(url) = common::url() else { return };
     let schema = Schema::new(url);
-    let s = schema.open().await.unwrap();
+    let s = agui_store::Store::new(schema.open().await.unwrap());
     let e = s
         .list_threads(
             "t",
@@ -204,7 +206,7 @@ async fn errors_do_not_show_sql_and_closed_stores_refuse() {
 async fn durability_chooses_the_commit_mode() {
     let Some(url) = common::url() else { return };
     let schema = Schema::new(url);
-    let s = schema.open().await.unwrap();
+    let s = agui_store::Store::new(schema.open().await.unwrap());
     let started = Event::from_json(r#"{"type":"RUN_STARTED","threadId":"d","runId":"r"}"#).unwrap();
     let finished =
         Event::from_json(r#"{"type":"RUN_FINISHED","threadId":"d","runId":"r"}"#).unwrap();
@@ -239,9 +241,9 @@ async fn a_head_changed_by_another_replica_is_not_written_over() {
     let Some(url) = common::url() else { return };
     let schema = Schema::new(url);
     let (a, b, z) = (
-        schema.open().await.unwrap(),
-        schema.open().await.unwrap(),
-        schema.open().await.unwrap(),
+        agui_store::Store::new(schema.open().await.unwrap()),
+        agui_store::Store::new(schema.open().await.unwrap()),
+        agui_store::Store::new(schema.open().await.unwrap()),
     );
     let started = Event::from_json(r#"{"type":"RUN_STARTED","threadId":"x","runId":"r"}"#).unwrap();
     z.append("t", "x", AppendRequest::new(vec![started, custom(1)]))
@@ -306,7 +308,10 @@ async fn a_head_changed_by_another_replica_is_not_written_over() {
 async fn start_up_interrupts_only_runs_whose_replica_is_gone() {
     let Some(url) = common::url() else { return };
     let schema = Schema::new(url);
-    let (a, b) = (schema.open().await.unwrap(), schema.open().await.unwrap());
+    let (a, b) = (
+        agui_store::Store::new(schema.open().await.unwrap()),
+        agui_store::Store::new(schema.open().await.unwrap()),
+    );
     let started = |run: &str| {
         Event::from_json(&format!(
             r#"{{"type":"RUN_STARTED","threadId":"x","runId":"{run}"}}"#
@@ -321,7 +326,7 @@ async fn start_up_interrupts_only_runs_whose_replica_is_gone() {
         .unwrap();
     // A third replica starts while A and B are live: nothing is theirs to
     // interrupt.
-    let c = schema.open().await.unwrap();
+    let c = agui_store::Store::new(schema.open().await.unwrap());
     assert_eq!(c.mark_interrupted().await.unwrap(), 0);
     // A goes away: its run is orphaned, B's is not.
     a.close().await.unwrap();
@@ -335,7 +340,7 @@ async fn start_up_interrupts_only_runs_whose_replica_is_gone() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(n, 1);
-    let status = |s: &agui_store_postgres::PgStore, th: &'static str, run: &'static str| {
+    let status = |s: &agui_store::Store, th: &'static str, run: &'static str| {
         let s = s.clone();
         async move { s.run("t", th, run).await.unwrap().status }
     };
@@ -362,7 +367,10 @@ async fn start_up_interrupts_only_runs_whose_replica_is_gone() {
 async fn a_thread_claimed_by_one_replica_is_seen_by_the_other_until_released_or_gone() {
     let Some(url) = common::url() else { return };
     let schema = Schema::new(url);
-    let (a, b) = (schema.open().await.unwrap(), schema.open().await.unwrap());
+    let (a, b) = (
+        agui_store::Store::new(schema.open().await.unwrap()),
+        agui_store::Store::new(schema.open().await.unwrap()),
+    );
     // Nothing of the run is stored yet: the claim alone makes it visible.
     assert_eq!(a.claim_thread("t", "x", "r1").await.unwrap(), None);
     assert_eq!(

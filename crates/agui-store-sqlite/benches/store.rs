@@ -2,9 +2,7 @@
 //! backends, in one run: `cargo bench -p agui-store-sqlite --bench store`.
 //! `AGUI_BENCH_SMALL=1` runs a reduced size (for a quick look).
 
-use std::sync::Arc;
-
-use agui_store::EventStore;
+use agui_store::Store;
 use agui_store::bench::{BenchOptions, run};
 
 fn main() {
@@ -16,19 +14,16 @@ fn main() {
         opts.restore_samples = 50;
     }
     let dir = tempfile::tempdir().expect("a temporary directory");
-    let backends: Vec<(&str, Arc<dyn EventStore>)> = rt.block_on(async {
+    let backends: Vec<(&str, Store)> = rt.block_on(async {
         vec![
-            (
-                "memory",
-                Arc::new(agui_store::MemoryStore::new()) as Arc<dyn EventStore>,
-            ),
+            ("memory", agui_store::Store::memory()),
             (
                 "sqlite",
-                Arc::new(
+                Store::new(
                     agui_store_sqlite::SqliteStore::open_path(&dir.path().join("bench.db"))
                         .await
                         .expect("the SQLite store opens"),
-                ) as Arc<dyn EventStore>,
+                ),
             ),
         ]
     });

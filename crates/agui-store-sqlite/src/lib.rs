@@ -35,9 +35,9 @@ use std::thread::JoinHandle;
 use agui_store::cursor::{RunCursor, ThreadCursor};
 use agui_store::subscribe::{EventStream, Hub, PageReader, catch_up_then_live};
 use agui_store::{
-    AppendRequest, Appended, Checkpoints, ConversationCache, EventPage, EventStore, Restored,
-    Result, RunFilter, RunPage, RunRecord, StoreError, StoreStats, StoredEvent, ThreadFilter,
-    ThreadInfo, ThreadPage, Timestamp, check_id, page_size,
+    AppendRequest, Backend, CheckpointChain, Committed, EventPage, Result, RunFilter, RunPage,
+    RunRecord, StoreError, StoreStats, StoredEvent, ThreadFilter, ThreadInfo, ThreadPage,
+    Timestamp, check_id, page_size,
 };
 use async_trait::async_trait;
 use futures::FutureExt;
@@ -64,7 +64,6 @@ struct Inner {
     readers: Mutex<Vec<Connection>>,
     hub: Arc<Hub>,
     closed: AtomicBool,
-    cache: ConversationCache,
     /// Opened with [`SqliteStore::open_read_only`]: no writer, no lock.
     read_only: bool,
     /// The process lock of a writable store, released at close.
@@ -100,7 +99,7 @@ pub async fn open_read_only(url: &str) -> Result<SqliteStore> {
 impl SqliteStore {
     /// Opens (creating if needed) the database at `path`. Opening after a
     /// crash recovers the WAL; runs left `running` stay so until
-    /// [`EventStore::mark_interrupted`].
+    /// [`Backend::mark_interrupted`].
     ///
     /// The store holds an exclusive process lock on `PATH.lock` while open:
     /// a second writable open of the same file, from any process, fails
@@ -129,7 +128,6 @@ impl SqliteStore {
                 readers: Mutex::new(Vec::new()),
                 hub,
                 closed: AtomicBool::new(false),
-                cache: ConversationCache::new(),
                 read_only: false,
                 lock: Mutex::new(Some(held)),
             }),
@@ -155,7 +153,6 @@ impl SqliteStore {
                 readers: Mutex::new(Vec::new()),
                 hub: Arc::new(Hub::new()),
                 closed: AtomicBool::new(false),
-                cache: ConversationCache::new(),
                 read_only: true,
                 lock: Mutex::new(None),
             }),
@@ -361,9 +358,8 @@ fn thread_from_row(row: &rusqlite::Row<'_>) -> Result<ThreadInfo> {
 const THREAD_COLUMNS: &str = "thread, agent, created_at, updated_at, last_seq, run_count, bytes";
 
 #[async_trait]
-impl EventStore for SqliteStore {
-    async fn append(&self, tenant: &str, thread: &str, req: AppendRequest) -> Result<Appended> {
-        let build = req.checkpoints == Checkpoints::Build;
+impl Backend for SqliteStore {
+    async fn commit(&self, tenant: &str, thread: &str, req: AppendRequest) -> Result<Committed> {
         check_id("tenant", tenant)?;
         check_id("thread", thread)?;
         let (tenant_s, thread_s) = (tenant.to_owned(), thread.to_owned());
@@ -375,10 +371,7 @@ impl EventStore for SqliteStore {
                 reply,
             })
             .await?;
-        if build {
-            self.checkpoint_ended_runs(tenant, thread, &plan).await;
-        }
-        Ok(appended)
+        Ok(Committed { appended, plan })
     }
 
     async fn read(
@@ -587,7 +580,6 @@ impl EventStore for SqliteStore {
     }
 
     async fn delete_thread(&self, tenant: &str, thread: &str) -> Result<()> {
-        self.inner.cache.forget(tenant, thread);
         let (tenant, thread) = (tenant.to_owned(), thread.to_owned());
         self.write(|reply| Op::Delete {
             tenant,
@@ -609,7 +601,6 @@ impl EventStore for SqliteStore {
         .await?;
         for id in [from, to] {
             self.inner.hub.close_thread(tenant, id);
-            self.inner.cache.forget(tenant, id);
         }
         Ok(())
     }
@@ -771,9 +762,13 @@ impl EventStore for SqliteStore {
         .await
     }
 
-    /// One query for the run and its checkpoint; the generic walk only when
-    /// the checkpoint is missing, damaged or stale, or the run is running.
-    async fn restore(&self, tenant: &str, thread: &str, run_id: &str) -> Result<Restored> {
+    /// One query for the run and its own checkpoint.
+    async fn checkpoint_chain(
+        &self,
+        tenant: &str,
+        thread: &str,
+        run_id: &str,
+    ) -> Result<CheckpointChain> {
         let (t, th, r) = (tenant.to_owned(), thread.to_owned(), run_id.to_owned());
         let found = self
             .read_with(move |c| {
@@ -796,27 +791,16 @@ impl EventStore for SqliteStore {
                 .map_err(|e| map(e, "read a checkpoint"))
             })
             .await?;
-        if let Some((status, last_seq, Some(blob))) = found {
-            let last_seq = count(last_seq)?;
-            let ended = status_from(status)? != agui_store::RunStatus::Running;
-            let json = ended
-                .then(|| agui_store::checkpoint::usable(&blob, last_seq))
-                .flatten();
-            if let Some(json) = json {
-                return Ok(Restored {
-                    run_id: run_id.to_owned(),
-                    last_seq,
-                    json,
-                    from_checkpoint: true,
-                    rebuilt: 0,
-                });
-            }
-        }
-        agui_store::restore_run(self, tenant, thread, run_id).await
-    }
-
-    fn conversation_cache(&self) -> Option<&ConversationCache> {
-        Some(&self.inner.cache)
+        let Some((status, last_seq, blob)) = found else {
+            // Say which is missing, the thread or the run.
+            self.run(tenant, thread, run_id).await?;
+            return Err(StoreError::not_found("run"));
+        };
+        Ok(CheckpointChain {
+            status: status_from(status)?,
+            last_seq: count(last_seq)?,
+            links: blob.map(|b| (run_id.to_owned(), b)).into_iter().collect(),
+        })
     }
 
     async fn flush(&self) -> Result<()> {

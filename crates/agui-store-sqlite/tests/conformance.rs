@@ -1,7 +1,7 @@
 //! The shared conformance suite against the SQLite backend, one database
 //! file per test.
 
-use agui_store::conformance::Backend;
+use agui_store::conformance::Harness;
 use agui_store::{Result, StoreError};
 use agui_store_sqlite::SqliteStore;
 
@@ -14,7 +14,7 @@ impl Sqlite {
 }
 
 #[async_trait::async_trait]
-impl Backend for Sqlite {
+impl Harness for Sqlite {
     type Store = SqliteStore;
 
     async fn open(&self) -> Result<SqliteStore> {

@@ -13,7 +13,7 @@ fn main() {
             .and_then(|s| s.parse().ok())
             .unwrap_or(1);
         let result = rt.block_on(async {
-            let store = agui_store_sqlite::open(&url).await?;
+            let store = agui_store::Store::new(agui_store_sqlite::open(&url).await?);
             crash::child_main(&store, seed).await
         });
         if let Err(e) = result {
@@ -36,7 +36,11 @@ fn main() {
                 .env("AGUI_STORE_CRASH_SEED", seed.to_string());
             cmd
         },
-        || agui_store_sqlite::open(&url),
+        || async {
+            agui_store_sqlite::open(&url)
+                .await
+                .map(agui_store::Store::new)
+        },
         kills,
         0x5eed,
     ));

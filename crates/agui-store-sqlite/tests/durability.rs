@@ -2,15 +2,17 @@
 //! `RunEnd` only appends that end a run (and groups that contain one).
 
 use agui_store::sample::{event, run_finished, run_started};
-use agui_store::{AppendRequest, Durability, EventStore};
+use agui_store::{AppendRequest, Durability};
 use agui_store_sqlite::SqliteStore;
 
 #[tokio::test]
 async fn acknowledgements_say_what_was_flushed() {
     let dir = tempfile::tempdir().unwrap();
-    let s = SqliteStore::open_path(&dir.path().join("d.db"))
-        .await
-        .unwrap();
+    let s = agui_store::Store::new(
+        SqliteStore::open_path(&dir.path().join("d.db"))
+            .await
+            .unwrap(),
+    );
     let custom = || event(serde_json::json!({"type":"CUSTOM","name":"n","value":1}));
     let run_end = |events| AppendRequest::new(events).durability(Durability::RunEnd);
     let a = s

@@ -4,14 +4,14 @@
 //! export|check` use) work beside the writer and create nothing.
 
 use agui_store::sample::event;
-use agui_store::{AppendRequest, ErrorKind, EventStore};
+use agui_store::{AppendRequest, ErrorKind};
 use agui_store_sqlite::SqliteStore;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_writer_is_refused_and_readers_work_beside_the_first() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("shared.db");
-    let a = SqliteStore::open_path(&path).await.unwrap();
+    let a = agui_store::Store::new(SqliteStore::open_path(&path).await.unwrap());
     let err = match SqliteStore::open_path(&path).await {
         Ok(_) => panic!("a second writer opened the same file"),
         Err(e) => e,
@@ -24,7 +24,7 @@ async fn a_second_writer_is_refused_and_readers_work_beside_the_first() {
         )),
         "{err}"
     );
-    let reader = SqliteStore::open_read_only(&path).await.unwrap();
+    let reader = agui_store::Store::new(SqliteStore::open_read_only(&path).await.unwrap());
     for i in 0..5u64 {
         let e = event(serde_json::json!({"type":"CUSTOM","name":"n","value":i}));
         a.append("t", "th", AppendRequest::new(vec![e]))
@@ -47,7 +47,7 @@ async fn a_second_writer_is_refused_and_readers_work_beside_the_first() {
     reader.close().await.unwrap();
     // Closing the writer releases the lock.
     a.close().await.unwrap();
-    let b = SqliteStore::open_path(&path).await.unwrap();
+    let b = agui_store::Store::new(SqliteStore::open_path(&path).await.unwrap());
     assert_eq!(b.thread("t", "th").await.unwrap().last_seq, 5);
     b.close().await.unwrap();
 }

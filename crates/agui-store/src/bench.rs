@@ -11,12 +11,11 @@
 //!
 //! Events are generated before each timed phase; timings are wall clock.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 
-use crate::EventStore;
+use crate::Store;
 use crate::error::{Result, StoreError};
 use crate::sample::realistic_run;
 use crate::types::{AppendRequest, Durability};
@@ -103,7 +102,7 @@ fn batches(
 }
 
 async fn append_all(
-    store: &dyn EventStore,
+    store: &Store,
     tenant: &str,
     thread: &str,
     batches: Vec<Vec<agui_protocol::Event>>,
@@ -129,7 +128,7 @@ fn rate(events: u64, took: Duration) -> f64 {
 /// Runs the benchmark on `store` (which should be empty). `log` receives a
 /// line per finished phase.
 pub async fn run(
-    store: Arc<dyn EventStore>,
+    store: Store,
     opts: &BenchOptions,
     mut log: impl FnMut(&str),
 ) -> Result<BenchReport> {
@@ -139,7 +138,7 @@ pub async fn run(
     // 1 writer.
     let work = batches("bench-w1", "w1", opts.append_events, opts);
     let t = Instant::now();
-    let n = append_all(&*store, tenant, "bench-w1", work).await?;
+    let n = append_all(&store, tenant, "bench-w1", work).await?;
     store.flush().await?;
     report.append_1 = rate(n, t.elapsed());
     log(&format!(
@@ -158,7 +157,7 @@ pub async fn run(
         let store = store.clone();
         let tenant = tenant.to_owned();
         tasks.push(tokio::spawn(async move {
-            append_all(&*store, &tenant, &format!("bench-w8-{i}"), work).await
+            append_all(&store, &tenant, &format!("bench-w8-{i}"), work).await
         }));
     }
     let mut n = 0;
@@ -256,7 +255,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_small_run_measures_every_phase() {
-        let store: Arc<dyn EventStore> = Arc::new(crate::MemoryStore::new());
+        let store = Store::memory();
         let opts = BenchOptions {
             append_events: 800,
             batch: 50,

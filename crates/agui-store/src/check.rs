@@ -4,7 +4,7 @@
 //! the log itself implies, and every checkpoint (its checksum, its delta
 //! chain composing, and how much of its run it covers).
 //!
-//! Written against [`EventStore`] alone, so it runs on every backend, and it
+//! Written against [`Store`] alone, so it runs on every backend, and it
 //! only reads: nothing is rebuilt or repaired.
 
 use std::collections::HashMap;
@@ -13,7 +13,7 @@ use crate::checkpoint::{self, Decoded};
 use crate::error::{ErrorKind, Result};
 use crate::index::{ThreadHead, plan_batch};
 use crate::types::{RunFilter, RunRecord, RunStatus, StoredEvent, ThreadFilter, Timestamp};
-use crate::{EventStore, StoreError};
+use crate::{Store, StoreError};
 
 /// One finding of a check.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,10 +81,7 @@ pub struct Progress {
 /// Checks every thread of every tenant. Fails only when the store cannot be
 /// listed at all; damage found in a thread is reported and the check goes
 /// on with the next one.
-pub async fn check_store<S: EventStore + ?Sized>(
-    store: &S,
-    mut progress: impl FnMut(Progress),
-) -> Result<CheckReport> {
+pub async fn check_store(store: &Store, mut progress: impl FnMut(Progress)) -> Result<CheckReport> {
     let mut report = CheckReport::default();
     let mut threads: Vec<(String, String)> = Vec::new();
     for tenant in store.tenants().await? {
@@ -126,12 +123,7 @@ pub async fn check_store<S: EventStore + ?Sized>(
 }
 
 /// Checks one thread, adding what it finds to `report`.
-pub async fn check_thread<S: EventStore + ?Sized>(
-    store: &S,
-    tenant: &str,
-    thread: &str,
-    report: &mut CheckReport,
-) {
+pub async fn check_thread(store: &Store, tenant: &str, thread: &str, report: &mut CheckReport) {
     let finding = |run: Option<&str>, what: String| Finding {
         tenant: tenant.to_owned(),
         thread: Some(thread.to_owned()),
@@ -266,11 +258,7 @@ pub async fn check_thread<S: EventStore + ?Sized>(
 }
 
 /// Every run of a thread, in log order.
-async fn all_runs<S: EventStore + ?Sized>(
-    store: &S,
-    tenant: &str,
-    thread: &str,
-) -> Result<Vec<RunRecord>> {
+async fn all_runs(store: &Store, tenant: &str, thread: &str) -> Result<Vec<RunRecord>> {
     let mut out = Vec::new();
     let mut cursor = None;
     loop {
@@ -384,8 +372,8 @@ fn check_index(
 
 /// Loads a delta checkpoint's bases and composes the conversation, as a
 /// restore would (without storing anything).
-async fn compose_chain<S: EventStore + ?Sized>(
-    store: &S,
+async fn compose_chain(
+    store: &Store,
     tenant: &str,
     thread: &str,
     first: Decoded,
@@ -429,11 +417,11 @@ pub fn is_damage(err: &StoreError) -> bool {
 mod tests {
     use super::*;
     use crate::sample::event;
-    use crate::{AppendRequest, MemoryStore};
+    use crate::{AppendRequest, Store};
     use serde_json::json;
 
-    async fn filled() -> MemoryStore {
-        let store = MemoryStore::new();
+    async fn filled() -> Store {
+        let store = Store::memory();
         for (run, parent) in [("r1", None), ("r2", Some("r1"))] {
             let mut started = json!({"type":"RUN_STARTED","threadId":"th","runId":run});
             if let Some(p) = parent {

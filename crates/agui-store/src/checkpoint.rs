@@ -145,6 +145,37 @@ pub fn usable(blob: &[u8], last_seq: u64) -> Option<String> {
     compose(&[decoded]).ok()
 }
 
+/// Checks a fetched chain (`(run id, blob)`, the run's own first, then each
+/// base) exactly as a restore does, and composes the conversation's text.
+/// `None` when a link is missing, damaged, stale or does not fit: the caller
+/// then takes the repairing path ([`crate::restore_run`]).
+pub fn compose_links<R: AsRef<[u8]>, B: AsRef<[u8]>>(
+    run_id: &str,
+    last_seq: u64,
+    links: &[(R, B)],
+) -> Option<String> {
+    let mut chain = Vec::with_capacity(links.len());
+    let (mut want_run, mut want_seq) = (run_id.as_bytes().to_vec(), last_seq);
+    for (run, blob) in links {
+        if run.as_ref() != want_run.as_slice() {
+            return None;
+        }
+        let d = decode(blob.as_ref()).ok()?;
+        if d.last_seq != want_seq {
+            return None;
+        }
+        let next = d.base.as_ref().map(|b| (b.run_id.clone(), b.last_seq));
+        chain.push(d);
+        match next {
+            None => return compose(&chain).ok(),
+            // Bases cover strictly earlier events: no cycle.
+            Some((_, s)) if s >= want_seq => return None,
+            Some((r, s)) => (want_run, want_seq) = (r.into_bytes(), s),
+        }
+    }
+    None
+}
+
 /// A decoded, checked checkpoint.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decoded {

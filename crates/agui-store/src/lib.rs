@@ -1,13 +1,17 @@
-//! The `EventStore` contract of agui: a persistent, tenant-scoped log of AG-UI
+//! The storage engine of agui: a persistent, tenant-scoped log of AG-UI
 //! events per thread, with a run index, checkpoints and live subscriptions.
 //!
-//! - [`EventStore`]: the trait every backend implements (object safe).
+//! - [`Store`]: the engine, one concrete type over any backend; what the
+//!   server, the CLI and the Python package hold. It builds checkpoints off
+//!   the append path, restores, and reads branches.
+//! - [`Backend`]: the storage primitives every backend implements (object
+//!   safe).
 //! - [`StoreError`] / [`ErrorKind`]: the portable error every backend maps
 //!   its native errors onto; `Display` never shows SQL, paths or secrets.
 //! - [`index`]: how a batch changes the run index (shared by all backends).
 //! - [`checkpoint`]: self-checking checkpoint blobs, full or delta.
 //! - [`restore`]: building delta checkpoints at run end and restoring runs
-//!   through them.
+//!   through them (the engine's).
 //! - [`subscribe`]: catch-up-then-live subscriptions without gap or duplicate.
 //! - [`channel`]: per-agent channel state of a thread.
 //! - [`MemoryStore`]: the in-memory backend (`memory://`).
@@ -21,8 +25,9 @@
 //! Invariant: no SQL, no file layout. Event semantics come from
 //! `agui-history`.
 
+mod backend;
+mod engine;
 mod error;
-mod store;
 mod types;
 
 pub mod bench;
@@ -41,11 +46,12 @@ pub mod subscribe;
 pub mod conformance;
 
 pub use agui_history::reduce::Conversation;
+pub use backend::{Backend, CheckpointChain, Committed};
 pub use channel::Channel;
+pub use engine::{Restored, Store};
 pub use error::{ErrorKind, Result, SeqConflict, StoreError};
 pub use memory::MemoryStore;
-pub use restore::{ConversationCache, checkpoint_run, restore_run};
-pub use store::{EventStore, Restored};
+pub use restore::restore_run;
 pub use subscribe::EventStream;
 pub use types::{
     AppendRequest, Appended, Checkpoints, Durability, EventPage, MAX_ID_BYTES, MAX_PAGE, RunFilter,

@@ -13,10 +13,10 @@ use crate::error::{Result, StoreError};
 use crate::index::{ThreadHead, plan_batch};
 use crate::subscribe::{EventStream, Hub, PageReader, catch_up_then_live};
 use crate::types::{
-    AppendRequest, Appended, Checkpoints, EventPage, RunFilter, RunPage, RunRecord, RunStatus,
-    StoreStats, StoredEvent, ThreadFilter, ThreadInfo, ThreadPage, Timestamp, check_id, page_size,
+    AppendRequest, Appended, EventPage, RunFilter, RunPage, RunRecord, RunStatus, StoreStats,
+    StoredEvent, ThreadFilter, ThreadInfo, ThreadPage, Timestamp, check_id, page_size,
 };
-use crate::{Channel, ConversationCache, EventStore};
+use crate::{Backend, Channel, Committed};
 
 /// The in-memory store. Cloning gives another handle on the same data.
 #[derive(Clone, Default)]
@@ -29,9 +29,10 @@ struct Inner {
     state: Arc<Mutex<State>>,
     hub: Hub,
     closed: AtomicBool,
-    cache: ConversationCache,
     /// (tenant, thread) → the run that claimed it (see `claim_thread`).
     claims: Mutex<std::collections::HashMap<(String, String), String>>,
+    /// Pages read through [`Backend::read`] (see [`MemoryStore::pages_read`]).
+    pages_read: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Default)]
@@ -91,9 +92,15 @@ impl MemoryStore {
                 closed: AtomicBool::new(false),
                 // A reopened store is another process: earlier claims lapse.
                 claims: Mutex::default(),
-                cache: ConversationCache::new(),
+                pages_read: Default::default(),
             }),
         }
+    }
+
+    /// How many pages [`Backend::read`] served on this handle: what tests of
+    /// the engine count to show that it reads nothing back.
+    pub fn pages_read(&self) -> u64 {
+        self.inner.pages_read.load(Ordering::Relaxed)
     }
 
     /// Removes a run's checkpoint, bypassing the API (for tests of the
@@ -141,9 +148,8 @@ fn key(tenant: &str, thread: &str) -> (String, String) {
 }
 
 #[async_trait]
-impl EventStore for MemoryStore {
-    async fn append(&self, tenant: &str, thread: &str, req: AppendRequest) -> Result<Appended> {
-        let build = req.checkpoints == Checkpoints::Build;
+impl Backend for MemoryStore {
+    async fn commit(&self, tenant: &str, thread: &str, req: AppendRequest) -> Result<Committed> {
         check_id("tenant", tenant)?;
         check_id("thread", thread)?;
         let (plan, appended) = {
@@ -224,10 +230,7 @@ impl EventStore for MemoryStore {
             self.inner.hub.publish(tenant, thread, stored);
             (plan, appended)
         };
-        if build {
-            self.checkpoint_ended_runs(tenant, thread, &plan).await;
-        }
-        Ok(appended)
+        Ok(Committed { appended, plan })
     }
 
     async fn read(
@@ -237,6 +240,7 @@ impl EventStore for MemoryStore {
         from_seq: u64,
         limit: usize,
     ) -> Result<EventPage> {
+        self.inner.pages_read.fetch_add(1, Ordering::Relaxed);
         self.read_now(tenant, thread, from_seq, limit)
     }
 
@@ -371,7 +375,6 @@ impl EventStore for MemoryStore {
             return Err(StoreError::not_found("thread"));
         }
         self.inner.hub.close_thread(tenant, thread);
-        self.inner.cache.forget(tenant, thread);
         Ok(())
     }
 
@@ -397,7 +400,6 @@ impl EventStore for MemoryStore {
         state.threads.insert(key(tenant, to), t);
         for id in [from, to] {
             self.inner.hub.close_thread(tenant, id);
-            self.inner.cache.forget(tenant, id);
         }
         Ok(())
     }
@@ -534,10 +536,6 @@ impl EventStore for MemoryStore {
             claims.remove(&key);
         }
         Ok(())
-    }
-
-    fn conversation_cache(&self) -> Option<&ConversationCache> {
-        Some(&self.inner.cache)
     }
 
     async fn flush(&self) -> Result<()> {

@@ -12,7 +12,7 @@
 
 use sha2::{Digest, Sha256};
 
-use crate::EventStore;
+use crate::Store;
 use crate::error::{Result, StoreError};
 use crate::types::{AppendRequest, Durability, MAX_PAGE, RunFilter, StoredEvent, ThreadFilter};
 
@@ -31,11 +31,7 @@ pub struct ThreadDigest {
 }
 
 /// Computes a thread's [`ThreadDigest`] by streaming its log.
-pub async fn digest<S: EventStore + ?Sized>(
-    store: &S,
-    tenant: &str,
-    thread: &str,
-) -> Result<ThreadDigest> {
+pub async fn digest(store: &Store, tenant: &str, thread: &str) -> Result<ThreadDigest> {
     let mut hasher = Sha256::new();
     let mut events = 0u64;
     let mut next = Some(1);
@@ -58,7 +54,7 @@ pub async fn digest<S: EventStore + ?Sized>(
 }
 
 /// Every (tenant, thread) of a store, with each thread's event count.
-pub async fn all_threads<S: EventStore + ?Sized>(store: &S) -> Result<Vec<(String, String, u64)>> {
+pub async fn all_threads(store: &Store) -> Result<Vec<(String, String, u64)>> {
     let mut out = Vec::new();
     for tenant in store.tenants().await? {
         let mut cursor = None;
@@ -94,17 +90,13 @@ pub async fn all_threads<S: EventStore + ?Sized>(store: &S) -> Result<Vec<(Strin
 ///
 /// `Conflict` when `dst` holds a thread of that id that is not a prefix of
 /// the source's.
-pub async fn copy_thread<S, D>(
-    src: &S,
-    dst: &D,
+pub async fn copy_thread(
+    src: &Store,
+    dst: &Store,
     tenant: &str,
     thread: &str,
     mut progress: impl FnMut(u64) + Send,
-) -> Result<u64>
-where
-    S: EventStore + ?Sized,
-    D: EventStore + ?Sized,
-{
+) -> Result<u64> {
     let src_info = src.thread(tenant, thread).await?;
     let have = match dst.thread(tenant, thread).await {
         Ok(info) => info.last_seq,
@@ -204,8 +196,8 @@ where
     Ok(copied)
 }
 
-async fn flush<D: EventStore + ?Sized>(
-    dst: &D,
+async fn flush(
+    dst: &Store,
     tenant: &str,
     thread: &str,
     pending: &mut Vec<StoredEvent>,
@@ -236,12 +228,12 @@ async fn flush<D: EventStore + ?Sized>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::MemoryStore;
+    use crate::Store;
     use crate::sample::{full_run, realistic_run};
 
     #[tokio::test]
     async fn copies_resume_and_verify() {
-        let src = MemoryStore::new();
+        let src = Store::memory();
         for k in 0..3 {
             let run = format!("r{k}");
             src.append(
@@ -259,7 +251,7 @@ mod tests {
         )
         .await
         .unwrap();
-        let dst = MemoryStore::new();
+        let dst = Store::memory();
         // A partial copy first: the first batch, as an interrupted
         // migration leaves it.
         let head = src.read_range("t", "th", 1, 60).await.unwrap();

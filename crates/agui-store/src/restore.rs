@@ -1,7 +1,7 @@
-//! Building and restoring checkpoints (shared by every backend through
-//! [`EventStore::checkpoint_ended_runs`] and [`EventStore::restore`]).
+//! Building and restoring checkpoints (the engine's, [`crate::Store`]: its
+//! background checkpoint worker and [`crate::Store::restore`]).
 //!
-//! **Building.** A backend that keeps a [`ConversationCache`] holds, per
+//! **Building.** The engine's [`ConversationCache`] holds, per
 //! thread, the reducer after the thread's latest checkpointed run (the
 //! *tip*; the next run continues it, so no index is rebuilt per run), the
 //! JSON text of each of its messages, and the *path*: the runs
@@ -31,20 +31,21 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use agui_history::reduce::Reducer;
+use agui_protocol::Event;
 
+use crate::Conversation;
 use crate::checkpoint::{self, BaseRef, Decoded};
+use crate::engine::{Restored, Store, checkpointable, reduce_failed};
 use crate::error::{Result, StoreError};
-use crate::store::{Restored, checkpointable, reduce_failed};
-use crate::types::{RunFilter, RunRecord, StoredEvent};
-use crate::{Conversation, EventStore};
+use crate::types::{RunFilter, RunRecord, StoredEvent, Timestamp};
 
 /// The longest chain of delta checkpoints followed before giving up (the
 /// builder makes chains of at most 65 on a branch of 2^64 runs).
-const MAX_CHAIN: usize = 80;
+pub(crate) const MAX_CHAIN: usize = 80;
 
 /// The thread's preamble: the events before its first `RUN_STARTED`.
-pub(crate) async fn preamble<S: EventStore + ?Sized>(
-    store: &S,
+pub(crate) async fn preamble(
+    store: &Store,
     tenant: &str,
     thread: &str,
 ) -> Result<Vec<StoredEvent>> {
@@ -87,6 +88,10 @@ struct PathEntry {
     run_id: String,
     /// The last sequence number its checkpoint covers.
     last_seq: u64,
+    /// Its start time: with the id and `last_seq`, what a parent must match
+    /// to continue the tip (a thread deleted and written again by another
+    /// process sharing the store does not match by accident).
+    started_at: Timestamp,
     /// Messages in its conversation.
     count: usize,
     /// Lowest message index its events changed (relative to the entry
@@ -128,12 +133,16 @@ impl ConversationCache {
         self.entries.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Takes the thread's tip if it is `run_id` covering `last_seq`.
-    fn take(&self, tenant: &str, thread: &str, run_id: &str, last_seq: u64) -> Option<Tip> {
+    /// Takes the thread's tip if it is `run` as it is now.
+    fn take(&self, tenant: &str, thread: &str, run: &RunRecord) -> Option<Tip> {
         let mut e = self.lock();
         let key = (tenant.to_owned(), thread.to_owned());
         match e.map.get(&key) {
-            Some(t) if t.run().run_id == run_id && t.run().last_seq == last_seq => {
+            Some(t)
+                if t.run().run_id == run.run_id
+                    && t.run().last_seq == run.last_seq
+                    && t.run().started_at == run.started_at =>
+            {
                 let tip = e.map.remove(&key)?;
                 e.bytes -= tip.bytes;
                 Some(tip)
@@ -176,48 +185,71 @@ fn to_json<T: serde::Serialize + ?Sized>(v: &T) -> Result<String> {
 
 /// Builds and stores the checkpoint of a run that ended: a delta from the
 /// cached tip when the run continues it, else a full one (through
-/// [`restore_run`]).
-pub async fn checkpoint_run<S: EventStore + ?Sized>(
-    store: &S,
+/// [`restore_run`]). `events` are the run's events when the caller holds
+/// them (else they are read from the log).
+pub(crate) async fn checkpoint_run(
+    store: &Store,
     tenant: &str,
     thread: &str,
-    run_id: &str,
+    run: &RunRecord,
+    events: Option<Vec<Event>>,
 ) -> Result<()> {
-    let run = store.run(tenant, thread, run_id).await?;
     if !checkpointable(run.status) {
         return Ok(());
     }
-    if let (Some(cache), Some(parent_id)) = (store.conversation_cache(), &run.parent_run_id) {
+    if run.parent_run_id.is_none() && run.first_seq == 1 {
+        // The thread's first run, with no preamble: its conversation starts
+        // empty, and its checkpoint starts a new path.
+        let tip = Tip {
+            reducer: Reducer::new(Conversation::default()),
+            texts: Vec::new(),
+            path: Vec::new(),
+            bytes: 0,
+        };
+        let tip = extend(store, tenant, thread, run, events, tip).await?;
+        store.conversation_cache().put(tenant, thread, tip);
+        return Ok(());
+    }
+    if let Some(parent_id) = &run.parent_run_id {
         let parent = match store.run(tenant, thread, parent_id).await {
             Ok(p) => Some(p),
             Err(e) if e.kind() == crate::ErrorKind::NotFound => None,
             Err(e) => return Err(e),
         };
+        let cache = store.conversation_cache();
         let tip = parent
             .filter(|p| p.first_seq < run.first_seq)
-            .and_then(|p| cache.take(tenant, thread, &p.run_id, p.last_seq));
+            .and_then(|p| cache.take(tenant, thread, &p));
         if let Some(tip) = tip {
-            let tip = extend(store, tenant, thread, &run, tip).await?;
+            let tip = extend(store, tenant, thread, run, events, tip).await?;
             cache.put(tenant, thread, tip);
             return Ok(());
         }
     }
-    restore_run(store, tenant, thread, run_id).await.map(drop)
+    restore_run(store, tenant, thread, &run.run_id)
+        .await
+        .map(drop)
 }
 
 /// Reduces `run`'s events on top of `tip` (its parent's conversation) and
 /// stores the run's delta checkpoint. The tip is consumed on any failure.
-async fn extend<S: EventStore + ?Sized>(
-    store: &S,
+async fn extend(
+    store: &Store,
     tenant: &str,
     thread: &str,
     run: &RunRecord,
+    events: Option<Vec<Event>>,
     mut tip: Tip,
 ) -> Result<Tip> {
-    let events = store
-        .read_range(tenant, thread, run.first_seq, run.last_seq)
-        .await?;
-    let mark = tip.step(&events)?;
+    let mark = match events {
+        Some(events) => tip.step(events.iter())?,
+        None => {
+            let stored = store
+                .read_range(tenant, thread, run.first_seq, run.last_seq)
+                .await?;
+            tip.step(stored.iter().map(|e| &e.event))?
+        }
+    };
     let state = to_json(&tip.reducer.conversation().state)?;
     let blob = tip.push(run, mark, &state);
     store
@@ -229,10 +261,10 @@ async fn extend<S: EventStore + ?Sized>(
 impl Tip {
     /// Applies a run's events and brings `texts` up to date; returns the
     /// lowest message index the events changed (0 when `texts` was behind).
-    fn step(&mut self, events: &[StoredEvent]) -> Result<usize> {
+    fn step<'a>(&mut self, events: impl Iterator<Item = &'a Event>) -> Result<usize> {
         self.reducer.reset_change_mark();
         for e in events {
-            self.reducer.apply(&e.event).map_err(reduce_failed)?;
+            self.reducer.apply(e).map_err(reduce_failed)?;
         }
         let conv = self.reducer.conversation();
         let mark = self
@@ -277,6 +309,7 @@ impl Tip {
         self.path.push(PathEntry {
             run_id: run.run_id.clone(),
             last_seq: run.last_seq,
+            started_at: run.started_at,
             count: self.texts.len(),
             mark: if k == 0 { 0 } else { mark },
         });
@@ -293,8 +326,8 @@ enum Broken {
 }
 
 /// Reads and checks a run's checkpoint chain and composes its text.
-async fn compose_run<S: EventStore + ?Sized>(
-    store: &S,
+async fn compose_run(
+    store: &Store,
     tenant: &str,
     thread: &str,
     run_id: &str,
@@ -313,7 +346,10 @@ async fn compose_run<S: EventStore + ?Sized>(
         if chain.len() >= MAX_CHAIN {
             return Ok(Err(broken()));
         }
-        let blob = store.load_checkpoint(tenant, thread, &want_run).await?;
+        let blob = store
+            .backend()
+            .load_checkpoint(tenant, thread, &want_run)
+            .await?;
         let Some(d) = blob.and_then(|b| checkpoint::decode(&b).ok()) else {
             return Ok(Err(broken()));
         };
@@ -340,14 +376,14 @@ enum Base {
     Empty,
 }
 
-/// The default [`EventStore::restore`], for backends that override it with a
-/// fast path and fall back to this. Composes the run's checkpoint chain
+/// The repairing restore behind [`Store::restore`] (whose fast path composes
+/// the chain a backend reads in one go). Composes the run's checkpoint chain
 /// (usually: a few blobs, no parsing), rebuilding a broken base first; when
 /// the run's own checkpoint is unusable, walks up to the nearest run with a
 /// usable one, then replays the runs below it, storing the (full)
 /// checkpoints it rebuilds.
-pub async fn restore_run<S: EventStore + ?Sized>(
-    store: &S,
+pub async fn restore_run(
+    store: &Store,
     tenant: &str,
     thread: &str,
     run_id: &str,
@@ -430,7 +466,7 @@ pub async fn restore_run<S: EventStore + ?Sized>(
         let events = store
             .read_range(tenant, thread, run.first_seq, run.last_seq)
             .await?;
-        pending = pending.min(tip.step(&events)?);
+        pending = pending.min(tip.step(events.iter().map(|e| &e.event))?);
         state = to_json(&tip.reducer.conversation().state)?;
         if checkpointable(run.status) {
             let blob = tip.push(run, pending, &state);
@@ -443,10 +479,8 @@ pub async fn restore_run<S: EventStore + ?Sized>(
     }
     let json = compose_texts(&tip.texts, &state);
     // The target's entry is the path's last: the next run continues it.
-    if checkpointable(target.status)
-        && let Some(cache) = store.conversation_cache()
-    {
-        cache.put(tenant, thread, tip);
+    if checkpointable(target.status) {
+        store.conversation_cache().put(tenant, thread, tip);
     }
     Ok(Restored {
         run_id: target.run_id,

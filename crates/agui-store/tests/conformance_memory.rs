@@ -1,13 +1,13 @@
 //! The shared conformance suite against the in-memory backend.
 
-use agui_store::conformance::Backend;
+use agui_store::conformance::Harness;
 use agui_store::{MemoryStore, Result, StoreError};
 
 /// One memory store per test; `open` after `close` is a reopen on the same data.
 struct Memory(MemoryStore);
 
 #[async_trait::async_trait]
-impl Backend for Memory {
+impl Harness for Memory {
     type Store = MemoryStore;
 
     async fn open(&self) -> Result<MemoryStore> {

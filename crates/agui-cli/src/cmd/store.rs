@@ -6,14 +6,13 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use agui_codec::{DecodeOptions, Format, Writer};
 use agui_history::compact::Mode;
 use agui_protocol::{Event, EventType};
 use agui_store::bench::{BenchOptions, BenchReport};
 use agui_store::migrate::{all_threads, copy_thread, digest};
-use agui_store::{AppendRequest, Checkpoints, Durability, EventStore, ThreadFilter};
+use agui_store::{AppendRequest, Checkpoints, Durability, Store, ThreadFilter};
 use anyhow::{Context, bail};
 use serde::Deserialize;
 use serde_json::json;
@@ -249,21 +248,21 @@ pub fn shown_url(url: &str) -> String {
 
 /// Opens a store by URL, creating it when missing: the one place that
 /// names backends.
-pub async fn open_store(url: &str) -> anyhow::Result<Arc<dyn EventStore>> {
+pub async fn open_store(url: &str) -> anyhow::Result<Store> {
     open_store_with(url, Access::ReadWrite).await
 }
 
 /// Opens an existing store read-only (see [`Access::ReadOnly`]).
-pub async fn open_store_read_only(url: &str) -> anyhow::Result<Arc<dyn EventStore>> {
+pub async fn open_store_read_only(url: &str) -> anyhow::Result<Store> {
     open_store_with(url, Access::ReadOnly).await
 }
 
 /// Opens a store by URL with the given access.
-pub async fn open_store_with(url: &str, access: Access) -> anyhow::Result<Arc<dyn EventStore>> {
+pub async fn open_store_with(url: &str, access: Access) -> anyhow::Result<Store> {
     let scheme = url.split_once("://").map(|(s, _)| s).unwrap_or_default();
     let ro = access == Access::ReadOnly;
     let missing = |e: &agui_store::StoreError| ro && e.kind() == agui_store::ErrorKind::NotFound;
-    let store: agui_store::Result<Arc<dyn EventStore>> = match scheme {
+    let store: agui_store::Result<Store> = match scheme {
         // A memory store is empty on every run: there is nothing to read.
         "memory" if ro => {
             return Err(NoStore {
@@ -272,16 +271,10 @@ pub async fn open_store_with(url: &str, access: Access) -> anyhow::Result<Arc<dy
             }
             .into());
         }
-        "memory" => Ok(Arc::new(agui_store::MemoryStore::open(url)?)),
-        "sqlite" if ro => agui_store_sqlite::open_read_only(url)
-            .await
-            .map(|s| Arc::new(s) as Arc<dyn EventStore>),
-        "sqlite" => agui_store_sqlite::open(url)
-            .await
-            .map(|s| Arc::new(s) as Arc<dyn EventStore>),
-        "file" if ro => agui_store_file::open_read_only(url)
-            .await
-            .map(|s| Arc::new(s) as Arc<dyn EventStore>),
+        "memory" => Ok(Store::new(agui_store::MemoryStore::open(url)?)),
+        "sqlite" if ro => agui_store_sqlite::open_read_only(url).await.map(Store::new),
+        "sqlite" => agui_store_sqlite::open(url).await.map(Store::new),
+        "file" if ro => agui_store_file::open_read_only(url).await.map(Store::new),
         "file" => {
             let url = if access == Access::Repair {
                 let sep = if url.contains('?') { '&' } else { '?' };
@@ -289,16 +282,12 @@ pub async fn open_store_with(url: &str, access: Access) -> anyhow::Result<Arc<dy
             } else {
                 url.to_owned()
             };
-            agui_store_file::open(&url)
-                .await
-                .map(|s| Arc::new(s) as Arc<dyn EventStore>)
+            agui_store_file::open(&url).await.map(Store::new)
         }
         "postgres" | "postgresql" if ro => agui_store_postgres::open_existing(url)
             .await
-            .map(|s| Arc::new(s) as Arc<dyn EventStore>),
-        "postgres" | "postgresql" => agui_store_postgres::open(url)
-            .await
-            .map(|s| Arc::new(s) as Arc<dyn EventStore>),
+            .map(Store::new),
+        "postgres" | "postgresql" => agui_store_postgres::open(url).await.map(Store::new),
         _ => bail!(
             "unsupported store URL {} (expected sqlite:///PATH, file:///DIR, postgres://... or memory://)",
             shown_url(url)
@@ -349,7 +338,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 /// Closes the store whatever `result` is, and keeps the first error.
-async fn finish<T>(store: &dyn EventStore, result: anyhow::Result<T>) -> anyhow::Result<T> {
+async fn finish<T>(store: &Store, result: anyhow::Result<T>) -> anyhow::Result<T> {
     let closed = store.close().await.context("cannot close the store");
     let value = result?;
     closed?;
@@ -364,7 +353,7 @@ struct ThreadOf<'a> {
 
 /// Appends what is pending for one thread.
 async fn append_batch(
-    store: &dyn EventStore,
+    store: &Store,
     tenant: &str,
     thread: &str,
     events: Vec<Event>,
@@ -398,15 +387,15 @@ async fn import(args: ImportArgs) -> anyhow::Result<ExitCode> {
         .and_then(|p| std::fs::metadata(p).ok())
         .map(|m| m.len());
     let bar = crate::progress::bar(size, crate::progress::Unit::Bytes, "import");
-    let result = import_into(&*store, input, &args, &bar).await;
+    let result = import_into(&store, input, &args, &bar).await;
     bar.finish_and_clear();
-    let (events, threads) = finish(&*store, result).await?;
+    let (events, threads) = finish(&store, result).await?;
     eprintln!("imported {events} events into {threads} thread(s)");
     Ok(ExitCode::SUCCESS)
 }
 
 async fn import_into(
-    store: &dyn EventStore,
+    store: &Store,
     input: crate::io::Events,
     args: &ImportArgs,
     bar: &indicatif::ProgressBar,
@@ -468,12 +457,12 @@ async fn import_into(
 
 async fn export(args: ExportArgs) -> anyhow::Result<ExitCode> {
     let store = open_store_read_only(&args.store).await?;
-    let result = export_from(&*store, &args).await;
-    finish(&*store, result).await?;
+    let result = export_from(&store, &args).await;
+    finish(&store, result).await?;
     Ok(ExitCode::SUCCESS)
 }
 
-async fn export_from(store: &dyn EventStore, args: &ExportArgs) -> anyhow::Result<()> {
+async fn export_from(store: &Store, args: &ExportArgs) -> anyhow::Result<()> {
     let stored = match &args.branch {
         Some(run) => store
             .read_branch(&args.tenant, &args.thread, run)
@@ -525,7 +514,7 @@ async fn export_from(store: &dyn EventStore, args: &ExportArgs) -> anyhow::Resul
 
 /// A whole thread, read a page at a time and written as it is read.
 async fn export_pages(
-    store: &dyn EventStore,
+    store: &Store,
     args: &ExportArgs,
     bar: &indicatif::ProgressBar,
 ) -> anyhow::Result<()> {
@@ -565,9 +554,9 @@ async fn migrate(args: MigrateArgs) -> anyhow::Result<ExitCode> {
             return Err(e);
         }
     };
-    let result = migrate_all(&*src, &*dst).await;
+    let result = migrate_all(&src, &dst).await;
     let closed = src.close().await;
-    let result = finish(&*dst, result).await;
+    let result = finish(&dst, result).await;
     closed.context("cannot close the source store")?;
     let (threads, events, copied) = result?;
     eprintln!(
@@ -576,10 +565,7 @@ async fn migrate(args: MigrateArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn migrate_all(
-    src: &dyn EventStore,
-    dst: &dyn EventStore,
-) -> anyhow::Result<(usize, u64, u64)> {
+async fn migrate_all(src: &Store, dst: &Store) -> anyhow::Result<(usize, u64, u64)> {
     let threads = all_threads(src)
         .await
         .context("cannot list the source's threads")?;
@@ -642,7 +628,7 @@ async fn migrate_all(
 async fn stats(args: StatsArgs) -> anyhow::Result<ExitCode> {
     let store = open_store_read_only(&args.store).await?;
     let result = store.stats().await.context("cannot compute statistics");
-    let s = finish(&*store, result).await?;
+    let s = finish(&store, result).await?;
     // `storedPerRawByte` says which way it points: stored bytes per byte of
     // event JSON (below 1: the store compresses; above 1: its indexes and
     // checkpoints outweigh the events).
@@ -669,13 +655,13 @@ async fn stats(args: StatsArgs) -> anyhow::Result<ExitCode> {
 
 async fn ls(args: LsArgs) -> anyhow::Result<ExitCode> {
     let store = open_store_read_only(&args.store).await?;
-    let result = ls_lines(&*store, &args).await;
-    let text = finish(&*store, result).await?;
+    let result = ls_lines(&store, &args).await;
+    let text = finish(&store, result).await?;
     crate::io::write_all_stdout(text.as_bytes())?;
     Ok(ExitCode::SUCCESS)
 }
 
-async fn ls_lines(store: &dyn EventStore, args: &LsArgs) -> anyhow::Result<String> {
+async fn ls_lines(store: &Store, args: &LsArgs) -> anyhow::Result<String> {
     let tenants = match &args.tenant {
         Some(t) => vec![t.clone()],
         None => store.tenants().await.context("cannot list tenants")?,
@@ -762,7 +748,7 @@ async fn rm(args: RmArgs) -> anyhow::Result<ExitCode> {
         .delete_thread(&args.tenant, &args.thread)
         .await
         .with_context(|| format!("cannot delete thread {:?}", args.thread));
-    finish(&*store, result).await?;
+    finish(&store, result).await?;
     eprintln!("deleted thread {:?}", args.thread);
     Ok(ExitCode::SUCCESS)
 }
@@ -787,14 +773,14 @@ async fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
         Err(e) => return Err(e),
     };
     let bar = crate::progress::bar(Some(0), crate::progress::Unit::Threads, "check");
-    let result = agui_store::check::check_store(&*store, |p| {
+    let result = agui_store::check::check_store(&store, |p| {
         bar.set_length(p.total);
         bar.set_position(p.done);
     })
     .await
     .context("cannot check the store");
     bar.finish_and_clear();
-    let report = finish(&*store, result).await?;
+    let report = finish(&store, result).await?;
     let mut text = format!(
         "checked {} tenant(s), {} thread(s), {} event(s), {} run index entries, {} checkpoint(s)\n",
         report.tenants, report.threads, report.events, report.runs, report.checkpoints
@@ -846,7 +832,7 @@ async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
             agui_store::bench::run(store.clone(), &opts, |line| eprintln!("{name}: {line}"))
                 .await
                 .with_context(|| format!("the benchmark failed on {name}"));
-        reports.push((name, finish(&*store, result).await?));
+        reports.push((name, finish(&store, result).await?));
     }
     let mut text = String::from(
         "backend\tappend_1w_ev_s\tappend_8w_ev_s\tread_ev_s\tlong_thread_append_ev_s\trestore_p50_ms\trestore_p99_ms\tconversation_bytes\traw_bytes\tstored_bytes\tstored_per_raw_byte\n",

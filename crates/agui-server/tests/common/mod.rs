@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agui_server::{Gateway, GatewayConfig};
-use agui_store::{EventStore, MemoryStore};
+use agui_store::Store;
 use axum::Router;
 use futures::StreamExt;
 use serde_json::{Value, json};
@@ -15,7 +15,7 @@ use tokio::sync::oneshot;
 pub struct Running {
     pub base: String,
     pub gw: Arc<Gateway>,
-    pub store: Arc<dyn EventStore>,
+    pub store: Store,
     stop: Option<oneshot::Sender<()>>,
     pub done: tokio::task::JoinHandle<()>,
 }
@@ -31,10 +31,10 @@ impl Running {
 }
 
 pub async fn start(config: GatewayConfig) -> Running {
-    start_with(Arc::new(MemoryStore::new()), config).await
+    start_with(Store::memory(), config).await
 }
 
-pub async fn start_with(store: Arc<dyn EventStore>, config: GatewayConfig) -> Running {
+pub async fn start_with(store: Store, config: GatewayConfig) -> Running {
     let gw = Arc::new(Gateway::new(store.clone(), config).unwrap());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use agui_protocol::{Event, EventType};
-use agui_store::{AppendRequest, Channel, EventStore, RunRecord, Timestamp};
+use agui_store::{AppendRequest, Channel, RunRecord, Store, Timestamp};
 use futures::StreamExt;
 
 pub const TENANT: &str = "acme";
@@ -114,13 +114,13 @@ impl Backends {
     }
 }
 
-pub async fn open(url: &str) -> Arc<dyn EventStore> {
+pub async fn open(url: &str) -> Store {
     let scheme = url.split_once("://").map(|(s, _)| s).unwrap();
     match scheme {
-        "memory" => Arc::new(agui_store::MemoryStore::new()),
-        "file" => Arc::new(agui_store_file::open(url).await.unwrap()),
-        "sqlite" => Arc::new(agui_store_sqlite::open(url).await.unwrap()),
-        "postgres" => Arc::new(agui_store_postgres::open(url).await.unwrap()),
+        "memory" => agui_store::Store::memory(),
+        "file" => agui_store::Store::new(agui_store_file::open(url).await.unwrap()),
+        "sqlite" => agui_store::Store::new(agui_store_sqlite::open(url).await.unwrap()),
+        "postgres" => agui_store::Store::new(agui_store_postgres::open(url).await.unwrap()),
         other => panic!("no backend {other}"),
     }
 }
@@ -131,7 +131,7 @@ pub fn ev(text: &str) -> Event {
 
 /// Appends `events` to a thread, one batch per run, the runs going to the
 /// agents in turn, at increasing made-up times.
-pub async fn put_stream(store: &dyn EventStore, thread: &str, events: &[Event], agents: &[&str]) {
+pub async fn put_stream(store: &Store, thread: &str, events: &[Event], agents: &[&str]) {
     let mut batches: Vec<Vec<Event>> = vec![Vec::new()];
     for e in events {
         if *e.event_type() == EventType::RunStarted && !batches.last().unwrap().is_empty() {
@@ -154,7 +154,7 @@ pub async fn put_stream(store: &dyn EventStore, thread: &str, events: &[Event], 
 
 /// A thread of two agents taking turns, with a branch, an error and an
 /// unknown event type, and a channel per agent.
-pub async fn multi_agent_thread(store: &dyn EventStore, thread: &str) {
+pub async fn multi_agent_thread(store: &Store, thread: &str) {
     let run = |id: &str, parent: Option<&str>, text: &str, end: &str| -> Vec<Event> {
         let parent = parent
             .map(|p| format!(",\"parentRunId\":\"{p}\""))
@@ -219,7 +219,7 @@ pub struct Picture {
     pub conversations: Vec<(String, serde_json::Value)>,
 }
 
-pub async fn picture(store: &dyn EventStore, thread: &str) -> Picture {
+pub async fn picture(store: &Store, thread: &str) -> Picture {
     let mut events = Vec::new();
     let mut s = store.read_stream(TENANT, thread, 1);
     while let Some(e) = s.next().await {
@@ -263,11 +263,7 @@ pub async fn picture(store: &dyn EventStore, thread: &str) -> Picture {
 }
 
 /// A thread's session document, whole, as text.
-pub async fn export_text(
-    store: &Arc<dyn EventStore>,
-    thread: &str,
-    layout: agui_session::Layout,
-) -> String {
+pub async fn export_text(store: &Store, thread: &str, layout: agui_session::Layout) -> String {
     let opts = agui_session::ExportOptions {
         layout,
         progress: None,
@@ -291,7 +287,7 @@ pub fn opts(agents: Option<&[&str]>) -> agui_session::ImportOptions {
 }
 
 pub async fn import_text(
-    store: &Arc<dyn EventStore>,
+    store: &Store,
     text: &str,
     opts: agui_session::ImportOptions,
 ) -> Result<agui_session::ImportReport, agui_session::SessionError> {

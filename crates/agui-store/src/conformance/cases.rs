@@ -1,5 +1,5 @@
-//! The conformance cases. Each takes a fresh [`Backend`] and panics on a
-//! contract violation.
+//! The conformance cases. Each takes a fresh [`Harness`], runs against the
+//! engine over its backend, and panics on a contract violation.
 
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
@@ -10,28 +10,47 @@ use agui_protocol::Event;
 use futures::StreamExt;
 use serde_json::json;
 
-use super::Backend;
+use super::Harness;
 use super::events::{event, full_run, run_error, run_finished, run_started, text_message};
 use crate::{
-    AppendRequest, Checkpoints, Conversation, Durability, ErrorKind, EventStore, MAX_ID_BYTES,
-    RunFilter, RunStatus, StoredEvent, ThreadFilter,
+    AppendRequest, Checkpoints, Conversation, Durability, ErrorKind, MAX_ID_BYTES, RunFilter,
+    RunStatus, Store, StoredEvent, ThreadFilter,
 };
 
 const T: &str = "tenant-a";
 /// How long a subscription may stay silent before the suite calls it stuck.
 const STUCK: Duration = Duration::from_secs(20);
 
-async fn open<B: Backend>(b: &B) -> B::Store {
-    b.open().await.expect("the backend opens")
+/// The engine over a backend under test, and the backend itself (for what
+/// the harness does below the API).
+struct Opened<B: Harness> {
+    store: Store,
+    raw: Arc<B::Store>,
 }
 
-async fn append<S: EventStore + ?Sized>(s: &S, tenant: &str, thread: &str, events: Vec<Event>) {
+impl<B: Harness> std::ops::Deref for Opened<B> {
+    type Target = Store;
+
+    fn deref(&self) -> &Store {
+        &self.store
+    }
+}
+
+async fn open<B: Harness>(b: &B) -> Opened<B> {
+    let raw = Arc::new(b.open().await.expect("the backend opens"));
+    Opened {
+        store: Store::from_arc(raw.clone()),
+        raw,
+    }
+}
+
+async fn append(s: &Store, tenant: &str, thread: &str, events: Vec<Event>) {
     s.append(tenant, thread, AppendRequest::new(events))
         .await
         .expect("append");
 }
 
-async fn all<S: EventStore + ?Sized>(s: &S, tenant: &str, thread: &str) -> Vec<StoredEvent> {
+async fn all(s: &Store, tenant: &str, thread: &str) -> Vec<StoredEvent> {
     s.read_range(tenant, thread, 1, u64::MAX)
         .await
         .expect("read back")
@@ -55,7 +74,7 @@ fn reduce_all(events: &[StoredEvent]) -> String {
 
 /// Sequence numbers start at 1, are contiguous, are returned by append, and
 /// reads return exactly what was appended in order. Bad batches are refused.
-pub async fn ordering_and_sequence_numbers<B: Backend>(b: &B) {
+pub async fn ordering_and_sequence_numbers<B: Harness>(b: &B) {
     let s = open(b).await;
     let a = s
         .append(T, "th", AppendRequest::new((1..=3).map(custom).collect()))
@@ -140,7 +159,7 @@ pub async fn ordering_and_sequence_numbers<B: Backend>(b: &B) {
 
 /// The exact JSON text survives: unknown types and fields, number spelling,
 /// escapes, nulls, key order.
-pub async fn events_are_kept_losslessly<B: Backend>(b: &B) {
+pub async fn events_are_kept_losslessly<B: Harness>(b: &B) {
     let s = open(b).await;
     let texts = [
         r#"{"type":"SOMETHING_NEW","z":1,"a":{"deep":[1,2.50,-0.0,1e400]},"n":null}"#,
@@ -158,8 +177,8 @@ pub async fn events_are_kept_losslessly<B: Backend>(b: &B) {
 
 /// Eight appenders that all expect the empty thread: exactly one wins, the
 /// others get `Conflict`, nothing interleaves.
-pub async fn optimistic_concurrency_under_eight_appenders<B: Backend>(b: &B) {
-    let s = Arc::new(open(b).await);
+pub async fn optimistic_concurrency_under_eight_appenders<B: Harness>(b: &B) {
+    let s = open(b).await.store;
     let barrier = Arc::new(tokio::sync::Barrier::new(8));
     let mut tasks = Vec::new();
     for w in 0..8u64 {
@@ -184,7 +203,7 @@ pub async fn optimistic_concurrency_under_eight_appenders<B: Backend>(b: &B) {
     assert_eq!(won.len(), 1, "exactly one appender wins");
     let (w, a) = &won[0];
     assert_eq!((a.first_seq, a.last_seq), (1, 5));
-    let got = all(&*s, T, "race").await;
+    let got = all(&s, T, "race").await;
     let want: Vec<String> = (0..5)
         .map(|i| custom(w * 100 + i).json().to_owned())
         .collect();
@@ -220,7 +239,7 @@ pub async fn optimistic_concurrency_under_eight_appenders<B: Backend>(b: &B) {
     for t in tasks {
         t.await.unwrap();
     }
-    let got = all(&*s, T, "race").await;
+    let got = all(&s, T, "race").await;
     assert_eq!(got.len(), 5 + 8 * 10 * 3);
     check_batches(&got[5..], 3);
 }
@@ -254,8 +273,8 @@ fn check_batches(events: &[StoredEvent], size: usize) {
 
 /// Eight appenders without expectations: every batch lands whole and
 /// contiguous, sequence numbers have no gap.
-pub async fn concurrent_appenders_never_interleave_a_batch<B: Backend>(b: &B) {
-    let s = Arc::new(open(b).await);
+pub async fn concurrent_appenders_never_interleave_a_batch<B: Harness>(b: &B) {
+    let s = open(b).await.store;
     let mut tasks = Vec::new();
     for w in 0..8u64 {
         let s = s.clone();
@@ -271,7 +290,7 @@ pub async fn concurrent_appenders_never_interleave_a_batch<B: Backend>(b: &B) {
     for t in tasks {
         t.await.unwrap();
     }
-    let got = all(&*s, T, "many").await;
+    let got = all(&s, T, "many").await;
     assert_eq!(got.len(), 8 * 25 * 4);
     assert_eq!(got[0].seq, 1);
     check_batches(&got, 4);
@@ -279,7 +298,7 @@ pub async fn concurrent_appenders_never_interleave_a_batch<B: Backend>(b: &B) {
 }
 
 /// Paged reads cover the log exactly once; the streamed read too.
-pub async fn reads_page_and_stream<B: Backend>(b: &B) {
+pub async fn reads_page_and_stream<B: Harness>(b: &B) {
     let s = open(b).await;
     for k in 0..10u64 {
         append(
@@ -320,7 +339,7 @@ pub async fn reads_page_and_stream<B: Backend>(b: &B) {
 
 /// Threads list newest activity first, page by cursor without loss or
 /// repetition, and filter by agent.
-pub async fn threads_page_by_cursor_and_filter_by_agent<B: Backend>(b: &B) {
+pub async fn threads_page_by_cursor_and_filter_by_agent<B: Harness>(b: &B) {
     let s = open(b).await;
     for i in 0..23u64 {
         let agent = if i % 3 == 0 { "alpha" } else { "beta" };
@@ -398,7 +417,7 @@ pub async fn threads_page_by_cursor_and_filter_by_agent<B: Backend>(b: &B) {
 
 /// The run index: ids, parents (explicit and implicit), agent, statuses,
 /// times, counts and bytes; `mark_interrupted`.
-pub async fn run_index_and_statuses<B: Backend>(b: &B) {
+pub async fn run_index_and_statuses<B: Harness>(b: &B) {
     let s = open(b).await;
     let th = "runs";
     let pre = vec![custom(0)];
@@ -465,7 +484,7 @@ pub async fn run_index_and_statuses<B: Backend>(b: &B) {
 }
 
 /// Runs page by cursor and filter by thread, parent, status and time.
-pub async fn runs_page_by_cursor_and_filter<B: Backend>(b: &B) {
+pub async fn runs_page_by_cursor_and_filter<B: Harness>(b: &B) {
     let s = open(b).await;
     for th in ["x", "y"] {
         for k in 0..6 {
@@ -583,15 +602,15 @@ async fn next_seq(stream: &mut crate::EventStream) -> u64 {
 /// A subscription from the middle of a thread yields the committed tail,
 /// then live appends, each once, in order, even while appends race the
 /// catch-up.
-pub async fn subscription_catch_up_then_live<B: Backend>(b: &B) {
-    let s = Arc::new(open(b).await);
-    append(&*s, T, "live", (1..=50).map(custom).collect()).await;
+pub async fn subscription_catch_up_then_live<B: Harness>(b: &B) {
+    let s = open(b).await.store;
+    append(&s, T, "live", (1..=50).map(custom).collect()).await;
     let mut sub = s.subscribe(T, "live", 20).await.unwrap();
     let writer = {
         let s = s.clone();
         tokio::spawn(async move {
             for k in 0..50u64 {
-                append(&*s, T, "live", vec![custom(51 + 2 * k), custom(52 + 2 * k)]).await;
+                append(&s, T, "live", vec![custom(51 + 2 * k), custom(52 + 2 * k)]).await;
                 if k % 10 == 0 {
                     tokio::task::yield_now().await;
                 }
@@ -606,7 +625,7 @@ pub async fn subscription_catch_up_then_live<B: Backend>(b: &B) {
     let extra = tokio::time::timeout(Duration::from_millis(100), sub.next()).await;
     assert!(extra.is_err(), "a duplicate or phantom event arrived");
     // Events delivered are the stored ones.
-    append(&*s, T, "live", vec![custom(999)]).await;
+    append(&s, T, "live", vec![custom(999)]).await;
     let e = tokio::time::timeout(STUCK, sub.next())
         .await
         .unwrap()
@@ -618,16 +637,16 @@ pub async fn subscription_catch_up_then_live<B: Backend>(b: &B) {
 
 /// Many subscribers attached at different points while a writer appends:
 /// each sees exactly its range.
-pub async fn many_subscribers_see_everything_once<B: Backend>(b: &B) {
-    let s = Arc::new(open(b).await);
-    append(&*s, T, "fan", (1..=10).map(custom).collect()).await;
+pub async fn many_subscribers_see_everything_once<B: Harness>(b: &B) {
+    let s = open(b).await.store;
+    append(&s, T, "fan", (1..=10).map(custom).collect()).await;
     let total = 10 + 200 * 3;
     let writer = {
         let s = s.clone();
         tokio::spawn(async move {
             for k in 0..200u64 {
                 append(
-                    &*s,
+                    &s,
                     T,
                     "fan",
                     (0..3).map(|i| custom(100 + k * 3 + i)).collect(),
@@ -659,7 +678,7 @@ pub async fn many_subscribers_see_everything_once<B: Backend>(b: &B) {
 
 /// A subscription may start before its thread exists; deleting the thread
 /// ends it.
-pub async fn subscription_before_the_thread_exists_and_after_delete<B: Backend>(b: &B) {
+pub async fn subscription_before_the_thread_exists_and_after_delete<B: Harness>(b: &B) {
     let s = open(b).await;
     let mut sub = s.subscribe(T, "later", 1).await.unwrap();
     append(&s, T, "later", vec![custom(1), custom(2)]).await;
@@ -672,7 +691,7 @@ pub async fn subscription_before_the_thread_exists_and_after_delete<B: Backend>(
 
 /// At the end of each run its checkpoint is stored; restore uses it, and
 /// equals reducing the branch's events.
-pub async fn checkpoints_are_used<B: Backend>(b: &B) {
+pub async fn checkpoints_are_used<B: Harness>(b: &B) {
     let s = open(b).await;
     let th = "ck";
     append(&s, T, th, text_message("pre", "preamble words", 1)).await;
@@ -708,7 +727,7 @@ pub async fn checkpoints_are_used<B: Backend>(b: &B) {
 }
 
 /// A missing or damaged checkpoint is rebuilt from the log, never trusted.
-pub async fn checkpoints_are_rebuilt_when_missing_or_damaged<B: Backend>(b: &B) {
+pub async fn checkpoints_are_rebuilt_when_missing_or_damaged<B: Harness>(b: &B) {
     let s = open(b).await;
     let th = "rebuild";
     for k in 0..4 {
@@ -721,7 +740,7 @@ pub async fn checkpoints_are_rebuilt_when_missing_or_damaged<B: Backend>(b: &B) 
         .await;
     }
     let want = s.restore(T, th, "r3").await.unwrap().json;
-    b.damage_checkpoint(&s, T, th, "r3").await.unwrap();
+    b.damage_checkpoint(&s.raw, T, th, "r3").await.unwrap();
     let r = s.restore(T, th, "r3").await.unwrap();
     assert!(!r.from_checkpoint, "a damaged checkpoint is not used");
     assert_eq!(r.rebuilt, 1, "rebuilt from the parent's checkpoint");
@@ -731,9 +750,9 @@ pub async fn checkpoints_are_rebuilt_when_missing_or_damaged<B: Backend>(b: &B) 
         "stored again"
     );
 
-    b.remove_checkpoint(&s, T, th, "r3").await.unwrap();
-    b.remove_checkpoint(&s, T, th, "r2").await.unwrap();
-    b.damage_checkpoint(&s, T, th, "r1").await.unwrap();
+    b.remove_checkpoint(&s.raw, T, th, "r3").await.unwrap();
+    b.remove_checkpoint(&s.raw, T, th, "r2").await.unwrap();
+    b.damage_checkpoint(&s.raw, T, th, "r1").await.unwrap();
     assert!(s.load_checkpoint(T, th, "r3").await.unwrap().is_none());
     let r = s.restore(T, th, "r3").await.unwrap();
     assert_eq!(r.rebuilt, 3);
@@ -751,7 +770,7 @@ pub async fn checkpoints_are_rebuilt_when_missing_or_damaged<B: Backend>(b: &B) 
 }
 
 /// The run ids and stored blobs' bases of a thread's runs.
-async fn bases<S: EventStore + ?Sized>(s: &S, th: &str, runs: &[String]) -> Vec<Option<String>> {
+async fn bases(s: &Store, th: &str, runs: &[String]) -> Vec<Option<String>> {
     let mut out = Vec::new();
     for r in runs {
         let blob = s
@@ -824,10 +843,10 @@ fn lineage_conversations(log: &[Event], runs: &[String]) -> Vec<String> {
 }
 
 /// A long thread with branches, late edits of old messages and state:
-/// every run restores (through delta checkpoints, where the backend builds
-/// them) to exactly what reducing its branch gives (the history core's
+/// every run restores (through the delta checkpoints the engine builds)
+/// to exactly what reducing its branch gives (the history core's
 /// lineage), and stays so after a reopen.
-pub async fn delta_checkpoints_restore_every_run_of_a_branchy_thread<B: Backend>(b: &B) {
+pub async fn delta_checkpoints_restore_every_run_of_a_branchy_thread<B: Harness>(b: &B) {
     let s = open(b).await;
     let th = "branchy";
     let (batches, runs, log) = branchy_thread(th, 40);
@@ -840,10 +859,8 @@ pub async fn delta_checkpoints_restore_every_run_of_a_branchy_thread<B: Backend>
         assert!(got.from_checkpoint, "run {r} restored from checkpoints");
         assert_eq!(&got.json, w, "run {r}");
     }
-    if s.conversation_cache().is_some() {
-        let deltas = bases(&s, th, &runs).await.iter().flatten().count();
-        assert!(deltas >= 30, "most checkpoints are deltas ({deltas})");
-    }
+    let deltas = bases(&s, th, &runs).await.iter().flatten().count();
+    assert!(deltas >= 30, "most checkpoints are deltas ({deltas})");
     s.close().await.unwrap();
     let s = open(b).await;
     for (r, w) in runs.iter().zip(&want).rev() {
@@ -857,10 +874,10 @@ pub async fn delta_checkpoints_restore_every_run_of_a_branchy_thread<B: Backend>
 
 /// Appends with [`Checkpoints::Defer`] (a bulk import) store no checkpoint;
 /// the first restore of a run replays its branch once, stores its
-/// checkpoints (deltas after the first, where the backend builds them) and
+/// checkpoints (deltas after the first, the engine builds them) and
 /// gives exactly the conversation of a thread appended with checkpoints, for
 /// every run. Appends with checkpoints continue a deferred thread.
-pub async fn deferred_checkpoints_are_built_by_the_first_restore<B: Backend>(b: &B) {
+pub async fn deferred_checkpoints_are_built_by_the_first_restore<B: Harness>(b: &B) {
     let s = open(b).await;
     let (th, built) = ("deferred", "built");
     let (batches, runs, log) = branchy_thread(th, 40);
@@ -939,7 +956,7 @@ pub async fn deferred_checkpoints_are_built_by_the_first_restore<B: Backend>(b: 
 
 /// A delta checkpoint whose base is damaged or missing is never trusted: the
 /// base is rebuilt from the log and the run restores exactly.
-pub async fn damaged_or_missing_delta_bases_are_rebuilt<B: Backend>(b: &B) {
+pub async fn damaged_or_missing_delta_bases_are_rebuilt<B: Harness>(b: &B) {
     let s = open(b).await;
     let th = "bases";
     let runs: Vec<String> = (0..12).map(|k| format!("r{k}")).collect();
@@ -959,14 +976,9 @@ pub async fn damaged_or_missing_delta_bases_are_rebuilt<B: Backend>(b: &B) {
         .rev()
         .find(|(_, b)| b.is_some())
     else {
-        // A backend without deltas: nothing more to check.
-        assert!(
-            s.conversation_cache().is_none(),
-            "a cached backend builds deltas"
-        );
-        return;
+        panic!("the engine builds delta checkpoints");
     };
-    b.damage_checkpoint(&s, T, th, &base).await.unwrap();
+    b.damage_checkpoint(&s.raw, T, th, &base).await.unwrap();
     let r = s.restore(T, th, &runs[at]).await.unwrap();
     assert_eq!(r.json, want[at]);
     assert!(
@@ -975,13 +987,13 @@ pub async fn damaged_or_missing_delta_bases_are_rebuilt<B: Backend>(b: &B) {
     );
     let r = s.restore(T, th, &runs[at]).await.unwrap();
     assert!(r.from_checkpoint && r.rebuilt == 0, "and stored again");
-    b.remove_checkpoint(&s, T, th, &base).await.unwrap();
+    b.remove_checkpoint(&s.raw, T, th, &base).await.unwrap();
     let r = s.restore(T, th, &runs[at]).await.unwrap();
     assert_eq!(r.json, want[at]);
     assert!(r.rebuilt >= 1, "the missing base was rebuilt");
     // Damage every base at once: every run still restores exactly.
     for b2 in based.iter().flatten().collect::<BTreeSet<_>>() {
-        b.damage_checkpoint(&s, T, th, b2).await.unwrap();
+        b.damage_checkpoint(&s.raw, T, th, b2).await.unwrap();
     }
     for (r, w) in runs.iter().zip(&want).rev() {
         assert_eq!(&s.restore(T, th, r).await.unwrap().json, w, "run {r}");
@@ -996,7 +1008,7 @@ pub async fn damaged_or_missing_delta_bases_are_rebuilt<B: Backend>(b: &B) {
 
 /// A branch is its root-to-run path: runs of a sibling branch are absent
 /// from its events and its conversation.
-pub async fn branches_read_and_restore_their_own_lineage<B: Backend>(b: &B) {
+pub async fn branches_read_and_restore_their_own_lineage<B: Harness>(b: &B) {
     let s = open(b).await;
     let th = "tree";
     append(&s, T, th, full_run(th, "root", None, "root says hi")).await;
@@ -1032,7 +1044,7 @@ pub async fn branches_read_and_restore_their_own_lineage<B: Backend>(b: &B) {
 }
 
 /// Nothing of one tenant is visible to another, even with equal thread ids.
-pub async fn tenants_are_isolated<B: Backend>(b: &B) {
+pub async fn tenants_are_isolated<B: Harness>(b: &B) {
     let s = open(b).await;
     append(
         &s,
@@ -1088,7 +1100,7 @@ pub async fn tenants_are_isolated<B: Backend>(b: &B) {
 
 /// Deleting a thread removes its events, runs and checkpoints; its id can be
 /// used again from sequence 1.
-pub async fn delete_removes_everything<B: Backend>(b: &B) {
+pub async fn delete_removes_everything<B: Harness>(b: &B) {
     let s = open(b).await;
     append(&s, T, "gone", full_run("gone", "r", None, "bye")).await;
     append(&s, T, "kept", vec![custom(1)]).await;
@@ -1144,7 +1156,7 @@ pub async fn delete_removes_everything<B: Backend>(b: &B) {
 }
 
 /// One event of 10 MB round-trips exactly.
-pub async fn a_ten_megabyte_event<B: Backend>(b: &B) {
+pub async fn a_ten_megabyte_event<B: Harness>(b: &B) {
     let s = open(b).await;
     let big: String = (0..10 * 1024 * 1024 / 16)
         .map(|i| format!("{:015x}-", i * 2_654_435_761u64 % (1 << 60)))
@@ -1163,7 +1175,7 @@ pub async fn a_ten_megabyte_event<B: Backend>(b: &B) {
 
 /// Hostile ids are data: they round-trip through every call; empty and
 /// oversized ids are `Invalid`.
-pub async fn hostile_ids_round_trip<B: Backend>(b: &B) {
+pub async fn hostile_ids_round_trip<B: Harness>(b: &B) {
     let s = open(b).await;
     let long = "x".repeat(10_000);
     let ids = [
@@ -1237,7 +1249,7 @@ pub async fn hostile_ids_round_trip<B: Backend>(b: &B) {
 
 /// Closing and reopening keeps everything: events, runs, checkpoints,
 /// threads; a closed handle refuses calls.
-pub async fn reopen_reads_everything_back<B: Backend>(b: &B) {
+pub async fn reopen_reads_everything_back<B: Harness>(b: &B) {
     let s = open(b).await;
     append(&s, T, "keep", full_run("keep", "r1", None, "durable words")).await;
     s.append(
@@ -1307,7 +1319,7 @@ pub async fn reopen_reads_everything_back<B: Backend>(b: &B) {
 /// thread, kept exactly (hostile agent names and any JSON object), surviving
 /// a reopen, removed with their thread; a put on a missing thread or with a
 /// state that is not a JSON object is refused and changes nothing.
-pub async fn channels_are_kept_per_thread_and_agent<B: Backend>(b: &B) {
+pub async fn channels_are_kept_per_thread_and_agent<B: Harness>(b: &B) {
     use crate::Channel;
     let s = open(b).await;
     assert!(s.channels(T, "c").await.unwrap().is_empty());
@@ -1371,7 +1383,7 @@ pub async fn channels_are_kept_per_thread_and_agent<B: Backend>(b: &B) {
 /// Renaming a thread moves everything of it (events, runs, checkpoints,
 /// channels) in one step, survives a reopen, and refuses a target that has
 /// events; the old id is free again.
-pub async fn rename_moves_everything<B: Backend>(b: &B) {
+pub async fn rename_moves_everything<B: Harness>(b: &B) {
     use crate::Channel;
     let s = open(b).await;
     append(&s, T, "stage", full_run("stage", "r1", None, "one")).await;
@@ -1385,7 +1397,7 @@ pub async fn rename_moves_everything<B: Backend>(b: &B) {
     };
     let events = texts(s.read(T, "stage", 1, 1000).await.unwrap().events);
     let last = events.len() as u64;
-    let run_ids = async |s: &B::Store, id: &str| -> Vec<(String, String, RunStatus, u64)> {
+    let run_ids = async |s: &Store, id: &str| -> Vec<(String, String, RunStatus, u64)> {
         let filter = RunFilter {
             thread_id: Some(id.into()),
             ..RunFilter::default()
@@ -1416,7 +1428,7 @@ pub async fn rename_moves_everything<B: Backend>(b: &B) {
     let e = s.rename_thread(T, "nothing", "new").await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
     s.rename_thread(T, "stage", "final").await.unwrap();
-    let check = async |s: &B::Store, when: &str| {
+    let check = async |s: &Store, when: &str| {
         assert_eq!(
             s.thread(T, "stage").await.unwrap_err().kind(),
             ErrorKind::NotFound,

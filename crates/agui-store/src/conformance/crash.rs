@@ -21,7 +21,7 @@ use rand::{Rng, SeedableRng};
 use serde_json::json;
 
 use super::events::{event, run_finished, run_started};
-use crate::{AppendRequest, Durability, EventStore, RunStatus};
+use crate::{AppendRequest, Durability, RunStatus, Store};
 
 /// The environment variable that makes a backend's crash test binary act as
 /// the child. Its value is the store URL.
@@ -47,7 +47,7 @@ fn payload(thread: usize, seq: u64) -> agui_protocol::Event {
 /// line after each acknowledged append. Batches of 1 to 40 events; every
 /// third append durable per [`Durability::Append`], the others `RunEnd`; some
 /// batches start or end runs.
-pub async fn child_main(store: &dyn EventStore, seed: u64) -> crate::Result<()> {
+pub async fn child_main(store: &Store, seed: u64) -> crate::Result<()> {
     use std::io::Write;
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     let mut last = Vec::new();
@@ -124,16 +124,15 @@ pub struct CrashReport {
 /// command that runs [`child_main`] on the store under test), wait a random
 /// 5–150 ms after it is ready, SIGKILL it, then open the store with `open`,
 /// verify it and close it. Panics on the first violation.
-pub async fn run<S, F, Fut>(
+pub async fn run<F, Fut>(
     mut spawn: impl FnMut(u64) -> Command,
     open: F,
     kills: usize,
     seed: u64,
 ) -> CrashReport
 where
-    S: EventStore,
     F: Fn() -> Fut,
-    Fut: std::future::Future<Output = crate::Result<S>>,
+    Fut: std::future::Future<Output = crate::Result<Store>>,
 {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     let mut acked: BTreeMap<usize, u64> = BTreeMap::new();
@@ -187,7 +186,7 @@ where
 }
 
 /// Checks the store after a kill; returns the number of events.
-async fn verify<S: EventStore>(store: &S, acked: &BTreeMap<usize, u64>, round: usize) -> u64 {
+async fn verify(store: &Store, acked: &BTreeMap<usize, u64>, round: usize) -> u64 {
     let mut total = 0;
     for t in 0..THREADS {
         let name = thread_name(t);

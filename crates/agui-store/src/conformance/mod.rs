@@ -1,13 +1,14 @@
 //! The conformance suite every backend runs (feature `conformance`).
 //!
-//! A backend implements [`Backend`] (how to open its store under test, on a
+//! A backend implements [`Harness`] (how to open its store under test, on a
 //! fresh database or schema) and expands [`conformance_tests!`] in one of its
-//! integration tests:
+//! integration tests. Every case runs against the engine over it,
+//! `Store::new(backend)`:
 //!
 //! ```ignore
 //! struct Sqlite(tempfile::TempDir);
 //! #[async_trait::async_trait]
-//! impl agui_store::conformance::Backend for Sqlite { /* ... */ }
+//! impl agui_store::conformance::Harness for Sqlite { /* ... */ }
 //! agui_store::conformance_tests!(async { Sqlite(tempfile::tempdir().unwrap()) });
 //! ```
 //!
@@ -26,17 +27,17 @@ pub use cases::*;
 
 use async_trait::async_trait;
 
-use crate::{EventStore, Result};
+use crate::{Backend as _, Result};
 
 /// How the suite opens a backend's store under test.
 #[async_trait]
-pub trait Backend: Send + Sync + 'static {
-    /// The store type.
-    type Store: EventStore + 'static;
+pub trait Harness: Send + Sync + 'static {
+    /// The backend type.
+    type Store: crate::Backend + 'static;
 
-    /// Opens the store under test. Every call opens the same database: a call
-    /// after [`EventStore::close`] is a reopen and must see everything
-    /// acknowledged before.
+    /// Opens the backend under test. Every call opens the same database: a
+    /// call after [`crate::Backend::close`] is a reopen and must see
+    /// everything acknowledged before.
     async fn open(&self) -> Result<Self::Store>;
 
     /// Removes a run's checkpoint below the API (the suite checks restore
@@ -71,7 +72,7 @@ pub trait Backend: Send + Sync + 'static {
 }
 
 /// Expands to one `#[tokio::test]` per conformance case. `$make` is an
-/// expression evaluating to a future that yields a fresh [`Backend`].
+/// expression evaluating to a future that yields a fresh [`Harness`].
 #[macro_export]
 macro_rules! conformance_tests {
     ($make:expr) => {

@@ -1,0 +1,206 @@
+//! The [`Backend`] trait: the storage primitives a backend provides to the
+//! engine ([`crate::Store`]).
+
+use async_trait::async_trait;
+
+use crate::Channel;
+use crate::error::Result;
+use crate::index::BatchPlan;
+use crate::subscribe::EventStream;
+use crate::types::{
+    AppendRequest, Appended, EventPage, RunFilter, RunPage, RunRecord, RunStatus, StoreStats,
+    ThreadFilter, ThreadInfo, ThreadPage,
+};
+
+/// A persistent, tenant-scoped log of AG-UI events per thread with a run
+/// index, checkpoint blobs and live subscriptions: what a storage technology
+/// provides under the engine ([`crate::Store`]), which owns checkpoint
+/// building, restore, branch reads and every convenience on top.
+///
+/// Every method is scoped by a tenant id: a thread of one tenant is invisible
+/// to every other (`NotFound`). Ids are arbitrary non-empty strings of at most
+/// [`crate::MAX_ID_BYTES`] bytes (NUL, `../`, RTL marks and emoji included)
+/// and must round-trip exactly.
+///
+/// The trait is object safe: the engine holds an `Arc<dyn Backend>`.
+#[async_trait]
+pub trait Backend: Send + Sync {
+    /// Commits one batch atomically: either every event gets the next
+    /// sequence numbers, or nothing is written. Creates the thread on its
+    /// first commit. Plans the batch with [`crate::index::plan_batch`],
+    /// updates the run index, publishes the batch to the thread's
+    /// subscribers, and returns the plan. Builds no checkpoint (the engine
+    /// does, off the append path); `req.checkpoints` is the engine's.
+    ///
+    /// Errors: `Conflict` when `expected_seq` does not match the thread's last
+    /// sequence; `Invalid` for an empty batch, bad ids or a bad `RUN_STARTED`.
+    async fn commit(&self, tenant: &str, thread: &str, req: AppendRequest) -> Result<Committed>;
+
+    /// Reads up to `limit` events (see [`crate::page_size`]) from sequence
+    /// `from_seq` on (`0` and `1` both mean the beginning).
+    /// `NotFound` when the thread does not exist.
+    async fn read(
+        &self,
+        tenant: &str,
+        thread: &str,
+        from_seq: u64,
+        limit: usize,
+    ) -> Result<EventPage>;
+
+    /// One run's index entry. `NotFound` when the thread or run does not exist.
+    async fn run(&self, tenant: &str, thread: &str, run_id: &str) -> Result<RunRecord>;
+
+    /// Pages through the tenant's run index (by thread, parent run, status
+    /// and start time), oldest start first.
+    async fn list_runs(&self, tenant: &str, filter: &RunFilter) -> Result<RunPage>;
+
+    /// A thread's summary. `NotFound` when it does not exist.
+    async fn thread(&self, tenant: &str, thread: &str) -> Result<ThreadInfo>;
+
+    /// Pages through the tenant's threads, most recently active first.
+    async fn list_threads(&self, tenant: &str, filter: &ThreadFilter) -> Result<ThreadPage>;
+
+    /// Deletes a thread and everything of it (events, runs, checkpoints) and
+    /// ends its subscriptions. `NotFound` when it does not exist.
+    async fn delete_thread(&self, tenant: &str, thread: &str) -> Result<()>;
+
+    /// Gives thread `from` (its events, runs, checkpoints and channels) the
+    /// id `to`, in one atomic step: a reader sees either `from` or `to`,
+    /// never both or a part. `NotFound` when `from` does not exist;
+    /// `Conflict` when `to` has events or channel state (nothing changed).
+    /// Subscriptions to either id end. The events keep their JSON as stored
+    /// (a `threadId` inside them is not rewritten). Session imports write
+    /// under a staging id and rename at the end, so that a failed or crashed
+    /// import never leaves a partial thread under the target id.
+    async fn rename_thread(&self, tenant: &str, from: &str, to: &str) -> Result<()>;
+
+    /// Every tenant that has at least one thread (for migration and stats;
+    /// an operator call, not one to expose per tenant).
+    async fn tenants(&self) -> Result<Vec<String>>;
+
+    /// The stored checkpoint blob of a run (see [`crate::checkpoint`]), as
+    /// stored, unchecked. `Ok(None)` when there is none.
+    async fn load_checkpoint(
+        &self,
+        tenant: &str,
+        thread: &str,
+        run_id: &str,
+    ) -> Result<Option<Vec<u8>>>;
+
+    /// Stores (or replaces) a run's checkpoint blob. `NotFound` when the run
+    /// does not exist.
+    async fn save_checkpoint(
+        &self,
+        tenant: &str,
+        thread: &str,
+        run_id: &str,
+        blob: Vec<u8>,
+    ) -> Result<()>;
+
+    /// Subscribes to a thread from sequence `from_seq` on: committed events
+    /// first, then every event appended later, each exactly once and in
+    /// order. The thread need not exist yet. The stream ends when the thread
+    /// is deleted or the store closes.
+    async fn subscribe(&self, tenant: &str, thread: &str, from_seq: u64) -> Result<EventStream>;
+
+    /// Claims a thread for one run of the calling gateway process (`run`;
+    /// an empty id claims it for an operation such as deleting the thread)
+    /// until [`Backend::release_thread`], so that processes sharing the
+    /// store see a run in flight before it stored anything. `Ok(None)` when
+    /// claimed; `Ok(Some(run))` when a live process already holds it. The
+    /// claims of a process that is gone lapse.
+    ///
+    /// Stores that one process opens at a time (SQLite, file) keep the
+    /// default: there the gateway's own table of runs in flight is the whole
+    /// registry. Stores that several processes (or several gateways in one
+    /// process) share implement it: PostgreSQL, memory.
+    async fn claim_thread(&self, tenant: &str, thread: &str, run: &str) -> Result<Option<String>> {
+        let _ = (tenant, thread, run);
+        Ok(None)
+    }
+
+    /// Releases a claim of [`Backend::claim_thread`] made for `run`.
+    async fn release_thread(&self, tenant: &str, thread: &str, run: &str) -> Result<()> {
+        let _ = (tenant, thread, run);
+        Ok(())
+    }
+
+    /// Marks every run still `running` in any tenant as `interrupted` (call
+    /// once at start-up, after a crash). Returns how many runs changed.
+    async fn mark_interrupted(&self) -> Result<u64>;
+
+    /// Marks `interrupted` the `running` runs of other processes that are
+    /// gone, never this store's own, so a gateway may call it while it runs
+    /// (a store shared by replicas). Single-process stores have no such runs
+    /// once started: 0.
+    async fn mark_interrupted_elsewhere(&self) -> Result<u64> {
+        Ok(0)
+    }
+
+    /// Store-wide totals.
+    async fn stats(&self) -> Result<StoreStats>;
+
+    /// Makes every acknowledged append durable on stable storage.
+    async fn flush(&self) -> Result<()>;
+
+    /// Flushes and closes. Every later call fails with `Unavailable`; open
+    /// subscriptions end.
+    async fn close(&self) -> Result<()>;
+
+    /// Every channel of a thread (see [`crate::channel`]), by agent name.
+    /// Empty when the thread has none or does not exist.
+    async fn channels(&self, tenant: &str, thread: &str) -> Result<Vec<Channel>>;
+
+    /// Stores (or replaces) one agent's channel on a thread. `NotFound` when
+    /// the thread does not exist; `Invalid` when [`Channel::check`] fails.
+    /// [`Backend::delete_thread`] removes a thread's channels with it.
+    async fn put_channel(&self, tenant: &str, thread: &str, channel: Channel) -> Result<()>;
+
+    /// A run's status and last sequence number, with the checkpoint blobs
+    /// of its chain: the run's own blob first, then its base's, and so on,
+    /// as far as the backend reads them in one go (at least the run's own
+    /// blob when it has one). The engine checks and composes them; anything
+    /// missing, damaged or stale sends it down the repairing path. `NotFound`
+    /// when the thread or run does not exist.
+    ///
+    /// The default reads the run and its own blob; SQL backends read the
+    /// whole chain in one query.
+    async fn checkpoint_chain(
+        &self,
+        tenant: &str,
+        thread: &str,
+        run_id: &str,
+    ) -> Result<CheckpointChain> {
+        let run = self.run(tenant, thread, run_id).await?;
+        let links = match self.load_checkpoint(tenant, thread, run_id).await? {
+            Some(blob) => vec![(run.run_id, blob)],
+            None => Vec::new(),
+        };
+        Ok(CheckpointChain {
+            status: run.status,
+            last_seq: run.last_seq,
+            links,
+        })
+    }
+}
+
+/// What [`Backend::checkpoint_chain`] read.
+#[derive(Debug, Clone)]
+pub struct CheckpointChain {
+    /// The run's status.
+    pub status: RunStatus,
+    /// The run's last sequence number.
+    pub last_seq: u64,
+    /// `(run id, blob)`, the run's own first, then each base.
+    pub links: Vec<(String, Vec<u8>)>,
+}
+
+/// What [`Backend::commit`] did: the numbers the caller gets, and the plan
+/// (runs started, updated and ended) the engine feeds its checkpoints with.
+#[derive(Debug, Clone)]
+pub struct Committed {
+    /// The sequence numbers and time assigned.
+    pub appended: Appended,
+    /// How the batch changed the thread's runs.
+    pub plan: BatchPlan,
+}

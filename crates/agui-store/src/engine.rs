@@ -1,0 +1,864 @@
+//! The engine: [`Store`], one concrete type over any [`Backend`].
+//!
+//! The server, the CLI and the Python package hold a `Store`. It owns what
+//! every backend used to repeat: checkpoint building (off the append path),
+//! restore and its repairs, branch reads, range reads and streams.
+//!
+//! **Checkpoints off the append path.** [`Store::append`] commits the batch
+//! and returns; the committed batch (its events are shared, not copied) goes
+//! to a queue that one background task drains in commit order. The task keeps
+//! each thread's events since its last ended run, so when a run ends it
+//! reduces the run's events on top of the cached conversation of its parent
+//! and stores a delta checkpoint without reading anything back (see
+//! [`crate::restore`]). A run whose events it does not hold (an append with
+//! [`crate::Checkpoints::Defer`] in between, a run larger than the buffer, a
+//! restart) is rebuilt from the log, as a missing checkpoint always was.
+//!
+//! A restore first waits for the queued work of its thread, so it sees the
+//! checkpoints of every run ended before it was called; [`Store::settle`]
+//! waits for all of it, and [`Store::flush`] and [`Store::close`] settle
+//! first. Checkpoints are an accelerator: work lost in a crash only makes a
+//! later restore replay the log.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use agui_protocol::Event;
+use futures::stream::{self, BoxStream, StreamExt};
+use tokio::sync::watch;
+
+use crate::backend::{Backend, Committed};
+use crate::checkpoint;
+use crate::error::{ErrorKind, Result, StoreError};
+use crate::index::RunUpdate;
+use crate::restore::{self, ConversationCache};
+use crate::subscribe::EventStream;
+use crate::types::{
+    AppendRequest, Appended, Checkpoints, EventPage, RunFilter, RunPage, RunRecord, RunStatus,
+    StoreStats, StoredEvent, ThreadFilter, ThreadInfo, ThreadPage,
+};
+use crate::{Channel, Conversation};
+
+/// A run's conversation, restored.
+///
+/// The conversation is handed over as the JSON text of `{messages, state}`,
+/// exactly as checkpointed: restoring from a checkpoint costs reading and
+/// checking its bytes, never parsing them. [`Restored::conversation`] parses
+/// on demand.
+#[derive(Debug, Clone)]
+pub struct Restored {
+    /// The run.
+    pub run_id: String,
+    /// The last sequence number the conversation covers.
+    pub last_seq: u64,
+    /// `{"messages":[...],"state":...}` along the run's branch, up to the
+    /// run's last event.
+    pub json: String,
+    /// True when it was composed from stored checkpoints alone (the run's own
+    /// and its bases), with nothing replayed or rebuilt.
+    pub from_checkpoint: bool,
+    /// How many checkpoints were rebuilt from the log (and stored) to answer.
+    pub rebuilt: usize,
+}
+
+impl Restored {
+    /// Parses the conversation (lossless: key order and numbers kept).
+    pub fn conversation(&self) -> Result<Conversation> {
+        serde_json::from_str(&self.json).map_err(|e| {
+            StoreError::corrupt("a restored conversation is not valid JSON").with_source(e)
+        })
+    }
+}
+
+/// True when a run's status allows a checkpoint (its events are complete).
+pub(crate) fn checkpointable(status: RunStatus) -> bool {
+    status != RunStatus::Running
+}
+
+/// Maps a reduce failure to a portable error.
+pub(crate) fn reduce_failed(err: agui_history::reduce::ReduceError) -> StoreError {
+    StoreError::invalid("the branch's events cannot be reduced").with_source(err)
+}
+
+/// The store: the engine over one [`Backend`]. Cheap to clone (shared).
+///
+/// Every method is scoped by a tenant id (see [`Backend`]).
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    backend: Arc<dyn Backend>,
+    cache: ConversationCache,
+    queue: Mutex<Queue>,
+    /// The id of the last job finished (or abandoned).
+    done: watch::Sender<u64>,
+    /// The worker's per-thread event buffers (only the worker locks it).
+    buffers: Mutex<Buffers>,
+}
+
+type Key = (String, String);
+
+fn key(tenant: &str, thread: &str) -> Key {
+    (tenant.to_owned(), thread.to_owned())
+}
+
+/// Checkpoint work waiting for the worker.
+#[derive(Default)]
+struct Queue {
+    jobs: VecDeque<Job>,
+    /// The id of the last job enqueued (ids start at 1).
+    last_id: u64,
+    /// The id of the last job enqueued per thread (the restore barrier).
+    per_thread: HashMap<Key, u64>,
+    /// True while a worker task drains the queue.
+    running: bool,
+}
+
+/// One committed batch, for the checkpoint worker.
+struct Job {
+    id: u64,
+    tenant: String,
+    thread: String,
+    first_seq: u64,
+    /// The batch's events (shared with the caller's: `Event` is an `Arc`).
+    events: Vec<Event>,
+    /// How the batch changed the thread's runs.
+    runs: Vec<RunUpdate>,
+}
+
+/// Per thread, the events committed since its last ended run.
+#[derive(Default)]
+struct Buffers {
+    map: HashMap<Key, Buffer>,
+    bytes: usize,
+}
+
+#[derive(Default)]
+struct Buffer {
+    /// Sequence number of `events[0]`.
+    first_seq: u64,
+    events: VecDeque<Event>,
+    bytes: usize,
+}
+
+impl Buffer {
+    fn next_seq(&self) -> u64 {
+        self.first_seq + self.events.len() as u64
+    }
+
+    /// The events `first..=last`, when held.
+    fn range(&self, first: u64, last: u64) -> Option<Vec<Event>> {
+        if first < self.first_seq || last >= self.next_seq() || first > last {
+            return None;
+        }
+        let from = (first - self.first_seq) as usize;
+        let to = (last - self.first_seq) as usize;
+        Some(self.events.range(from..=to).cloned().collect())
+    }
+
+    /// Drops the events up to `last`.
+    fn drop_through(&mut self, last: u64) {
+        while self.first_seq <= last && !self.events.is_empty() {
+            if let Some(e) = self.events.pop_front() {
+                self.bytes -= e.json().len();
+            }
+            self.first_seq += 1;
+        }
+        if self.events.is_empty() {
+            self.first_seq = self.first_seq.max(last + 1);
+        }
+    }
+}
+
+/// A thread's buffer holds at most this much event JSON: a run larger than
+/// that is read back from the log when it ends.
+const BUFFER_THREAD_BYTES: usize = 64 << 20;
+/// All buffers together hold at most this much (runs that never end must
+/// not keep their events forever).
+const BUFFER_TOTAL_BYTES: usize = 256 << 20;
+
+/// Ends the worker's turn: lets the next append or barrier start a worker,
+/// and marks an abandoned job as done so no barrier waits for it forever
+/// (the task is dropped when its runtime shuts down).
+struct Turn<'a> {
+    inner: &'a Inner,
+    job: Option<u64>,
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        if let Some(id) = self.job.take() {
+            self.inner.done.send_if_modified(|d| {
+                let changed = *d < id;
+                *d = (*d).max(id);
+                changed
+            });
+        }
+        let mut q = self.inner.queue.lock().unwrap_or_else(|p| p.into_inner());
+        q.running = false;
+    }
+}
+
+impl Store {
+    /// The engine over `backend`.
+    pub fn new(backend: impl Backend + 'static) -> Store {
+        Store::from_arc(Arc::new(backend))
+    }
+
+    /// The engine over a shared backend.
+    pub fn from_arc(backend: Arc<dyn Backend>) -> Store {
+        Store {
+            inner: Arc::new(Inner {
+                backend,
+                cache: ConversationCache::new(),
+                queue: Mutex::new(Queue::default()),
+                done: watch::channel(0).0,
+                buffers: Mutex::new(Buffers::default()),
+            }),
+        }
+    }
+
+    /// An engine over a fresh in-memory backend (`memory://`).
+    pub fn memory() -> Store {
+        Store::new(crate::MemoryStore::new())
+    }
+
+    /// The backend under the engine.
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.inner.backend
+    }
+
+    /// The engine's cache of the latest checkpointed conversation per thread.
+    pub(crate) fn conversation_cache(&self) -> &ConversationCache {
+        &self.inner.cache
+    }
+
+    fn queue(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.inner.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Appends one batch atomically: either every event gets the next
+    /// sequence numbers, or nothing is written. Creates the thread on its
+    /// first append and updates the run index (see [`crate::index`]). The
+    /// checkpoints of the runs the batch ends are built in the background
+    /// (see the module docs) unless the request defers them.
+    ///
+    /// Errors: `Conflict` when `expected_seq` does not match the thread's last
+    /// sequence; `Invalid` for an empty batch, bad ids or a bad `RUN_STARTED`.
+    pub async fn append(&self, tenant: &str, thread: &str, req: AppendRequest) -> Result<Appended> {
+        let build = req.checkpoints == Checkpoints::Build;
+        let events = if build {
+            req.events.clone()
+        } else {
+            Vec::new()
+        };
+        let Committed { appended, plan } = self.inner.backend.commit(tenant, thread, req).await?;
+        if build {
+            self.enqueue(Job {
+                id: 0,
+                tenant: tenant.to_owned(),
+                thread: thread.to_owned(),
+                first_seq: plan.first_seq,
+                events,
+                runs: plan.runs,
+            });
+        }
+        Ok(appended)
+    }
+
+    fn enqueue(&self, mut job: Job) {
+        let start = {
+            let mut q = self.queue();
+            q.last_id += 1;
+            job.id = q.last_id;
+            q.per_thread.insert(key(&job.tenant, &job.thread), job.id);
+            q.jobs.push_back(job);
+            !std::mem::replace(&mut q.running, true)
+        };
+        if start {
+            self.start_worker();
+        }
+    }
+
+    /// Starts a worker task (the caller set `running`).
+    fn start_worker(&self) {
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                let store = self.clone();
+                handle.spawn(async move { store.drain().await });
+            }
+            Err(_) => {
+                // No runtime: the next barrier in one drains the queue.
+                self.queue().running = false;
+            }
+        }
+    }
+
+    /// Drains the queue, job by job, in commit order.
+    async fn drain(&self) {
+        let mut turn = Turn {
+            inner: &self.inner,
+            job: None,
+        };
+        loop {
+            let job = {
+                let mut q = self.queue();
+                match q.jobs.pop_front() {
+                    Some(job) => job,
+                    None => {
+                        q.running = false;
+                        // The turn is over; its drop must not clear a flag
+                        // a newer worker set.
+                        std::mem::forget(turn);
+                        return;
+                    }
+                }
+            };
+            turn.job = Some(job.id);
+            let id = job.id;
+            self.run_job(job).await;
+            turn.job = None;
+            self.inner.done.send_modify(|d| *d = (*d).max(id));
+            let mut q = self.queue();
+            // Drop the barrier entry of threads whose work is all done.
+            q.per_thread.retain(|_, last| *last > id);
+        }
+    }
+
+    /// Feeds one committed batch to its thread's buffer and builds the
+    /// checkpoints of the runs it ended. Failures are not append failures
+    /// (the events are committed): a run whose checkpoint could not be built
+    /// gets it rebuilt on its first restore.
+    async fn run_job(&self, job: Job) {
+        let k = key(&job.tenant, &job.thread);
+        let (tenant, thread) = (&job.tenant, &job.thread);
+        {
+            let mut b = self.buffers();
+            let bufs = &mut *b;
+            let buf = bufs.map.entry(k.clone()).or_default();
+            if buf.next_seq() != job.first_seq || buf.events.is_empty() {
+                // A gap (deferred appends, another writer, a restart): start
+                // over from this batch.
+                bufs.bytes -= buf.bytes;
+                *buf = Buffer {
+                    first_seq: job.first_seq,
+                    ..Buffer::default()
+                };
+            }
+            for e in job.events {
+                buf.bytes += e.json().len();
+                bufs.bytes += e.json().len();
+                buf.events.push_back(e);
+            }
+        }
+        let mut through = None;
+        for update in job.runs.iter().filter(|r| r.ended) {
+            through = Some(update.last_seq);
+            let Ok(run) = self.run(tenant, thread, &update.run_id).await else {
+                continue;
+            };
+            if !checkpointable(run.status) {
+                continue;
+            }
+            let events = self
+                .buffers()
+                .map
+                .get(&k)
+                .and_then(|b| b.range(run.first_seq, run.last_seq));
+            let _ = restore::checkpoint_run(self, tenant, thread, &run, events).await;
+        }
+        let mut b = self.buffers();
+        let bufs = &mut *b;
+        let Some(buf) = bufs.map.get_mut(&k) else {
+            return;
+        };
+        let before = buf.bytes;
+        if let Some(last) = through {
+            buf.drop_through(last);
+        }
+        if buf.bytes > BUFFER_THREAD_BYTES {
+            let next = buf.next_seq();
+            buf.drop_through(next.saturating_sub(1));
+        }
+        bufs.bytes -= before - buf.bytes;
+        if buf.events.is_empty() {
+            bufs.map.remove(&k);
+        }
+        if bufs.bytes > BUFFER_TOTAL_BYTES {
+            bufs.map.clear();
+            bufs.bytes = 0;
+        }
+    }
+
+    fn buffers(&self) -> std::sync::MutexGuard<'_, Buffers> {
+        self.inner.buffers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits until the checkpoint work queued for a thread so far is done.
+    async fn settle_thread(&self, tenant: &str, thread: &str) {
+        let target = self.queue().per_thread.get(&key(tenant, thread)).copied();
+        if let Some(target) = target {
+            self.wait_for(target).await;
+        }
+    }
+
+    /// Waits until every checkpoint queued so far is built (or failed).
+    pub async fn settle(&self) {
+        let target = self.queue().last_id;
+        self.wait_for(target).await;
+    }
+
+    async fn wait_for(&self, target: u64) {
+        let mut rx = self.inner.done.subscribe();
+        loop {
+            if *rx.borrow_and_update() >= target {
+                return;
+            }
+            // A worker whose runtime went away left jobs behind: start one.
+            let restart = {
+                let mut q = self.queue();
+                !q.jobs.is_empty() && !std::mem::replace(&mut q.running, true)
+            };
+            if restart {
+                self.start_worker();
+            }
+            if rx.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Reads up to `limit` events (see [`crate::page_size`]) from sequence
+    /// `from_seq` on (`0` and `1` both mean the beginning).
+    /// `NotFound` when the thread does not exist.
+    pub async fn read(
+        &self,
+        tenant: &str,
+        thread: &str,
+        from_seq: u64,
+        limit: usize,
+    ) -> Result<EventPage> {
+        self.inner
+            .backend
+            .read(tenant, thread, from_seq, limit)
+            .await
+    }
+
+    /// One run's index entry. `NotFound` when the thread or run does not exist.
+    pub async fn run(&self, tenant: &str, thread: &str, run_id: &str) -> Result<RunRecord> {
+        self.inner.backend.run(tenant, thread, run_id).await
+    }
+
+    /// Pages through the tenant's run index (by thread, parent run, status
+    /// and start time), oldest start first.
+    pub async fn list_runs(&self, tenant: &str, filter: &RunFilter) -> Result<RunPage> {
+        self.inner.backend.list_runs(tenant, filter).await
+    }
+
+    /// A thread's summary. `NotFound` when it does not exist.
+    pub async fn thread(&self, tenant: &str, thread: &str) -> Result<ThreadInfo> {
+        self.inner.backend.thread(tenant, thread).await
+    }
+
+    /// Pages through the tenant's threads, most recently active first.
+    pub async fn list_threads(&self, tenant: &str, filter: &ThreadFilter) -> Result<ThreadPage> {
+        self.inner.backend.list_threads(tenant, filter).await
+    }
+
+    /// Forgets what the engine holds of a thread.
+    fn forget(&self, tenant: &str, thread: &str) {
+        self.inner.cache.forget(tenant, thread);
+        let mut b = self.buffers();
+        if let Some(buf) = b.map.remove(&key(tenant, thread)) {
+            b.bytes -= buf.bytes;
+        }
+    }
+
+    /// Deletes a thread and everything of it (events, runs, checkpoints) and
+    /// ends its subscriptions. `NotFound` when it does not exist.
+    pub async fn delete_thread(&self, tenant: &str, thread: &str) -> Result<()> {
+        self.settle_thread(tenant, thread).await;
+        self.forget(tenant, thread);
+        let r = self.inner.backend.delete_thread(tenant, thread).await;
+        self.forget(tenant, thread);
+        r
+    }
+
+    /// Gives thread `from` the id `to` in one atomic step (see
+    /// [`Backend::rename_thread`]).
+    pub async fn rename_thread(&self, tenant: &str, from: &str, to: &str) -> Result<()> {
+        self.settle_thread(tenant, from).await;
+        self.settle_thread(tenant, to).await;
+        self.forget(tenant, from);
+        self.forget(tenant, to);
+        let r = self.inner.backend.rename_thread(tenant, from, to).await;
+        self.forget(tenant, from);
+        self.forget(tenant, to);
+        r
+    }
+
+    /// Every tenant that has at least one thread.
+    pub async fn tenants(&self) -> Result<Vec<String>> {
+        self.inner.backend.tenants().await
+    }
+
+    /// The stored checkpoint blob of a run, as stored, unchecked (after the
+    /// thread's queued checkpoint work).
+    pub async fn load_checkpoint(
+        &self,
+        tenant: &str,
+        thread: &str,
+        run_id: &str,
+    ) -> Result<Option<Vec<u8>>> {
+        self.settle_thread(tenant, thread).await;
+        self.inner
+            .backend
+            .load_checkpoint(tenant, thread, run_id)
+            .await
+    }
+
+    /// Stores (or replaces) a run's checkpoint blob. `NotFound` when the run
+    /// does not exist.
+    pub async fn save_checkpoint(
+        &self,
+        tenant: &str,
+        thread: &str,
+        run_id: &str,
+        blob: Vec<u8>,
+    ) -> Result<()> {
+        self.inner
+            .backend
+            .save_checkpoint(tenant, thread, run_id, blob)
+            .await
+    }
+
+    /// Subscribes to a thread from sequence `from_seq` on: committed events
+    /// first, then every event appended later, each exactly once and in
+    /// order (see [`Backend::subscribe`]).
+    pub async fn subscribe(
+        &self,
+        tenant: &str,
+        thread: &str,
+        from_seq: u64,
+    ) -> Result<EventStream> {
+        self.inner.backend.subscribe(tenant, thread, from_seq).await
+    }
+
+    /// Claims a thread for one run (see [`Backend::claim_thread`]).
+    pub async fn claim_thread(
+        &self,
+        tenant: &str,
+        thread: &str,
+        run: &str,
+    ) -> Result<Option<String>> {
+        self.inner.backend.claim_thread(tenant, thread, run).await
+    }
+
+    /// Releases a claim made for `run`.
+    pub async fn release_thread(&self, tenant: &str, thread: &str, run: &str) -> Result<()> {
+        self.inner.backend.release_thread(tenant, thread, run).await
+    }
+
+    /// Marks every run still `running` as `interrupted` (at start-up).
+    pub async fn mark_interrupted(&self) -> Result<u64> {
+        self.inner.backend.mark_interrupted().await
+    }
+
+    /// Marks `interrupted` the `running` runs of other processes that are
+    /// gone (see [`Backend::mark_interrupted_elsewhere`]).
+    pub async fn mark_interrupted_elsewhere(&self) -> Result<u64> {
+        self.inner.backend.mark_interrupted_elsewhere().await
+    }
+
+    /// Store-wide totals.
+    pub async fn stats(&self) -> Result<StoreStats> {
+        self.inner.backend.stats().await
+    }
+
+    /// Builds the queued checkpoints, then makes every acknowledged append
+    /// durable on stable storage.
+    pub async fn flush(&self) -> Result<()> {
+        self.settle().await;
+        self.inner.backend.flush().await
+    }
+
+    /// Builds the queued checkpoints, flushes and closes. Every later call
+    /// fails with `Unavailable`; open subscriptions end.
+    pub async fn close(&self) -> Result<()> {
+        self.settle().await;
+        self.inner.backend.close().await
+    }
+
+    /// Every channel of a thread, by agent name.
+    pub async fn channels(&self, tenant: &str, thread: &str) -> Result<Vec<Channel>> {
+        self.inner.backend.channels(tenant, thread).await
+    }
+
+    /// Stores (or replaces) one agent's channel on a thread.
+    pub async fn put_channel(&self, tenant: &str, thread: &str, channel: Channel) -> Result<()> {
+        self.inner
+            .backend
+            .put_channel(tenant, thread, channel)
+            .await
+    }
+
+    /// One agent's channel on a thread, if it has one.
+    pub async fn channel(
+        &self,
+        tenant: &str,
+        thread: &str,
+        agent: &str,
+    ) -> Result<Option<Channel>> {
+        Ok(self
+            .channels(tenant, thread)
+            .await?
+            .into_iter()
+            .find(|c| c.agent == agent))
+    }
+
+    /// Events `first..=last` of a thread, in order.
+    pub async fn read_range(
+        &self,
+        tenant: &str,
+        thread: &str,
+        first: u64,
+        last: u64,
+    ) -> Result<Vec<StoredEvent>> {
+        let mut out = Vec::new();
+        let mut next = first.max(1);
+        while next <= last {
+            let want = usize::try_from(last - next + 1).unwrap_or(usize::MAX);
+            let page = self.read(tenant, thread, next, want).await?;
+            for e in page.events {
+                if e.seq > last {
+                    break;
+                }
+                next = e.seq + 1;
+                out.push(e);
+            }
+            if page.next_seq.is_none() {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Streams a thread's committed events from `from_seq` on, page by page.
+    pub fn read_stream<'a>(
+        &'a self,
+        tenant: &'a str,
+        thread: &'a str,
+        from_seq: u64,
+    ) -> BoxStream<'a, Result<StoredEvent>> {
+        let pages = stream::unfold(Some(from_seq.max(1)), move |next| async move {
+            let from = next?;
+            match self.read(tenant, thread, from, 1000).await {
+                Ok(page) => {
+                    let more = page.next_seq;
+                    Some((page.events.into_iter().map(Ok).collect::<Vec<_>>(), more))
+                }
+                Err(e) => Some((vec![Err(e)], None)),
+            }
+        });
+        pages.flat_map(stream::iter).boxed()
+    }
+
+    /// One run's events (from its `RUN_STARTED` up to the next run's).
+    pub async fn read_run(
+        &self,
+        tenant: &str,
+        thread: &str,
+        run_id: &str,
+    ) -> Result<Vec<StoredEvent>> {
+        let run = self.run(tenant, thread, run_id).await?;
+        self.read_range(tenant, thread, run.first_seq, run.last_seq)
+            .await
+    }
+
+    /// The runs of a branch, root first, ending with `run_id` (following
+    /// parent links that point to earlier runs of the same thread).
+    pub async fn branch(&self, tenant: &str, thread: &str, run_id: &str) -> Result<Vec<RunRecord>> {
+        let mut path = vec![self.run(tenant, thread, run_id).await?];
+        loop {
+            let child = &path[path.len() - 1];
+            let Some(parent_id) = child.parent_run_id.clone() else {
+                break;
+            };
+            let parent = match self.run(tenant, thread, &parent_id).await {
+                Ok(p) => p,
+                Err(e) if e.kind() == ErrorKind::NotFound => break,
+                Err(e) => return Err(e),
+            };
+            if parent.first_seq >= child.first_seq {
+                break; // only earlier runs can be ancestors: no cycles
+            }
+            path.push(parent);
+        }
+        path.reverse();
+        Ok(path)
+    }
+
+    /// The events of one branch: the thread's preamble (events before its
+    /// first run), then the events of every run on the path root → `run_id`.
+    pub async fn read_branch(
+        &self,
+        tenant: &str,
+        thread: &str,
+        run_id: &str,
+    ) -> Result<Vec<StoredEvent>> {
+        let path = self.branch(tenant, thread, run_id).await?;
+        let mut out = restore::preamble(self, tenant, thread).await?;
+        for run in &path {
+            out.extend(
+                self.read_range(tenant, thread, run.first_seq, run.last_seq)
+                    .await?,
+            );
+        }
+        Ok(out)
+    }
+
+    /// Restores a run's conversation: its own checkpoint (with the delta
+    /// checkpoints' bases) when valid and current, else the nearest valid
+    /// checkpoint up its branch plus the log from there (storing every
+    /// checkpoint it rebuilds). A damaged or stale checkpoint is never used.
+    /// Waits for the thread's queued checkpoint work first.
+    pub async fn restore(&self, tenant: &str, thread: &str, run_id: &str) -> Result<Restored> {
+        self.settle_thread(tenant, thread).await;
+        let chain = self
+            .inner
+            .backend
+            .checkpoint_chain(tenant, thread, run_id)
+            .await?;
+        if checkpointable(chain.status)
+            && let Some(json) = checkpoint::compose_links(run_id, chain.last_seq, &chain.links)
+        {
+            return Ok(Restored {
+                run_id: run_id.to_owned(),
+                last_seq: chain.last_seq,
+                json,
+                from_checkpoint: true,
+                rebuilt: 0,
+            });
+        }
+        restore::restore_run(self, tenant, thread, run_id).await
+    }
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::MemoryStore;
+    use crate::sample::{full_run, run_finished, run_started, text_message};
+
+    const T: &str = "t";
+
+    /// The conversation of each run, reduced from its branch's events.
+    async fn reduced(store: &Store, thread: &str, run: &str) -> String {
+        let mut r = agui_history::reduce::Reducer::new(Conversation::default());
+        for e in store.read_branch(T, thread, run).await.unwrap() {
+            r.apply(&e.event).unwrap();
+        }
+        serde_json::to_string(&r.into_conversation()).unwrap()
+    }
+
+    /// Runs appended batch by batch (start, content, end, as a gateway does)
+    /// get their checkpoints from the events the engine holds: nothing is
+    /// read back, most are deltas, and each restores exactly.
+    #[tokio::test]
+    async fn checkpoints_are_built_from_the_committed_batches_without_reading_back() {
+        let mem = MemoryStore::new();
+        let store = Store::new(mem.clone());
+        let runs: Vec<String> = (0..12).map(|k| format!("r{k}")).collect();
+        for (k, run) in runs.iter().enumerate() {
+            let parent = k.checked_sub(1).map(|p| runs[p].as_str());
+            let events = full_run("th", run, parent, &format!("answer {k}"));
+            let (start, rest) = events.split_at(1);
+            let (body, end) = rest.split_at(rest.len() - 1);
+            for batch in [start, body, end] {
+                store
+                    .append(T, "th", AppendRequest::new(batch.to_vec()))
+                    .await
+                    .unwrap();
+            }
+        }
+        store.settle().await;
+        assert_eq!(mem.pages_read(), 0, "the worker read nothing back");
+        let mut deltas = 0;
+        for run in &runs {
+            let blob = store.load_checkpoint(T, "th", run).await.unwrap();
+            let decoded = checkpoint::decode(&blob.expect("a checkpoint")).unwrap();
+            deltas += usize::from(decoded.base.is_some());
+        }
+        assert_eq!(deltas, runs.len() - 1, "a full checkpoint, then deltas");
+        for run in &runs {
+            let got = store.restore(T, "th", run).await.unwrap();
+            assert!(got.from_checkpoint, "{run}");
+            assert_eq!(got.json, reduced(&store, "th", run).await, "{run}");
+        }
+    }
+
+    /// A run the engine does not hold whole (its start was appended with
+    /// deferred checkpoints) is read from the log, and still checkpointed.
+    #[tokio::test]
+    async fn a_run_it_does_not_hold_whole_is_read_from_the_log() {
+        let mem = MemoryStore::new();
+        let store = Store::new(mem.clone());
+        store
+            .append(
+                T,
+                "th",
+                AppendRequest::new(full_run("th", "a", None, "one")),
+            )
+            .await
+            .unwrap();
+        let mut start = vec![run_started("th", "b", Some("a"))];
+        start.extend(text_message("m-b", "two", 2));
+        store
+            .append(
+                T,
+                "th",
+                AppendRequest::new(start).checkpoints(Checkpoints::Defer),
+            )
+            .await
+            .unwrap();
+        store
+            .append(T, "th", AppendRequest::new(vec![run_finished("th", "b")]))
+            .await
+            .unwrap();
+        store.settle().await;
+        assert!(mem.pages_read() > 0, "run b was read back");
+        let got = store.restore(T, "th", "b").await.unwrap();
+        assert!(got.from_checkpoint);
+        assert_eq!(got.json, reduced(&store, "th", "b").await);
+    }
+
+    /// A restore right after the append that ended a run waits for that
+    /// run's checkpoint instead of replaying the log.
+    #[tokio::test]
+    async fn a_restore_sees_the_checkpoints_of_runs_ended_before_it() {
+        let store = Store::memory();
+        for k in 0..20 {
+            let run = format!("r{k}");
+            let parent = (k > 0).then(|| format!("r{}", k - 1));
+            store
+                .append(
+                    T,
+                    "th",
+                    AppendRequest::new(full_run("th", &run, parent.as_deref(), "x")),
+                )
+                .await
+                .unwrap();
+            let got = store.restore(T, "th", &run).await.unwrap();
+            assert!(got.from_checkpoint, "{run}");
+            assert_eq!(got.rebuilt, 0);
+        }
+    }
+}
