@@ -8,7 +8,12 @@
 //! - this crate (NDJSON, SSE, JSON array, and NDJSON to SSE);
 //! - a `serde_json::Value` baseline: parse and serialize every line;
 //! - Node: `JSON.parse` + `JSON.stringify` of every line
-//!   (`oracle/bench-json.mjs`, timed inside Node, so start-up is excluded).
+//!   (`oracle/bench-json.mjs`, timed inside Node, so start-up is excluded);
+//! - SIMD JSON parsers (dev-dependencies only, measured for issue 11):
+//!   `simd-json` (tape, on a mutable copy of each line, the copy counted) and
+//!   `sonic-rs` (`IgnoredAny`, and a checked walk of the top-level object),
+//!   each line validated whole. Before timing, every validator is checked
+//!   to reject a set of malformed lines.
 //!
 //! Each row is the best of `AGUI_BENCH_RUNS` runs (default 3). The machine is
 //! shared and noisy: read the ratios, not the absolute figures.
@@ -144,6 +149,192 @@ fn serde_validate(text: &[u8]) -> u64 {
     n
 }
 
+/// The lines of an in-memory NDJSON file, blank lines skipped.
+fn lines_of(text: &[u8]) -> impl Iterator<Item = &[u8]> {
+    text.split(|&b| b == b'\n').filter(|l| !l.is_empty())
+}
+
+/// `simd-json` validation of one line: copies it into `buf` (simd-json
+/// parses in place, so the copy is part of the cost) and builds its tape.
+fn simd_json_ok(line: &[u8], buf: &mut Vec<u8>, buffers: &mut simd_json::Buffers) -> bool {
+    buf.clear();
+    buf.extend_from_slice(line);
+    match simd_json::to_tape_with_buffers(buf, buffers) {
+        Ok(tape) => {
+            std::hint::black_box(&tape);
+            true
+        }
+        Err(_) => false,
+    }
+}
+
+/// `simd-json` tape of every line (validation of the whole line).
+fn simd_json_tape(text: &[u8]) -> u64 {
+    let mut buf = Vec::with_capacity(1 << 16);
+    let mut buffers = simd_json::Buffers::default();
+    let mut n = 0;
+    for line in lines_of(text) {
+        assert!(simd_json_ok(line, &mut buf, &mut buffers));
+        n += 1;
+    }
+    n
+}
+
+/// `simd-json` tape of every line, then the `type` string read from it.
+fn simd_json_type(text: &[u8]) -> u64 {
+    use simd_json::prelude::*;
+    let mut buf = Vec::with_capacity(1 << 16);
+    let mut buffers = simd_json::Buffers::default();
+    let mut n = 0;
+    for line in lines_of(text) {
+        buf.clear();
+        buf.extend_from_slice(line);
+        let tape = simd_json::to_tape_with_buffers(&mut buf, &mut buffers).unwrap();
+        let ty = tape.as_value().get_str("type").map(str::len);
+        std::hint::black_box(ty.unwrap());
+        n += 1;
+    }
+    n
+}
+
+/// `sonic-rs` validation of one line: `IgnoredAny` through its serde
+/// deserializer (skips every value checked, UTF-8 and trailing bytes too).
+fn sonic_ok(line: &[u8]) -> bool {
+    sonic_rs::from_slice::<serde::de::IgnoredAny>(line).is_ok()
+}
+
+fn sonic_validate(text: &[u8]) -> u64 {
+    let mut n = 0;
+    for line in lines_of(text) {
+        assert!(sonic_ok(line));
+        n += 1;
+    }
+    n
+}
+
+/// `sonic-rs` checked walk of the top-level object: every key with its value
+/// skipped checked (`to_object_iter`), keeping the `type` string and the
+/// offset and length of each value's raw bytes (what our scanner records),
+/// after a UTF-8 check of the line, then a check that nothing follows the
+/// object (the iterator does neither). Returns
+/// `None` when the line is rejected.
+fn sonic_walk(line: &[u8], fields: &mut Vec<(usize, usize)>) -> Option<usize> {
+    let line = std::str::from_utf8(line).ok()?;
+    fields.clear();
+    let mut ty = None;
+    for item in sonic_rs::to_object_iter(line) {
+        let (key, value) = item.ok()?;
+        let raw = value.as_raw_str();
+        fields.push((raw.as_ptr() as usize - line.as_ptr() as usize, raw.len()));
+        if key == "type" {
+            ty = Some(raw.len());
+        }
+    }
+    // The iterator stops at the closing brace without looking past it: the
+    // rest of the line must be that brace alone, JSON whitespace around it.
+    let end = fields.last().map(|&(at, len)| at + len)?;
+    let tail = line[end..].trim_matches([' ', '\t', '\n', '\r']);
+    (tail == "}").then_some(ty?)
+}
+
+fn sonic_fields(text: &[u8]) -> u64 {
+    let mut fields = Vec::with_capacity(16);
+    let mut n = 0;
+    for line in lines_of(text) {
+        std::hint::black_box(sonic_walk(line, &mut fields).unwrap());
+        std::hint::black_box(&fields);
+        n += 1;
+    }
+    n
+}
+
+/// A validator under check: does it accept this line?
+type Validator = dyn FnMut(&[u8]) -> bool;
+
+/// Checks, before timing, that every validator measured rejects malformed
+/// lines (one error each, anywhere in the line, not only before `type`), and
+/// prints where they disagree on the debatable ones.
+fn check_validators() {
+    let must_reject: &[&[u8]] = &[
+        br#"{"type":"RUN_STARTED""#,
+        br#"{"type":"RUN_STARTED",}"#,
+        br#"{"type":"RUN_STARTED"} x"#,
+        br#"{"type":"RUN_STARTED"}{}"#,
+        br#"{"type":"RUN_STARTED","a":"\x"}"#,
+        br#"{"type":"RUN_STARTED","a":"\u12"}"#,
+        b"{\"type\":\"RUN_STARTED\",\"a\":\"\x01\"}",
+        b"{\"type\":\"RUN_STARTED\",\"a\":\"\xff\"}",
+        br#"{"type":"RUN_STARTED","a":01}"#,
+        br#"{"type":"RUN_STARTED","a":1.}"#,
+        br#"{"type":"RUN_STARTED","a":-}"#,
+        br#"{"type":"RUN_STARTED","a":tru}"#,
+        br#"{"type":"RUN_STARTED",'a':1}"#,
+        br#"{"type":"RUN_STARTED","a" 1}"#,
+        br#"{"type":"RUN_STARTED","a":[1,2}"#,
+        br#"{"type":"RUN_STARTED","a":{"b":[1,2,]}}"#,
+        br#"{"type":"RUN_STARTED","a":{"b":1,}}"#,
+    ];
+    let debatable: &[(&str, &[u8])] = &[
+        ("lone surrogate", br#"{"type":"RUN_STARTED","a":"\ud800"}"#),
+        (
+            "duplicate key",
+            br#"{"type":"RUN_STARTED","type":"RUN_FINISHED"}"#,
+        ),
+        ("no type", br#"{"a":1}"#),
+        ("array", br#"[1]"#),
+    ];
+    let mut buf = Vec::new();
+    let mut buffers = simd_json::Buffers::default();
+    let mut fields = Vec::new();
+    let mut validators: Vec<(&str, Box<Validator>)> = vec![
+        (
+            "serde_json IgnoredAny",
+            Box::new(|l| serde_json::from_slice::<serde::de::IgnoredAny>(l).is_ok()),
+        ),
+        (
+            "Event::from_json",
+            Box::new(|l| std::str::from_utf8(l).is_ok_and(|s| Event::from_json(s).is_ok())),
+        ),
+        (
+            "simd-json tape",
+            Box::new(move |l| simd_json_ok(l, &mut buf, &mut buffers)),
+        ),
+        ("sonic-rs IgnoredAny", Box::new(sonic_ok)),
+        (
+            "sonic-rs object walk",
+            Box::new(move |l| sonic_walk(l, &mut fields).is_some()),
+        ),
+    ];
+    for (name, ok) in &mut validators {
+        let missed: Vec<String> = must_reject
+            .iter()
+            .filter(|bad| ok(bad))
+            .map(|bad| format!("{:?}", String::from_utf8_lossy(bad)))
+            .collect();
+        // `serde_json` deserializing `IgnoredAny` from bytes does not check
+        // the UTF-8 of ignored strings: that row is shown, not required.
+        assert!(
+            missed.is_empty() || (*name == "serde_json IgnoredAny" && missed.len() == 1),
+            "{name} accepts malformed {missed:?}"
+        );
+        let verdicts: Vec<String> = debatable
+            .iter()
+            .map(|(what, l)| format!("{what}: {}", if ok(l) { "accepted" } else { "rejected" }))
+            .collect();
+        println!(
+            "{name}: {} of {} malformed lines rejected{}; {}",
+            must_reject.len() - missed.len(),
+            must_reject.len(),
+            if missed.is_empty() {
+                String::new()
+            } else {
+                format!(" (accepted {})", missed.join(", "))
+            },
+            verdicts.join(", ")
+        );
+    }
+}
+
 /// Parses every NDJSON line into a `serde_json::Value` and serializes it.
 fn value_baseline(path: &Path, out: &mut Vec<u8>) -> u64 {
     out.clear();
@@ -200,6 +391,7 @@ fn main() {
     let n_events = env_usize("AGUI_BENCH_EVENTS", 1_000_000);
     let runs = env_usize("AGUI_BENCH_RUNS", 3).max(1);
     let dir = tempfile::tempdir().unwrap();
+    check_validators();
 
     let events = agui_testkit::r#gen::realistic(n_events, 0xA6_01);
     let total: usize = events.iter().map(Event::len_bytes).sum();
@@ -276,6 +468,24 @@ fn main() {
         "serde_json IgnoredAny validate per line",
         ndjson_len,
         &mut |_| serde_validate(&whole),
+    );
+    measure(
+        "simd-json tape per line (copy + validate)",
+        ndjson_len,
+        &mut |_| simd_json_tape(&whole),
+    );
+    measure("simd-json tape per line + type", ndjson_len, &mut |_| {
+        simd_json_type(&whole)
+    });
+    measure(
+        "sonic-rs IgnoredAny validate per line",
+        ndjson_len,
+        &mut |_| sonic_validate(&whole),
+    );
+    measure(
+        "sonic-rs object walk: type + field offsets",
+        ndjson_len,
+        &mut |_| sonic_fields(&whole),
     );
     measure(
         "Event::from_json_reference per line (before)",
