@@ -392,6 +392,13 @@ fn main() {
     let runs = env_usize("AGUI_BENCH_RUNS", 3).max(1);
     let dir = tempfile::tempdir().unwrap();
     check_validators();
+    // simd-json picks its kernel at run time; sonic-rs at compile time, and
+    // needs AVX2 and PCLMULQDQ enabled by RUSTFLAGS to use its SIMD path.
+    println!(
+        "simd-json kernel: {:?}; sonic-rs built with avx2+pclmulqdq: {}",
+        simd_json::Deserializer::algorithm(),
+        cfg!(all(target_feature = "avx2", target_feature = "pclmulqdq"))
+    );
 
     let events = agui_testkit::r#gen::realistic(n_events, 0xA6_01);
     let total: usize = events.iter().map(Event::len_bytes).sum();
