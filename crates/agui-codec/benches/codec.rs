@@ -212,6 +212,30 @@ fn sonic_validate(text: &[u8]) -> u64 {
     n
 }
 
+/// `sonic-rs` full parse of every line into its own `Value` (its DOM path).
+fn sonic_value(text: &[u8]) -> u64 {
+    let mut n = 0;
+    for line in lines_of(text) {
+        let v: sonic_rs::Value = sonic_rs::from_slice(line).unwrap();
+        std::hint::black_box(&v);
+        n += 1;
+    }
+    n
+}
+
+/// `Event::from_json` on every line of the file already in memory (the
+/// row above also reads the file), for a like-for-like comparison with the
+/// validator rows.
+fn envelope_in_memory(text: &[u8]) -> u64 {
+    let mut n = 0;
+    for line in lines_of(text) {
+        let line = std::str::from_utf8(line).unwrap();
+        std::hint::black_box(Event::from_json(line).unwrap());
+        n += 1;
+    }
+    n
+}
+
 /// `sonic-rs` checked walk of the top-level object: every key with its value
 /// skipped checked (`to_object_iter`), keeping the `type` string and the
 /// offset and length of each value's raw bytes (what our scanner records),
@@ -300,6 +324,10 @@ fn check_validators() {
             Box::new(move |l| simd_json_ok(l, &mut buf, &mut buffers)),
         ),
         ("sonic-rs IgnoredAny", Box::new(sonic_ok)),
+        (
+            "sonic-rs Value",
+            Box::new(|l| sonic_rs::from_slice::<sonic_rs::Value>(l).is_ok()),
+        ),
         (
             "sonic-rs object walk",
             Box::new(move |l| sonic_walk(l, &mut fields).is_some()),
@@ -489,6 +517,9 @@ fn main() {
         ndjson_len,
         &mut |_| sonic_validate(&whole),
     );
+    measure("sonic-rs Value parse per line", ndjson_len, &mut |_| {
+        sonic_value(&whole)
+    });
     measure(
         "sonic-rs object walk: type + field offsets",
         ndjson_len,
@@ -503,6 +534,11 @@ fn main() {
         "Event::from_json per line (file read whole)",
         ndjson_len,
         &mut |_| envelope_only(&ndjson),
+    );
+    measure(
+        "Event::from_json per line (file in memory)",
+        ndjson_len,
+        &mut |_| envelope_in_memory(&whole),
     );
     measure(
         "serde_json::Value parse + serialize (NDJSON)",
