@@ -43,9 +43,12 @@
 //! - **Live subscriptions across replicas.** Every append notifies (on a
 //!   channel per schema) with a short key of (tenant, thread) and the
 //!   batch's sequence range; never the events, so payload limits do not
-//!   matter. Each store keeps one dedicated listening connection; on a
-//!   notice for a thread someone subscribes to, it reads the new rows by
-//!   sequence number and publishes them to the in-process hub, which gives
+//!   matter. A store publishes its own commits to its in-process hub as
+//!   they commit (nothing it wrote is read back) and skips their notices,
+//!   which carry its session number. Each store keeps one dedicated
+//!   listening connection; on another replica's notice for a thread someone
+//!   subscribes to, it reads the new rows once by sequence number and
+//!   publishes them to the in-process hub, which gives
 //!   catch-up-then-live without gap or duplicate (`agui_store::subscribe`).
 //!   After the listening connection is lost it reconnects and nudges every
 //!   subscription to re-read from the store, so nothing is missed.
@@ -179,6 +182,8 @@ struct Inner {
     hub: Hub,
     /// Notice key → the (tenant, thread) pairs subscribed under it.
     watched: Mutex<HashMap<String, HashSet<(String, String)>>>,
+    /// Ranges read back for subscribers (see [`PgStore::ranges_read`]).
+    ranges_read: std::sync::atomic::AtomicU64,
     closed: AtomicBool,
     listener: Mutex<Option<JoinHandle<()>>>,
     /// (tenant, thread) → the head this process last wrote or read under
@@ -424,7 +429,7 @@ impl AppendParams {
             channel: channel.to_owned(),
             session,
             notice: format!(
-                "A {} {} {}",
+                "A {} {} {} {session}",
                 notice_key(tenant, thread),
                 plan.first_seq,
                 plan.last_seq()
@@ -632,6 +637,7 @@ impl PgStore {
             channel,
             hub: Hub::new(),
             watched: Mutex::new(HashMap::new()),
+            ranges_read: Default::default(),
             closed: AtomicBool::new(false),
             listener: Mutex::new(None),
             heads: Mutex::new(HashMap::new()),
@@ -911,8 +917,20 @@ async fn listen_once(
 }
 
 impl PgStore {
-    /// Handles one notice: `A <key> <first> <last>` (appended) or
-    /// `D <key>` (deleted).
+    /// How many times this store read committed events back to publish
+    /// them to its subscribers: another replica's batches, and re-reads
+    /// after a lost listening connection. Its own commits are published as
+    /// they commit, never read back.
+    pub fn ranges_read(&self) -> u64 {
+        self.inner.ranges_read.load(Ordering::Relaxed)
+    }
+}
+
+impl PgStore {
+    /// Handles one notice: `A <key> <first> <last> <session>` (appended) or
+    /// `D <key>` (deleted). This store's own appends are published when they
+    /// commit (see `commit`): their notices are skipped, so nothing this
+    /// process wrote is read back.
     async fn on_notice(&self, payload: &str) {
         let mut parts = payload.split(' ');
         let (Some(kind), Some(key)) = (parts.next(), parts.next()) else {
@@ -942,6 +960,10 @@ impl PgStore {
                 let (Some(first), Some(last)) = (first, last) else {
                     return;
                 };
+                let from = parts.next().and_then(|s| s.parse::<i32>().ok());
+                if from == Some(self.inner.session) {
+                    return;
+                }
                 for (tn, th) in targets {
                     self.publish_range(&tn, &th, first, last).await;
                 }
@@ -953,6 +975,7 @@ impl PgStore {
     /// Reads `first..=last` and publishes it to the hub. A failed read is
     /// left to the subscribers' gap detection (the next batch re-reads).
     async fn publish_range(&self, tenant: &str, thread: &str, first: u64, last: u64) {
+        self.inner.ranges_read.fetch_add(1, Ordering::Relaxed);
         let mut next = first;
         while next <= last {
             let want = usize::try_from(last - next + 1).unwrap_or(usize::MAX);
@@ -1148,7 +1171,23 @@ impl Backend for PgStore {
         if req.events.is_empty() {
             return Err(StoreError::invalid("an append needs at least one event"));
         }
+        // Published here once committed, not read back on its notice. The
+        // listeners are asked after the commit: one that registers later
+        // reads the batch in its catch-up.
+        let events = req.events.clone();
         let (plan, appended) = self.append_tx(tenant, thread, req).await?;
+        if self.inner.hub.has_listeners(tenant, thread) {
+            let batch = events
+                .into_iter()
+                .zip(plan.first_seq..)
+                .map(|(event, seq)| StoredEvent {
+                    seq,
+                    received_at: plan.received_at,
+                    event,
+                })
+                .collect();
+            self.inner.hub.publish(tenant, thread, batch);
+        }
         Ok(Committed { appended, plan })
     }
 

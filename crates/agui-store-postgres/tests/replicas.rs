@@ -25,6 +25,39 @@ async fn next_seq(s: &mut agui_store::EventStream) -> u64 {
         .seq
 }
 
+/// A replica publishes its own commits to its subscribers as they commit:
+/// nothing it wrote is read back. Another replica reads each batch once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn own_commits_are_published_without_reading_them_back() {
+    let Some(url) = common::url() else { return };
+    let schema = Schema::new(url);
+    let (a, b) = tokio::join!(schema.open(), schema.open());
+    let (raw_a, raw_b) = (a.unwrap(), b.unwrap());
+    let (a, b) = (
+        agui_store::Store::new(raw_a.clone()),
+        agui_store::Store::new(raw_b.clone()),
+    );
+    let mut mine = a.subscribe("t", "own", 1).await.unwrap();
+    let mut theirs = b.subscribe("t", "own", 1).await.unwrap();
+    for k in 0..20u64 {
+        let got = a
+            .append("t", "own", AppendRequest::new(vec![custom(k)]))
+            .await
+            .unwrap();
+        for sub in [&mut mine, &mut theirs] {
+            let e = tokio::time::timeout(STUCK, sub.next())
+                .await
+                .expect("the event arrives")
+                .unwrap()
+                .unwrap();
+            assert_eq!(e.seq, got.first_seq);
+        }
+    }
+    assert_eq!(raw_a.ranges_read(), 0, "the writer read nothing back");
+    let read = raw_b.ranges_read();
+    assert!((1..=20).contains(&read), "the other replica: {read}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_subscriber_on_one_replica_sees_appends_through_the_other_live() {
     let Some(url) = common::url() else { return };
