@@ -467,8 +467,11 @@ impl Store {
         self.inner.backend.list_threads(tenant, filter).await
     }
 
-    /// Forgets what the engine holds of a thread.
-    fn forget(&self, tenant: &str, thread: &str) {
+    /// Forgets what the engine holds of a thread. Its cached conversation
+    /// is not checked against storage (it is what was stored); the
+    /// conformance suite forgets it after damaging storage below the API, as
+    /// a restart would.
+    pub(crate) fn forget(&self, tenant: &str, thread: &str) {
         self.inner.cache.forget(tenant, thread);
         let mut b = self.buffers();
         if let Some(buf) = b.map.remove(&key(tenant, thread)) {
@@ -726,6 +729,20 @@ impl Store {
     /// Waits for the thread's queued checkpoint work first.
     pub async fn restore(&self, tenant: &str, thread: &str, run_id: &str) -> Result<Restored> {
         self.settle_thread(tenant, thread).await;
+        if self.inner.cache.tip_run(tenant, thread).as_deref() == Some(run_id) {
+            let run = self.run(tenant, thread, run_id).await?;
+            if checkpointable(run.status)
+                && let Some(json) = self.inner.cache.compose(tenant, thread, &run)
+            {
+                return Ok(Restored {
+                    run_id: run.run_id,
+                    last_seq: run.last_seq,
+                    json,
+                    from_checkpoint: true,
+                    rebuilt: 0,
+                });
+            }
+        }
         let chain = self
             .inner
             .backend
@@ -838,6 +855,43 @@ mod tests {
         let got = store.restore(T, "th", "b").await.unwrap();
         assert!(got.from_checkpoint);
         assert_eq!(got.json, reduced(&store, "th", "b").await);
+    }
+
+    /// The latest run restores from the engine's cached tip: one copy of its
+    /// text, no blob read (here the blob is even gone). A fresh engine (a
+    /// restart) reads storage and rebuilds what is missing.
+    #[tokio::test]
+    async fn the_latest_run_restores_from_the_cached_tip() {
+        let mem = MemoryStore::new();
+        let store = Store::new(mem.clone());
+        for k in 0..5 {
+            let run = format!("r{k}");
+            let parent = (k > 0).then(|| format!("r{}", k - 1));
+            let events = full_run("th", &run, parent.as_deref(), "x");
+            store
+                .append(T, "th", AppendRequest::new(events))
+                .await
+                .unwrap();
+        }
+        let want = reduced(&store, "th", "r4").await;
+        store.settle().await;
+        assert!(mem.remove_checkpoint(T, "th", "r4"));
+        let got = store.restore(T, "th", "r4").await.unwrap();
+        assert_eq!((got.json.as_str(), got.rebuilt), (want.as_str(), 0));
+        let fresh = Store::new(mem.clone());
+        let got = fresh.restore(T, "th", "r4").await.unwrap();
+        assert_eq!((got.json.as_str(), got.rebuilt), (want.as_str(), 1));
+        // A late event joins r4: the tip no longer matches the run.
+        store
+            .append(
+                T,
+                "th",
+                AppendRequest::new(vec![text_message("late", "y", 1)[0].clone()]),
+            )
+            .await
+            .unwrap();
+        let got = store.restore(T, "th", "r4").await.unwrap();
+        assert!(!got.from_checkpoint, "the stale tip is not used");
     }
 
     /// A restore right after the append that ended a run waits for that

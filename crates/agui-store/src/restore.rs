@@ -106,6 +106,8 @@ struct Tip {
     reducer: Reducer,
     /// The JSON text of each message of `conv`.
     texts: Vec<String>,
+    /// The JSON text of the state after the tip's run.
+    state: String,
     /// Runs since the last full checkpoint; the last is the tip's run.
     path: Vec<PathEntry>,
     bytes: usize,
@@ -152,7 +154,9 @@ impl ConversationCache {
     }
 
     fn put(&self, tenant: &str, thread: &str, mut tip: Tip) {
-        tip.bytes = tip.texts.iter().map(|t| t.len() + 48).sum::<usize>() + 64 * tip.path.len();
+        tip.bytes = tip.texts.iter().map(|t| t.len() + 48).sum::<usize>()
+            + tip.state.len()
+            + 64 * tip.path.len();
         if tip.bytes > CACHED_BYTES {
             self.forget(tenant, thread);
             return;
@@ -167,6 +171,24 @@ impl ConversationCache {
         }
         e.bytes += tip.bytes;
         e.map.insert((tenant.to_owned(), thread.to_owned()), tip);
+    }
+
+    /// The conversation of `run` composed from the thread's tip, when the
+    /// tip is that run as it is now: a restore of the latest run then costs
+    /// one copy of its text, with no blob read, decompressed or checked.
+    pub(crate) fn compose(&self, tenant: &str, thread: &str, run: &RunRecord) -> Option<String> {
+        let e = self.lock();
+        let t = e.map.get(&(tenant.to_owned(), thread.to_owned()))?;
+        let r = t.run();
+        (r.run_id == run.run_id && r.last_seq == run.last_seq && r.started_at == run.started_at)
+            .then(|| compose_texts(&t.texts, &t.state))
+    }
+
+    /// The run id of a thread's tip, if the cache holds one.
+    pub(crate) fn tip_run(&self, tenant: &str, thread: &str) -> Option<String> {
+        let e = self.lock();
+        let t = e.map.get(&(tenant.to_owned(), thread.to_owned()))?;
+        Some(t.run().run_id.clone())
     }
 
     /// Forgets a thread (deleted).
@@ -203,6 +225,7 @@ pub(crate) async fn checkpoint_run(
         let tip = Tip {
             reducer: Reducer::new(Conversation::default()),
             texts: Vec::new(),
+            state: String::new(),
             path: Vec::new(),
             bytes: 0,
         };
@@ -283,6 +306,7 @@ impl Tip {
     /// last entry) the path's next entry and encodes its checkpoint: full
     /// for the first entry, else a delta from entry `k & (k - 1)`.
     fn push(&mut self, run: &RunRecord, mark: usize, state: &str) -> Vec<u8> {
+        state.clone_into(&mut self.state);
         let k = self.path.len();
         let blob = if k == 0 {
             checkpoint::encode_full(&self.texts, state, run.last_seq)
@@ -455,6 +479,7 @@ pub async fn restore_run(
     let mut tip = Tip {
         reducer: Reducer::new(conversation),
         texts: Vec::new(),
+        state: String::new(),
         path: Vec::new(),
         bytes: 0,
     };

@@ -741,6 +741,7 @@ pub async fn checkpoints_are_rebuilt_when_missing_or_damaged<B: Harness>(b: &B) 
     }
     let want = s.restore(T, th, "r3").await.unwrap().json;
     b.damage_checkpoint(&s.raw, T, th, "r3").await.unwrap();
+    s.forget(T, th);
     let r = s.restore(T, th, "r3").await.unwrap();
     assert!(!r.from_checkpoint, "a damaged checkpoint is not used");
     assert_eq!(r.rebuilt, 1, "rebuilt from the parent's checkpoint");
@@ -751,8 +752,11 @@ pub async fn checkpoints_are_rebuilt_when_missing_or_damaged<B: Harness>(b: &B) 
     );
 
     b.remove_checkpoint(&s.raw, T, th, "r3").await.unwrap();
+    s.forget(T, th);
     b.remove_checkpoint(&s.raw, T, th, "r2").await.unwrap();
+    s.forget(T, th);
     b.damage_checkpoint(&s.raw, T, th, "r1").await.unwrap();
+    s.forget(T, th);
     assert!(s.load_checkpoint(T, th, "r3").await.unwrap().is_none());
     let r = s.restore(T, th, "r3").await.unwrap();
     assert_eq!(r.rebuilt, 3);
@@ -979,6 +983,7 @@ pub async fn damaged_or_missing_delta_bases_are_rebuilt<B: Harness>(b: &B) {
         panic!("the engine builds delta checkpoints");
     };
     b.damage_checkpoint(&s.raw, T, th, &base).await.unwrap();
+    s.forget(T, th);
     let r = s.restore(T, th, &runs[at]).await.unwrap();
     assert_eq!(r.json, want[at]);
     assert!(
@@ -988,12 +993,14 @@ pub async fn damaged_or_missing_delta_bases_are_rebuilt<B: Harness>(b: &B) {
     let r = s.restore(T, th, &runs[at]).await.unwrap();
     assert!(r.from_checkpoint && r.rebuilt == 0, "and stored again");
     b.remove_checkpoint(&s.raw, T, th, &base).await.unwrap();
+    s.forget(T, th);
     let r = s.restore(T, th, &runs[at]).await.unwrap();
     assert_eq!(r.json, want[at]);
     assert!(r.rebuilt >= 1, "the missing base was rebuilt");
     // Damage every base at once: every run still restores exactly.
     for b2 in based.iter().flatten().collect::<BTreeSet<_>>() {
         b.damage_checkpoint(&s.raw, T, th, b2).await.unwrap();
+        s.forget(T, th);
     }
     for (r, w) in runs.iter().zip(&want).rev() {
         assert_eq!(&s.restore(T, th, r).await.unwrap().json, w, "run {r}");
