@@ -172,6 +172,8 @@ impl Buffer {
     }
 }
 
+/// Batches waiting for the checkpoint worker at most.
+const MAX_QUEUED: usize = 16_384;
 /// A thread's buffer holds at most this much event JSON: a run larger than
 /// that is read back from the log when it ends.
 const BUFFER_THREAD_BYTES: usize = 64 << 20;
@@ -271,6 +273,12 @@ impl Store {
     fn enqueue(&self, mut job: Job) {
         let start = {
             let mut q = self.queue();
+            if q.jobs.len() >= MAX_QUEUED {
+                // The worker is far behind: this batch gets no checkpoint
+                // work (its thread's buffer sees a gap; a run it ends is
+                // checkpointed by its first restore). Memory stays bounded.
+                return;
+            }
             q.last_id += 1;
             job.id = q.last_id;
             q.per_thread.insert(key(&job.tenant, &job.thread), job.id);
