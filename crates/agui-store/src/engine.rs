@@ -326,12 +326,15 @@ impl Store {
             };
             turn.job = Some(job.id);
             let id = job.id;
+            let k = key(&job.tenant, &job.thread);
             self.run_job(job).await;
             turn.job = None;
             self.inner.done.send_modify(|d| *d = (*d).max(id));
             let mut q = self.queue();
-            // Drop the barrier entry of threads whose work is all done.
-            q.per_thread.retain(|_, last| *last > id);
+            // The thread's barrier entry goes once its last job is done.
+            if q.per_thread.get(&k) == Some(&id) {
+                q.per_thread.remove(&k);
+            }
         }
     }
 
