@@ -16,12 +16,13 @@
 //!   A run still `running` when the next run starts becomes `interrupted`.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 
 use agui_protocol::{Event, EventType};
 use serde::Deserialize;
 
 use crate::error::{Result, StoreError};
-use crate::types::{RunStatus, Timestamp, check_id};
+use crate::types::{RunRecord, RunStatus, Timestamp, check_id};
 
 /// What a backend must know about a thread before appending to it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -91,6 +92,58 @@ impl BatchPlan {
     /// True when a run ended in this batch (durability `RunEnd` flushes).
     pub fn ends_a_run(&self) -> bool {
         self.runs.iter().any(|r| r.ended)
+    }
+
+    /// Applies the batch's run updates to a thread's run index held in
+    /// memory: `runs` in log order, `run_pos` from run id to its place in
+    /// `runs`. New runs are appended; an update of a run not in the index
+    /// is skipped.
+    pub fn apply_runs(
+        &self,
+        thread: &str,
+        runs: &mut Vec<RunRecord>,
+        run_pos: &mut HashMap<String, usize>,
+    ) {
+        for u in &self.runs {
+            if u.new {
+                run_pos.insert(u.run_id.clone(), runs.len());
+                runs.push(u.new_record(thread));
+            } else if let Some(&pos) = run_pos.get(&u.run_id) {
+                u.apply_to(&mut runs[pos]);
+            }
+        }
+    }
+}
+
+impl RunUpdate {
+    /// The record of a run that starts in this batch (`new`), in `thread`.
+    pub fn new_record(&self, thread: &str) -> RunRecord {
+        RunRecord {
+            thread_id: thread.to_owned(),
+            run_id: self.run_id.clone(),
+            parent_run_id: self.parent_run_id.clone(),
+            agent: self.agent.clone(),
+            status: self.status,
+            started_at: self.started_at,
+            finished_at: self.finished_at,
+            first_seq: self.first_seq,
+            last_seq: self.last_seq,
+            event_count: self.add_events,
+            bytes: self.add_bytes,
+        }
+    }
+
+    /// Updates the stored record of a run that started before this batch:
+    /// adds the counters, sets `last_seq` and `status`, and `finished_at`
+    /// when the run ended.
+    pub fn apply_to(&self, run: &mut RunRecord) {
+        run.last_seq = self.last_seq;
+        run.event_count += self.add_events;
+        run.bytes += self.add_bytes;
+        run.status = self.status;
+        if self.finished_at.is_some() {
+            run.finished_at = self.finished_at;
+        }
     }
 }
 

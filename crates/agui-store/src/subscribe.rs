@@ -18,11 +18,13 @@ use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
+use futures::FutureExt;
 use futures::Stream;
 use futures::future::BoxFuture;
 use futures::stream::{self, StreamExt};
 use tokio::sync::broadcast;
 
+use crate::backend::Backend;
 use crate::error::{Result, StoreError};
 use crate::types::{EventPage, StoredEvent};
 
@@ -108,6 +110,27 @@ struct State {
     mode: Mode,
     rx: broadcast::Receiver<Arc<[StoredEvent]>>,
     read: PageReader,
+}
+
+/// The subscription of a backend whose catch-up reads are its own
+/// [`Backend::read`], 1000 events a page: listens on `hub` first, then
+/// builds the stream with [`catch_up_then_live`]. The caller checks the ids
+/// and that the backend is open.
+pub fn subscribe_reading<B: Backend + Clone + 'static>(
+    backend: &B,
+    hub: &Hub,
+    tenant: &str,
+    thread: &str,
+    from_seq: u64,
+) -> EventStream {
+    let rx = hub.listen(tenant, thread);
+    let me = backend.clone();
+    let (tenant, thread) = (tenant.to_owned(), thread.to_owned());
+    let read: PageReader = Arc::new(move |from| {
+        let (me, tenant, thread) = (me.clone(), tenant.clone(), thread.clone());
+        async move { me.read(&tenant, &thread, from, 1000).await }.boxed()
+    });
+    catch_up_then_live(rx, from_seq, read)
 }
 
 /// The subscription stream: events from `from_seq` (1 for the beginning) on,

@@ -222,6 +222,31 @@ impl RunStatus {
             _ => return None,
         })
     }
+
+    /// The small integer the SQL backends store for the status (0 running,
+    /// 1 finished, 2 error, 3 interrupted, 4 cancelled). Part of their
+    /// schemas: never renumber.
+    pub fn code(self) -> u8 {
+        match self {
+            RunStatus::Running => 0,
+            RunStatus::Finished => 1,
+            RunStatus::Error => 2,
+            RunStatus::Interrupted => 3,
+            RunStatus::Cancelled => 4,
+        }
+    }
+
+    /// Reads a stored [`code`](RunStatus::code); `Corrupt` when unknown.
+    pub fn from_code(code: i64) -> Result<RunStatus> {
+        Ok(match code {
+            0 => RunStatus::Running,
+            1 => RunStatus::Finished,
+            2 => RunStatus::Error,
+            3 => RunStatus::Interrupted,
+            4 => RunStatus::Cancelled,
+            _ => return Err(StoreError::corrupt("a stored run status is unknown")),
+        })
+    }
 }
 
 /// One entry of the run index.
