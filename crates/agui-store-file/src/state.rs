@@ -144,33 +144,7 @@ impl State {
             received_at: plan.received_at,
             loc,
         });
-        for u in &plan.runs {
-            if u.new {
-                t.run_pos.insert(u.run_id.clone(), t.runs.len());
-                t.runs.push(RunRecord {
-                    thread_id: thread.to_owned(),
-                    run_id: u.run_id.clone(),
-                    parent_run_id: u.parent_run_id.clone(),
-                    agent: u.agent.clone(),
-                    status: u.status,
-                    started_at: u.started_at,
-                    finished_at: u.finished_at,
-                    first_seq: u.first_seq,
-                    last_seq: u.last_seq,
-                    event_count: u.add_events,
-                    bytes: u.add_bytes,
-                });
-            } else if let Some(&pos) = t.run_pos.get(&u.run_id) {
-                let r = &mut t.runs[pos];
-                r.last_seq = u.last_seq;
-                r.event_count += u.add_events;
-                r.bytes += u.add_bytes;
-                r.status = u.status;
-                if u.finished_at.is_some() {
-                    r.finished_at = u.finished_at;
-                }
-            }
-        }
+        plan.apply_runs(thread, &mut t.runs, &mut t.run_pos);
         if let Some(a) = agent {
             t.agent = Some(a.to_owned());
         }

@@ -76,7 +76,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agui_protocol::Event;
-use agui_store::cursor::{RunCursor, ThreadCursor};
+use agui_store::cursor::{run_page, thread_page};
 use agui_store::index::{BatchPlan, ThreadHead, plan_batch};
 use agui_store::subscribe::{EventStream, Hub, PageReader, catch_up_then_live};
 use agui_store::{
@@ -211,24 +211,11 @@ impl Drop for Inner {
 }
 
 fn status_code(s: RunStatus) -> i16 {
-    match s {
-        RunStatus::Running => 0,
-        RunStatus::Finished => 1,
-        RunStatus::Error => 2,
-        RunStatus::Interrupted => 3,
-        RunStatus::Cancelled => 4,
-    }
+    i16::from(s.code())
 }
 
 fn status_from(code: i16) -> Result<RunStatus> {
-    Ok(match code {
-        0 => RunStatus::Running,
-        1 => RunStatus::Finished,
-        2 => RunStatus::Error,
-        3 => RunStatus::Interrupted,
-        4 => RunStatus::Cancelled,
-        _ => return Err(StoreError::corrupt("a stored run status is unknown")),
-    })
+    RunStatus::from_code(code.into())
 }
 
 fn to_i64(n: u64) -> Result<i64> {
@@ -1218,12 +1205,8 @@ impl Backend for PgStore {
     }
 
     async fn list_runs(&self, tenant: &str, filter: &RunFilter) -> Result<RunPage> {
-        let after = filter
-            .cursor
-            .as_deref()
-            .map(RunCursor::decode)
-            .transpose()?;
-        let limit = page_size(filter.limit);
+        let after = filter.after()?;
+        let limit = filter.page_size();
         let c = self.conn().await?;
         let (c_at, c_thread, c_seq) = match &after {
             Some(cur) => (
@@ -1268,21 +1251,8 @@ impl Backend for PgStore {
             )
             .await
             .map_err(pg)?;
-        let mut runs = rows.iter().map(run_from_row).collect::<Result<Vec<_>>>()?;
-        let more = runs.len() > limit;
-        runs.truncate(limit);
-        let next_cursor = match runs.last() {
-            Some(r) if more => Some(
-                RunCursor {
-                    started_at: r.started_at,
-                    thread_id: r.thread_id.clone(),
-                    first_seq: r.first_seq,
-                }
-                .encode(),
-            ),
-            _ => None,
-        };
-        Ok(RunPage { runs, next_cursor })
+        let runs = rows.iter().map(run_from_row).collect::<Result<Vec<_>>>()?;
+        Ok(run_page(runs, limit))
     }
 
     async fn thread(&self, tenant: &str, thread: &str) -> Result<ThreadInfo> {
@@ -1294,12 +1264,8 @@ impl Backend for PgStore {
     }
 
     async fn list_threads(&self, tenant: &str, filter: &ThreadFilter) -> Result<ThreadPage> {
-        let after = filter
-            .cursor
-            .as_deref()
-            .map(ThreadCursor::decode)
-            .transpose()?;
-        let limit = page_size(filter.limit);
+        let after = filter.after()?;
+        let limit = filter.page_size();
         let c = self.conn().await?;
         let (c_at, c_thread) = match &after {
             Some(cur) => (Some(cur.updated_at.0), Some(cur.thread_id.as_bytes())),
@@ -1320,26 +1286,11 @@ impl Backend for PgStore {
             )
             .await
             .map_err(pg)?;
-        let mut threads = rows
+        let threads = rows
             .iter()
             .map(thread_from_row)
             .collect::<Result<Vec<_>>>()?;
-        let more = threads.len() > limit;
-        threads.truncate(limit);
-        let next_cursor = match threads.last() {
-            Some(t) if more => Some(
-                ThreadCursor {
-                    updated_at: t.updated_at,
-                    thread_id: t.thread_id.clone(),
-                }
-                .encode(),
-            ),
-            _ => None,
-        };
-        Ok(ThreadPage {
-            threads,
-            next_cursor,
-        })
+        Ok(thread_page(threads, limit))
     }
 
     async fn delete_thread(&self, tenant: &str, thread: &str) -> Result<()> {
