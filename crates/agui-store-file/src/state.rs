@@ -6,7 +6,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use agui_protocol::Event;
-use agui_store::index::{BatchPlan, ThreadHead, plan_batch};
+use agui_store::index::{BatchPlan, ThreadHead, interrupt_running, plan_batch};
 use agui_store::{Result, RunRecord, RunStatus, StoreError, ThreadInfo, Timestamp};
 
 use crate::record::{self, Reader};
@@ -241,19 +241,7 @@ impl State {
             .values_mut()
             .flat_map(|t| t.threads.values_mut())
         {
-            for r in t.runs.iter_mut().filter(|r| r.status == RunStatus::Running) {
-                r.status = RunStatus::Interrupted;
-                r.finished_at = Some(at);
-                n += 1;
-            }
-            if let Some((_, s)) = t
-                .head
-                .last_run
-                .as_mut()
-                .filter(|(_, s)| *s == RunStatus::Running)
-            {
-                *s = RunStatus::Interrupted;
-            }
+            n += interrupt_running(&mut t.runs, &mut t.head, at);
         }
         n
     }

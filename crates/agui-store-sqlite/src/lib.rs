@@ -675,16 +675,9 @@ impl Backend for SqliteStore {
     }
 
     async fn subscribe(&self, tenant: &str, thread: &str, from_seq: u64) -> Result<EventStream> {
-        check_id("tenant", tenant)?;
-        check_id("thread", thread)?;
-        self.check_open()?;
-        Ok(subscribe_reading(
-            self,
-            &self.inner.hub,
-            tenant,
-            thread,
-            from_seq,
-        ))
+        subscribe_reading(self, &self.inner.hub, tenant, thread, from_seq, || {
+            self.check_open()
+        })
     }
 
     async fn mark_interrupted(&self) -> Result<u64> {

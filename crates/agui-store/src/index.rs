@@ -115,6 +115,25 @@ impl BatchPlan {
     }
 }
 
+/// Marks every running run of a thread's in-memory run index interrupted
+/// at `at` (and its head's last run, when running); returns how many runs.
+pub fn interrupt_running(runs: &mut [RunRecord], head: &mut ThreadHead, at: Timestamp) -> u64 {
+    let mut n = 0;
+    for r in runs.iter_mut().filter(|r| r.status == RunStatus::Running) {
+        r.status = RunStatus::Interrupted;
+        r.finished_at = Some(at);
+        n += 1;
+    }
+    if let Some((_, s)) = head
+        .last_run
+        .as_mut()
+        .filter(|(_, s)| *s == RunStatus::Running)
+    {
+        *s = RunStatus::Interrupted;
+    }
+    n
+}
+
 impl RunUpdate {
     /// The record of a run that starts in this batch (`new`), in `thread`.
     pub fn new_record(&self, thread: &str) -> RunRecord {

@@ -10,11 +10,11 @@ use futures::FutureExt;
 
 use crate::cursor::{filter_runs, thread_key, thread_page};
 use crate::error::{Result, StoreError};
-use crate::index::{ThreadHead, plan_batch};
+use crate::index::{ThreadHead, interrupt_running, plan_batch};
 use crate::subscribe::{EventStream, Hub, PageReader, catch_up_then_live};
 use crate::types::{
-    AppendRequest, Appended, EventPage, RunFilter, RunPage, RunRecord, RunStatus, StoreStats,
-    StoredEvent, ThreadFilter, ThreadInfo, ThreadPage, Timestamp, check_id, page_size,
+    AppendRequest, Appended, EventPage, RunFilter, RunPage, RunRecord, StoreStats, StoredEvent,
+    ThreadFilter, ThreadInfo, ThreadPage, Timestamp, check_id, page_size,
 };
 use crate::{Backend, Channel, Committed};
 
@@ -383,19 +383,7 @@ impl Backend for MemoryStore {
         let now = Timestamp::now();
         let mut n = 0;
         for t in state.threads.values_mut() {
-            for r in t.runs.iter_mut().filter(|r| r.status == RunStatus::Running) {
-                r.status = RunStatus::Interrupted;
-                r.finished_at = Some(now);
-                n += 1;
-            }
-            if let Some((_, s)) = t
-                .head
-                .last_run
-                .as_mut()
-                .filter(|(_, s)| *s == RunStatus::Running)
-            {
-                *s = RunStatus::Interrupted;
-            }
+            n += interrupt_running(&mut t.runs, &mut t.head, now);
         }
         Ok(n)
     }

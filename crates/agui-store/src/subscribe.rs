@@ -26,7 +26,7 @@ use tokio::sync::broadcast;
 
 use crate::backend::Backend;
 use crate::error::{Result, StoreError};
-use crate::types::{EventPage, StoredEvent};
+use crate::types::{EventPage, StoredEvent, check_id};
 
 /// A stream of stored events (subscriptions, streamed reads).
 pub type EventStream = Pin<Box<dyn Stream<Item = Result<StoredEvent>> + Send + 'static>>;
@@ -113,16 +113,20 @@ struct State {
 }
 
 /// The subscription of a backend whose catch-up reads are its own
-/// [`Backend::read`], 1000 events a page: listens on `hub` first, then
-/// builds the stream with [`catch_up_then_live`]. The caller checks the ids
-/// and that the backend is open.
+/// [`Backend::read`], 1000 events a page: checks the ids, then `ready` (the
+/// backend's own check that it is open), listens on `hub`, then builds the
+/// stream with [`catch_up_then_live`].
 pub fn subscribe_reading<B: Backend + Clone + 'static>(
     backend: &B,
     hub: &Hub,
     tenant: &str,
     thread: &str,
     from_seq: u64,
-) -> EventStream {
+    ready: impl FnOnce() -> Result<()>,
+) -> Result<EventStream> {
+    check_id("tenant", tenant)?;
+    check_id("thread", thread)?;
+    ready()?;
     let rx = hub.listen(tenant, thread);
     let me = backend.clone();
     let (tenant, thread) = (tenant.to_owned(), thread.to_owned());
@@ -130,7 +134,7 @@ pub fn subscribe_reading<B: Backend + Clone + 'static>(
         let (me, tenant, thread) = (me.clone(), tenant.clone(), thread.clone());
         async move { me.read(&tenant, &thread, from, 1000).await }.boxed()
     });
-    catch_up_then_live(rx, from_seq, read)
+    Ok(catch_up_then_live(rx, from_seq, read))
 }
 
 /// The subscription stream: events from `from_seq` (1 for the beginning) on,
