@@ -804,17 +804,7 @@ impl Inner {
             loc,
         );
         if self.hub.has_listeners(tenant, thread) {
-            let batch = req
-                .events
-                .into_iter()
-                .zip(plan.first_seq..)
-                .map(|(event, seq)| StoredEvent {
-                    seq,
-                    received_at: plan.received_at,
-                    event,
-                })
-                .collect();
-            self.hub.publish(tenant, thread, batch);
+            self.hub.publish(tenant, thread, plan.stored(req.events));
         }
         drop(w);
         let sync = durability == Durability::Append || plan.ends_a_run();
@@ -877,14 +867,7 @@ impl Inner {
                 });
             }
         }
-        if events.first().is_some_and(|e| e.seq != from) {
-            return Err(StoreError::corrupt("the stored log has a gap"));
-        }
-        let next_seq = match events.last() {
-            Some(e) if e.seq < last_seq => Some(e.seq + 1),
-            _ => None,
-        };
-        Ok(EventPage { events, next_seq })
+        EventPage::starting_at(events, from, last_seq)
     }
 
     fn stop(&self) -> Result<(), FileError> {

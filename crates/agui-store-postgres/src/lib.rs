@@ -715,30 +715,12 @@ impl PgStore {
                 get(&row, 7)?,
                 last - first + 1,
             )?;
-            for (event, seq) in decoded.into_iter().zip(first..) {
-                if seq >= from && events.len() < limit {
-                    events.push(StoredEvent {
-                        seq,
-                        received_at,
-                        event,
-                    });
-                }
-            }
+            EventPage::push_batch(&mut events, decoded, first, received_at, from, limit);
         }
-        match events.first() {
-            Some(e) if e.seq != from => {
-                return Err(StoreError::corrupt("the stored log has a gap"));
-            }
-            None if from <= last_seq => {
-                return Err(StoreError::corrupt("the stored log has a gap"));
-            }
-            _ => {}
+        if events.is_empty() && from <= last_seq {
+            return Err(StoreError::corrupt("the stored log has a gap"));
         }
-        let next_seq = match events.last() {
-            Some(e) if e.seq < last_seq => Some(e.seq + 1),
-            _ => None,
-        };
-        Ok(EventPage { events, next_seq })
+        EventPage::starting_at(events, from, last_seq)
     }
 }
 
@@ -1164,16 +1146,7 @@ impl Backend for PgStore {
         let events = req.events.clone();
         let (plan, appended) = self.append_tx(tenant, thread, req).await?;
         if self.inner.hub.has_listeners(tenant, thread) {
-            let batch = events
-                .into_iter()
-                .zip(plan.first_seq..)
-                .map(|(event, seq)| StoredEvent {
-                    seq,
-                    received_at: plan.received_at,
-                    event,
-                })
-                .collect();
-            self.inner.hub.publish(tenant, thread, batch);
+            self.inner.hub.publish(tenant, thread, plan.stored(events));
         }
         Ok(Committed { appended, plan })
     }

@@ -36,8 +36,8 @@ use agui_store::cursor::{run_page, thread_page};
 use agui_store::subscribe::{EventStream, Hub, subscribe_reading};
 use agui_store::{
     AppendRequest, Backend, CheckpointChain, Committed, EventPage, Result, RunFilter, RunPage,
-    RunRecord, StoreError, StoreStats, StoredEvent, ThreadFilter, ThreadInfo, ThreadPage,
-    Timestamp, check_id, page_size,
+    RunRecord, StoreError, StoreStats, ThreadFilter, ThreadInfo, ThreadPage, Timestamp, check_id,
+    page_size,
 };
 use async_trait::async_trait;
 use rusqlite::types::Value as SqlValue;
@@ -285,28 +285,13 @@ fn read_page(
                 data,
                 last - first + 1,
             )?;
-            for (event, seq) in decoded.into_iter().zip(first..) {
-                if seq >= from && events.len() < limit {
-                    events.push(StoredEvent {
-                        seq,
-                        received_at,
-                        event,
-                    });
-                }
-            }
+            EventPage::push_batch(&mut events, decoded, first, received_at, from, limit);
             if events.len() >= limit {
                 break;
             }
         }
-        if events.first().is_some_and(|e: &StoredEvent| e.seq != from) {
-            return Err(StoreError::corrupt("the stored log has a gap"));
-        }
     }
-    let next_seq = match events.last() {
-        Some(e) if e.seq < last_seq => Some(e.seq + 1),
-        _ => None,
-    };
-    Ok(EventPage { events, next_seq })
+    EventPage::starting_at(events, from, last_seq)
 }
 
 const RUN_COLUMNS: &str = "t.thread, r.run_id, r.parent_run_id, r.agent, r.status, r.started_at,

@@ -22,7 +22,7 @@ use agui_protocol::{Event, EventType};
 use serde::Deserialize;
 
 use crate::error::{Result, StoreError};
-use crate::types::{RunRecord, RunStatus, Timestamp, check_id};
+use crate::types::{RunRecord, RunStatus, StoredEvent, Timestamp, check_id};
 
 /// What a backend must know about a thread before appending to it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -92,6 +92,20 @@ impl BatchPlan {
     /// True when a run ended in this batch (durability `RunEnd` flushes).
     pub fn ends_a_run(&self) -> bool {
         self.runs.iter().any(|r| r.ended)
+    }
+
+    /// The batch's events as stored: numbered from `first_seq`, received at
+    /// `received_at` (what a backend publishes to its subscribers).
+    pub fn stored(&self, events: Vec<Event>) -> Vec<StoredEvent> {
+        events
+            .into_iter()
+            .zip(self.first_seq..)
+            .map(|(event, seq)| StoredEvent {
+                seq,
+                received_at: self.received_at,
+                event,
+            })
+            .collect()
     }
 
     /// Applies the batch's run updates to a thread's run index held in

@@ -135,11 +135,7 @@ impl MemoryStore {
         let start = usize::try_from(from_seq.max(1) - 1).unwrap_or(usize::MAX);
         let limit = page_size(limit);
         let events: Vec<StoredEvent> = t.events.iter().skip(start).take(limit).cloned().collect();
-        let next_seq = match events.last() {
-            Some(last) if last.seq < t.head.last_seq => Some(last.seq + 1),
-            _ => None,
-        };
-        Ok(EventPage { events, next_seq })
+        Ok(EventPage::new(events, t.head.last_seq))
     }
 }
 
@@ -177,16 +173,7 @@ impl Backend for MemoryStore {
                     head: ThreadHead::default(),
                     bytes: 0,
                 });
-            let stored: Vec<StoredEvent> = req
-                .events
-                .into_iter()
-                .enumerate()
-                .map(|(i, event)| StoredEvent {
-                    seq: plan.first_seq + i as u64,
-                    received_at: plan.received_at,
-                    event,
-                })
-                .collect();
+            let stored = plan.stored(req.events);
             t.events.extend(stored.iter().cloned());
             plan.apply_runs(thread, &mut t.runs, &mut t.run_pos);
             if req.agent.is_some() {
