@@ -115,7 +115,7 @@ use std::thread::JoinHandle;
 
 use agui_protocol::Event;
 use agui_store::cursor::{filter_runs, thread_page};
-use agui_store::index::BatchPlan;
+use agui_store::index::{BatchPlan, find_run};
 use agui_store::subscribe::{EventStream, Hub, subscribe_reading};
 use agui_store::{
     AppendRequest, Appended, Backend, Committed, Durability, EventPage, Result, RunFilter, RunPage,
@@ -934,11 +934,7 @@ impl Backend for FileStore {
         let t = st
             .thread(tenant, thread)
             .ok_or_else(|| StoreError::not_found("thread"))?;
-        let pos = t
-            .run_pos
-            .get(run_id)
-            .ok_or_else(|| StoreError::not_found("run"))?;
-        Ok(t.runs[*pos].clone())
+        find_run(&t.runs, &t.run_pos, run_id).cloned()
     }
 
     async fn list_runs(&self, tenant: &str, filter: &RunFilter) -> Result<RunPage> {

@@ -1035,19 +1035,15 @@ impl PgStore {
             Durability::Append => true,
             Durability::RunEnd => plan.ends_a_run(),
         };
-        let plan_on = |head: &ThreadHead| {
+        // Plans against `head` (the head row `id`) and builds the statement's
+        // parameters.
+        let prepare = |id: i64, head: &ThreadHead| -> Result<(BatchPlan, bool, AppendParams)> {
             // Reused run ids are refused by the database (`runs_pkey`).
-            plan_batch(head, &req.events, req.agent.as_deref(), now, |_| Ok(false))
-        };
-        let known = self
-            .known_head(tenant, thread)
-            .filter(|(_, h)| req.expected_seq.is_none_or(|e| e == h.last_seq));
-        if let Some((id, head)) = known {
-            let plan = plan_on(&head)?;
+            let plan = plan_batch(head, &req.events, req.agent.as_deref(), now, |_| Ok(false))?;
             let sync = sync_for(&plan);
             let params = AppendParams::new(
                 id,
-                &head,
+                head,
                 &plan,
                 &req.events,
                 tenant,
@@ -1057,6 +1053,13 @@ impl PgStore {
                 &self.inner.channel,
                 self.inner.session,
             )?;
+            Ok((plan, sync, params))
+        };
+        let known = self
+            .known_head(tenant, thread)
+            .filter(|(_, h)| req.expected_seq.is_none_or(|e| e == h.last_seq));
+        if let Some((id, head)) = known {
+            let (plan, sync, params) = prepare(id, &head)?;
             let c = self.conn().await?;
             let st = c.prepare_cached(APPEND_SQL).await.map_err(pg)?;
             let rows = c.query(&st, &params.params()).await.map_err(append_err)?;
@@ -1094,20 +1097,7 @@ impl PgStore {
             }
             return Err(StoreError::conflict(expected, last_seq));
         }
-        let plan = plan_on(&head)?;
-        let sync = sync_for(&plan);
-        let params = AppendParams::new(
-            id,
-            &head,
-            &plan,
-            &req.events,
-            tenant,
-            thread,
-            req.agent.as_deref(),
-            sync,
-            &self.inner.channel,
-            self.inner.session,
-        )?;
+        let (plan, sync, params) = prepare(id, &head)?;
         let st = tx.prepare_cached(APPEND_SQL).await.map_err(pg)?;
         let rows = tx.query(&st, &params.params()).await.map_err(append_err)?;
         if rows.is_empty() {

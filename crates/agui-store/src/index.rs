@@ -129,6 +129,19 @@ impl BatchPlan {
     }
 }
 
+/// The run `run_id` of a thread's in-memory run index (`runs`, and
+/// `run_pos` from run id to its place in `runs`); `NotFound` when absent.
+pub fn find_run<'a>(
+    runs: &'a [RunRecord],
+    run_pos: &HashMap<String, usize>,
+    run_id: &str,
+) -> Result<&'a RunRecord> {
+    let pos = run_pos
+        .get(run_id)
+        .ok_or_else(|| StoreError::not_found("run"))?;
+    Ok(&runs[*pos])
+}
+
 /// Marks every running run of a thread's in-memory run index interrupted
 /// at `at` (and its head's last run, when running); returns how many runs.
 pub fn interrupt_running(runs: &mut [RunRecord], head: &mut ThreadHead, at: Timestamp) -> u64 {

@@ -10,7 +10,7 @@ use futures::FutureExt;
 
 use crate::cursor::{filter_runs, thread_key, thread_page};
 use crate::error::{Result, StoreError};
-use crate::index::{ThreadHead, interrupt_running, plan_batch};
+use crate::index::{ThreadHead, find_run, interrupt_running, plan_batch};
 use crate::subscribe::{EventStream, Hub, PageReader, catch_up_then_live};
 use crate::types::{
     AppendRequest, Appended, EventPage, RunFilter, RunPage, RunRecord, StoreStats, StoredEvent,
@@ -211,11 +211,7 @@ impl Backend for MemoryStore {
             .threads
             .get(&key(tenant, thread))
             .ok_or_else(|| StoreError::not_found("thread"))?;
-        let pos = t
-            .run_pos
-            .get(run_id)
-            .ok_or_else(|| StoreError::not_found("run"))?;
-        Ok(t.runs[*pos].clone())
+        find_run(&t.runs, &t.run_pos, run_id).cloned()
     }
 
     async fn list_runs(&self, tenant: &str, filter: &RunFilter) -> Result<RunPage> {
