@@ -263,6 +263,44 @@ mod tests {
         assert_eq!(RunCursor::decode(&r.encode()).unwrap(), r);
     }
 
+    fn run(thread: &str, at: i64, first_seq: u64) -> RunRecord {
+        RunRecord {
+            thread_id: thread.into(),
+            run_id: format!("{thread}-{first_seq}"),
+            parent_run_id: None,
+            agent: None,
+            status: crate::RunStatus::Finished,
+            started_at: Timestamp(at),
+            finished_at: None,
+            first_seq,
+            last_seq: first_seq,
+            event_count: 1,
+            bytes: 1,
+        }
+    }
+
+    #[test]
+    fn pages_are_cut_at_the_limit_with_a_cursor_only_when_more_follow() {
+        let runs = vec![run("a", 1, 1), run("b", 1, 1), run("a", 2, 5)];
+        let page = run_page(runs.clone(), 2);
+        assert_eq!(page.runs, runs[..2]);
+        assert_eq!(page.next_cursor, Some(RunCursor::after(&runs[1]).encode()));
+        assert_eq!(run_page(runs.clone(), 3).next_cursor, None);
+
+        let filter = RunFilter {
+            limit: 1,
+            ..RunFilter::default()
+        };
+        // Out of order in, oldest start first out, then the rest after the
+        // cursor.
+        let shuffled = [runs[2].clone(), runs[1].clone(), runs[0].clone()];
+        let first = filter_runs(&shuffled, &filter, None);
+        assert_eq!(first.runs, runs[..1]);
+        let after = RunCursor::decode(first.next_cursor.as_deref().unwrap()).unwrap();
+        let second = filter_runs(&shuffled, &filter, Some(&after));
+        assert_eq!(second.runs, runs[1..2]);
+    }
+
     #[test]
     fn garbage_is_invalid_not_a_panic() {
         for bad in [
