@@ -114,16 +114,15 @@ use std::sync::{Arc, Mutex, RwLock, mpsc};
 use std::thread::JoinHandle;
 
 use agui_protocol::Event;
-use agui_store::cursor::{RunCursor, ThreadCursor};
-use agui_store::index::BatchPlan;
-use agui_store::subscribe::{EventStream, Hub, PageReader, catch_up_then_live};
+use agui_store::cursor::{filter_runs, thread_page};
+use agui_store::index::{BatchPlan, find_run};
+use agui_store::subscribe::{EventStream, Hub, subscribe_reading};
 use agui_store::{
     AppendRequest, Appended, Backend, Committed, Durability, EventPage, Result, RunFilter, RunPage,
     RunRecord, StoreError, StoreStats, StoredEvent, ThreadFilter, ThreadInfo, ThreadPage,
     Timestamp, check_id, page_size,
 };
 use async_trait::async_trait;
-use futures::FutureExt;
 
 pub use crate::error::FileError;
 use crate::record::Frame;
@@ -805,17 +804,7 @@ impl Inner {
             loc,
         );
         if self.hub.has_listeners(tenant, thread) {
-            let batch = req
-                .events
-                .into_iter()
-                .zip(plan.first_seq..)
-                .map(|(event, seq)| StoredEvent {
-                    seq,
-                    received_at: plan.received_at,
-                    event,
-                })
-                .collect();
-            self.hub.publish(tenant, thread, batch);
+            self.hub.publish(tenant, thread, plan.stored(req.events));
         }
         drop(w);
         let sync = durability == Durability::Append || plan.ends_a_run();
@@ -878,14 +867,7 @@ impl Inner {
                 });
             }
         }
-        if events.first().is_some_and(|e| e.seq != from) {
-            return Err(StoreError::corrupt("the stored log has a gap"));
-        }
-        let next_seq = match events.last() {
-            Some(e) if e.seq < last_seq => Some(e.seq + 1),
-            _ => None,
-        };
-        Ok(EventPage { events, next_seq })
+        EventPage::starting_at(events, from, last_seq)
     }
 
     fn stop(&self) -> Result<(), FileError> {
@@ -952,21 +934,12 @@ impl Backend for FileStore {
         let t = st
             .thread(tenant, thread)
             .ok_or_else(|| StoreError::not_found("thread"))?;
-        let pos = t
-            .run_pos
-            .get(run_id)
-            .ok_or_else(|| StoreError::not_found("run"))?;
-        Ok(t.runs[*pos].clone())
+        find_run(&t.runs, &t.run_pos, run_id).cloned()
     }
 
     async fn list_runs(&self, tenant: &str, filter: &RunFilter) -> Result<RunPage> {
         self.check_open()?;
-        let after = filter
-            .cursor
-            .as_deref()
-            .map(RunCursor::decode)
-            .transpose()?;
-        let limit = page_size(filter.limit);
+        let after = filter.after()?;
         let st = read_lock(&self.inner.state);
         let Some(ten) = st.tenants.get(tenant) else {
             return Ok(RunPage::default());
@@ -975,44 +948,8 @@ impl Backend for FileStore {
             Some(id) => ten.threads.get(id).into_iter().collect(),
             None => ten.threads.values().collect(),
         };
-        let mut runs: Vec<&RunRecord> = threads
-            .into_iter()
-            .flat_map(|t| t.runs.iter())
-            .filter(|r| {
-                filter
-                    .parent_run_id
-                    .as_ref()
-                    .is_none_or(|p| r.parent_run_id.as_ref() == Some(p))
-                    && filter.status.is_none_or(|s| r.status == s)
-                    && filter.started_from.is_none_or(|t| r.started_at >= t)
-                    && filter.started_before.is_none_or(|t| r.started_at < t)
-                    && after.as_ref().is_none_or(|c| {
-                        (r.started_at, r.thread_id.as_str(), r.first_seq)
-                            > (c.started_at, c.thread_id.as_str(), c.first_seq)
-                    })
-            })
-            .collect();
-        runs.sort_by(|a, b| {
-            (a.started_at, &a.thread_id, a.first_seq).cmp(&(
-                b.started_at,
-                &b.thread_id,
-                b.first_seq,
-            ))
-        });
-        let more = runs.len() > limit;
-        let runs: Vec<RunRecord> = runs.into_iter().take(limit).cloned().collect();
-        let next_cursor = match runs.last() {
-            Some(r) if more => Some(
-                RunCursor {
-                    started_at: r.started_at,
-                    thread_id: r.thread_id.clone(),
-                    first_seq: r.first_seq,
-                }
-                .encode(),
-            ),
-            _ => None,
-        };
-        Ok(RunPage { runs, next_cursor })
+        let runs = threads.into_iter().flat_map(|t| t.runs.iter());
+        Ok(filter_runs(runs, filter, after.as_ref()))
     }
 
     async fn thread(&self, tenant: &str, thread: &str) -> Result<ThreadInfo> {
@@ -1025,12 +962,8 @@ impl Backend for FileStore {
 
     async fn list_threads(&self, tenant: &str, filter: &ThreadFilter) -> Result<ThreadPage> {
         self.check_open()?;
-        let after = filter
-            .cursor
-            .as_deref()
-            .map(ThreadCursor::decode)
-            .transpose()?;
-        let limit = page_size(filter.limit);
+        let after = filter.after()?;
+        let limit = filter.page_size();
         let st = read_lock(&self.inner.state);
         let Some(ten) = st.tenants.get(tenant) else {
             return Ok(ThreadPage::default());
@@ -1040,38 +973,20 @@ impl Backend for FileStore {
             None => Bound::Unbounded,
         };
         let mut threads = Vec::new();
-        let mut more = false;
         for (_, id) in ten.by_activity.range((start, Bound::Unbounded)) {
             let Some(t) = ten.threads.get(id) else {
                 continue;
             };
-            if filter
-                .agent
-                .as_ref()
-                .is_some_and(|a| t.agent.as_ref() != Some(a))
-            {
+            if !filter.wants_agent(t.agent.as_ref()) {
                 continue;
             }
-            if threads.len() == limit {
-                more = true;
+            threads.push(t.info(id));
+            // One more than the page tells whether another page follows.
+            if threads.len() > limit {
                 break;
             }
-            threads.push(t.info(id));
         }
-        let next_cursor = match threads.last() {
-            Some(t) if more => Some(
-                ThreadCursor {
-                    updated_at: t.updated_at,
-                    thread_id: t.thread_id.clone(),
-                }
-                .encode(),
-            ),
-            _ => None,
-        };
-        Ok(ThreadPage {
-            threads,
-            next_cursor,
-        })
+        Ok(thread_page(threads, limit))
     }
 
     async fn delete_thread(&self, tenant: &str, thread: &str) -> Result<()> {
@@ -1234,17 +1149,9 @@ impl Backend for FileStore {
     }
 
     async fn subscribe(&self, tenant: &str, thread: &str, from_seq: u64) -> Result<EventStream> {
-        check_id("tenant", tenant)?;
-        check_id("thread", thread)?;
-        self.check_open()?;
-        let rx = self.inner.hub.listen(tenant, thread);
-        let me = self.clone();
-        let (tenant, thread) = (tenant.to_owned(), thread.to_owned());
-        let read: PageReader = Arc::new(move |from| {
-            let (me, tenant, thread) = (me.clone(), tenant.clone(), thread.clone());
-            async move { me.read(&tenant, &thread, from, 1000).await }.boxed()
-        });
-        Ok(catch_up_then_live(rx, from_seq, read))
+        subscribe_reading(self, &self.inner.hub, tenant, thread, from_seq, || {
+            self.check_open()
+        })
     }
 
     async fn mark_interrupted(&self) -> Result<u64> {

@@ -6,7 +6,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use agui_protocol::Event;
-use agui_store::index::{BatchPlan, ThreadHead, plan_batch};
+use agui_store::index::{BatchPlan, ThreadHead, interrupt_running, plan_batch};
 use agui_store::{Result, RunRecord, RunStatus, StoreError, ThreadInfo, Timestamp};
 
 use crate::record::{self, Reader};
@@ -144,33 +144,7 @@ impl State {
             received_at: plan.received_at,
             loc,
         });
-        for u in &plan.runs {
-            if u.new {
-                t.run_pos.insert(u.run_id.clone(), t.runs.len());
-                t.runs.push(RunRecord {
-                    thread_id: thread.to_owned(),
-                    run_id: u.run_id.clone(),
-                    parent_run_id: u.parent_run_id.clone(),
-                    agent: u.agent.clone(),
-                    status: u.status,
-                    started_at: u.started_at,
-                    finished_at: u.finished_at,
-                    first_seq: u.first_seq,
-                    last_seq: u.last_seq,
-                    event_count: u.add_events,
-                    bytes: u.add_bytes,
-                });
-            } else if let Some(&pos) = t.run_pos.get(&u.run_id) {
-                let r = &mut t.runs[pos];
-                r.last_seq = u.last_seq;
-                r.event_count += u.add_events;
-                r.bytes += u.add_bytes;
-                r.status = u.status;
-                if u.finished_at.is_some() {
-                    r.finished_at = u.finished_at;
-                }
-            }
-        }
+        plan.apply_runs(thread, &mut t.runs, &mut t.run_pos);
         if let Some(a) = agent {
             t.agent = Some(a.to_owned());
         }
@@ -267,19 +241,7 @@ impl State {
             .values_mut()
             .flat_map(|t| t.threads.values_mut())
         {
-            for r in t.runs.iter_mut().filter(|r| r.status == RunStatus::Running) {
-                r.status = RunStatus::Interrupted;
-                r.finished_at = Some(at);
-                n += 1;
-            }
-            if let Some((_, s)) = t
-                .head
-                .last_run
-                .as_mut()
-                .filter(|(_, s)| *s == RunStatus::Running)
-            {
-                *s = RunStatus::Interrupted;
-            }
+            n += interrupt_running(&mut t.runs, &mut t.head, at);
         }
         n
     }

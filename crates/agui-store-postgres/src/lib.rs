@@ -76,7 +76,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agui_protocol::Event;
-use agui_store::cursor::{RunCursor, ThreadCursor};
+use agui_store::cursor::{run_page, thread_page};
 use agui_store::index::{BatchPlan, ThreadHead, plan_batch};
 use agui_store::subscribe::{EventStream, Hub, PageReader, catch_up_then_live};
 use agui_store::{
@@ -211,24 +211,11 @@ impl Drop for Inner {
 }
 
 fn status_code(s: RunStatus) -> i16 {
-    match s {
-        RunStatus::Running => 0,
-        RunStatus::Finished => 1,
-        RunStatus::Error => 2,
-        RunStatus::Interrupted => 3,
-        RunStatus::Cancelled => 4,
-    }
+    i16::from(s.code())
 }
 
 fn status_from(code: i16) -> Result<RunStatus> {
-    Ok(match code {
-        0 => RunStatus::Running,
-        1 => RunStatus::Finished,
-        2 => RunStatus::Error,
-        3 => RunStatus::Interrupted,
-        4 => RunStatus::Cancelled,
-        _ => return Err(StoreError::corrupt("a stored run status is unknown")),
-    })
+    RunStatus::from_code(code.into())
 }
 
 fn to_i64(n: u64) -> Result<i64> {
@@ -728,30 +715,12 @@ impl PgStore {
                 get(&row, 7)?,
                 last - first + 1,
             )?;
-            for (event, seq) in decoded.into_iter().zip(first..) {
-                if seq >= from && events.len() < limit {
-                    events.push(StoredEvent {
-                        seq,
-                        received_at,
-                        event,
-                    });
-                }
-            }
+            EventPage::push_batch(&mut events, decoded, first, received_at, from, limit);
         }
-        match events.first() {
-            Some(e) if e.seq != from => {
-                return Err(StoreError::corrupt("the stored log has a gap"));
-            }
-            None if from <= last_seq => {
-                return Err(StoreError::corrupt("the stored log has a gap"));
-            }
-            _ => {}
+        if events.is_empty() && from <= last_seq {
+            return Err(StoreError::corrupt("the stored log has a gap"));
         }
-        let next_seq = match events.last() {
-            Some(e) if e.seq < last_seq => Some(e.seq + 1),
-            _ => None,
-        };
-        Ok(EventPage { events, next_seq })
+        EventPage::starting_at(events, from, last_seq)
     }
 }
 
@@ -1066,19 +1035,15 @@ impl PgStore {
             Durability::Append => true,
             Durability::RunEnd => plan.ends_a_run(),
         };
-        let plan_on = |head: &ThreadHead| {
+        // Plans against `head` (the head row `id`) and builds the statement's
+        // parameters.
+        let prepare = |id: i64, head: &ThreadHead| -> Result<(BatchPlan, bool, AppendParams)> {
             // Reused run ids are refused by the database (`runs_pkey`).
-            plan_batch(head, &req.events, req.agent.as_deref(), now, |_| Ok(false))
-        };
-        let known = self
-            .known_head(tenant, thread)
-            .filter(|(_, h)| req.expected_seq.is_none_or(|e| e == h.last_seq));
-        if let Some((id, head)) = known {
-            let plan = plan_on(&head)?;
+            let plan = plan_batch(head, &req.events, req.agent.as_deref(), now, |_| Ok(false))?;
             let sync = sync_for(&plan);
             let params = AppendParams::new(
                 id,
-                &head,
+                head,
                 &plan,
                 &req.events,
                 tenant,
@@ -1088,6 +1053,13 @@ impl PgStore {
                 &self.inner.channel,
                 self.inner.session,
             )?;
+            Ok((plan, sync, params))
+        };
+        let known = self
+            .known_head(tenant, thread)
+            .filter(|(_, h)| req.expected_seq.is_none_or(|e| e == h.last_seq));
+        if let Some((id, head)) = known {
+            let (plan, sync, params) = prepare(id, &head)?;
             let c = self.conn().await?;
             let st = c.prepare_cached(APPEND_SQL).await.map_err(pg)?;
             let rows = c.query(&st, &params.params()).await.map_err(append_err)?;
@@ -1125,20 +1097,7 @@ impl PgStore {
             }
             return Err(StoreError::conflict(expected, last_seq));
         }
-        let plan = plan_on(&head)?;
-        let sync = sync_for(&plan);
-        let params = AppendParams::new(
-            id,
-            &head,
-            &plan,
-            &req.events,
-            tenant,
-            thread,
-            req.agent.as_deref(),
-            sync,
-            &self.inner.channel,
-            self.inner.session,
-        )?;
+        let (plan, sync, params) = prepare(id, &head)?;
         let st = tx.prepare_cached(APPEND_SQL).await.map_err(pg)?;
         let rows = tx.query(&st, &params.params()).await.map_err(append_err)?;
         if rows.is_empty() {
@@ -1177,16 +1136,7 @@ impl Backend for PgStore {
         let events = req.events.clone();
         let (plan, appended) = self.append_tx(tenant, thread, req).await?;
         if self.inner.hub.has_listeners(tenant, thread) {
-            let batch = events
-                .into_iter()
-                .zip(plan.first_seq..)
-                .map(|(event, seq)| StoredEvent {
-                    seq,
-                    received_at: plan.received_at,
-                    event,
-                })
-                .collect();
-            self.inner.hub.publish(tenant, thread, batch);
+            self.inner.hub.publish(tenant, thread, plan.stored(events));
         }
         Ok(Committed { appended, plan })
     }
@@ -1218,12 +1168,8 @@ impl Backend for PgStore {
     }
 
     async fn list_runs(&self, tenant: &str, filter: &RunFilter) -> Result<RunPage> {
-        let after = filter
-            .cursor
-            .as_deref()
-            .map(RunCursor::decode)
-            .transpose()?;
-        let limit = page_size(filter.limit);
+        let after = filter.after()?;
+        let limit = filter.page_size();
         let c = self.conn().await?;
         let (c_at, c_thread, c_seq) = match &after {
             Some(cur) => (
@@ -1268,21 +1214,8 @@ impl Backend for PgStore {
             )
             .await
             .map_err(pg)?;
-        let mut runs = rows.iter().map(run_from_row).collect::<Result<Vec<_>>>()?;
-        let more = runs.len() > limit;
-        runs.truncate(limit);
-        let next_cursor = match runs.last() {
-            Some(r) if more => Some(
-                RunCursor {
-                    started_at: r.started_at,
-                    thread_id: r.thread_id.clone(),
-                    first_seq: r.first_seq,
-                }
-                .encode(),
-            ),
-            _ => None,
-        };
-        Ok(RunPage { runs, next_cursor })
+        let runs = rows.iter().map(run_from_row).collect::<Result<Vec<_>>>()?;
+        Ok(run_page(runs, limit))
     }
 
     async fn thread(&self, tenant: &str, thread: &str) -> Result<ThreadInfo> {
@@ -1294,12 +1227,8 @@ impl Backend for PgStore {
     }
 
     async fn list_threads(&self, tenant: &str, filter: &ThreadFilter) -> Result<ThreadPage> {
-        let after = filter
-            .cursor
-            .as_deref()
-            .map(ThreadCursor::decode)
-            .transpose()?;
-        let limit = page_size(filter.limit);
+        let after = filter.after()?;
+        let limit = filter.page_size();
         let c = self.conn().await?;
         let (c_at, c_thread) = match &after {
             Some(cur) => (Some(cur.updated_at.0), Some(cur.thread_id.as_bytes())),
@@ -1320,26 +1249,11 @@ impl Backend for PgStore {
             )
             .await
             .map_err(pg)?;
-        let mut threads = rows
+        let threads = rows
             .iter()
             .map(thread_from_row)
             .collect::<Result<Vec<_>>>()?;
-        let more = threads.len() > limit;
-        threads.truncate(limit);
-        let next_cursor = match threads.last() {
-            Some(t) if more => Some(
-                ThreadCursor {
-                    updated_at: t.updated_at,
-                    thread_id: t.thread_id.clone(),
-                }
-                .encode(),
-            ),
-            _ => None,
-        };
-        Ok(ThreadPage {
-            threads,
-            next_cursor,
-        })
+        Ok(thread_page(threads, limit))
     }
 
     async fn delete_thread(&self, tenant: &str, thread: &str) -> Result<()> {

@@ -173,25 +173,12 @@ pub fn map(err: rusqlite::Error, doing: &str) -> StoreError {
 
 /// Status as stored.
 pub fn status_code(s: RunStatus) -> i64 {
-    match s {
-        RunStatus::Running => 0,
-        RunStatus::Finished => 1,
-        RunStatus::Error => 2,
-        RunStatus::Interrupted => 3,
-        RunStatus::Cancelled => 4,
-    }
+    i64::from(s.code())
 }
 
 /// Status from its stored code.
 pub fn status_from(code: i64) -> Result<RunStatus, StoreError> {
-    Ok(match code {
-        0 => RunStatus::Running,
-        1 => RunStatus::Finished,
-        2 => RunStatus::Error,
-        3 => RunStatus::Interrupted,
-        4 => RunStatus::Cancelled,
-        _ => return Err(StoreError::corrupt("a stored run status is unknown")),
-    })
+    RunStatus::from_code(code)
 }
 
 /// A stored id (BLOB) back to a string.

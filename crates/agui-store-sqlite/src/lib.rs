@@ -32,15 +32,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
 
-use agui_store::cursor::{RunCursor, ThreadCursor};
-use agui_store::subscribe::{EventStream, Hub, PageReader, catch_up_then_live};
+use agui_store::cursor::{run_page, thread_page};
+use agui_store::subscribe::{EventStream, Hub, subscribe_reading};
 use agui_store::{
     AppendRequest, Backend, CheckpointChain, Committed, EventPage, Result, RunFilter, RunPage,
-    RunRecord, StoreError, StoreStats, StoredEvent, ThreadFilter, ThreadInfo, ThreadPage,
-    Timestamp, check_id, page_size,
+    RunRecord, StoreError, StoreStats, ThreadFilter, ThreadInfo, ThreadPage, Timestamp, check_id,
+    page_size,
 };
 use async_trait::async_trait;
-use futures::FutureExt;
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, OptionalExtension, params};
 use tokio::sync::oneshot;
@@ -286,28 +285,13 @@ fn read_page(
                 data,
                 last - first + 1,
             )?;
-            for (event, seq) in decoded.into_iter().zip(first..) {
-                if seq >= from && events.len() < limit {
-                    events.push(StoredEvent {
-                        seq,
-                        received_at,
-                        event,
-                    });
-                }
-            }
+            EventPage::push_batch(&mut events, decoded, first, received_at, from, limit);
             if events.len() >= limit {
                 break;
             }
         }
-        if events.first().is_some_and(|e: &StoredEvent| e.seq != from) {
-            return Err(StoreError::corrupt("the stored log has a gap"));
-        }
     }
-    let next_seq = match events.last() {
-        Some(e) if e.seq < last_seq => Some(e.seq + 1),
-        _ => None,
-    };
-    Ok(EventPage { events, next_seq })
+    EventPage::starting_at(events, from, last_seq)
 }
 
 const RUN_COLUMNS: &str = "t.thread, r.run_id, r.parent_run_id, r.agent, r.status, r.started_at,
@@ -415,15 +399,11 @@ impl Backend for SqliteStore {
     }
 
     async fn list_runs(&self, tenant: &str, filter: &RunFilter) -> Result<RunPage> {
-        let after = filter
-            .cursor
-            .as_deref()
-            .map(RunCursor::decode)
-            .transpose()?;
+        let after = filter.after()?;
         let tenant = tenant.to_owned();
         let filter = filter.clone();
         self.read_with(move |c| {
-            let limit = page_size(filter.limit);
+            let limit = filter.page_size();
             // Only the filters given go into the statement (an `?N IS NULL
             // OR ...` term would keep SQLite from using the thread's index).
             // With a thread, `+r.tenant` keeps the planner off the runs'
@@ -492,20 +472,7 @@ impl Backend for SqliteStore {
             while let Some(row) = rows.next().map_err(|e| map(e, "read the run index"))? {
                 runs.push(run_from_row(row)?);
             }
-            let more = runs.len() > limit;
-            runs.truncate(limit);
-            let next_cursor = match runs.last() {
-                Some(r) if more => Some(
-                    RunCursor {
-                        started_at: r.started_at,
-                        thread_id: r.thread_id.clone(),
-                        first_seq: r.first_seq,
-                    }
-                    .encode(),
-                ),
-                _ => None,
-            };
-            Ok(RunPage { runs, next_cursor })
+            Ok(run_page(runs, limit))
         })
         .await
     }
@@ -530,15 +497,11 @@ impl Backend for SqliteStore {
     }
 
     async fn list_threads(&self, tenant: &str, filter: &ThreadFilter) -> Result<ThreadPage> {
-        let after = filter
-            .cursor
-            .as_deref()
-            .map(ThreadCursor::decode)
-            .transpose()?;
+        let after = filter.after()?;
         let tenant = tenant.to_owned();
         let filter = filter.clone();
         self.read_with(move |c| {
-            let limit = page_size(filter.limit);
+            let limit = filter.page_size();
             let sql = format!(
                 "SELECT {THREAD_COLUMNS} FROM threads
                  WHERE tenant = ?1 AND (?2 IS NULL OR agent = ?2)
@@ -559,22 +522,7 @@ impl Backend for SqliteStore {
             while let Some(row) = rows.next().map_err(|e| map(e, "list threads"))? {
                 threads.push(thread_from_row(row)?);
             }
-            let more = threads.len() > limit;
-            threads.truncate(limit);
-            let next_cursor = match threads.last() {
-                Some(t) if more => Some(
-                    ThreadCursor {
-                        updated_at: t.updated_at,
-                        thread_id: t.thread_id.clone(),
-                    }
-                    .encode(),
-                ),
-                _ => None,
-            };
-            Ok(ThreadPage {
-                threads,
-                next_cursor,
-            })
+            Ok(thread_page(threads, limit))
         })
         .await
     }
@@ -712,17 +660,9 @@ impl Backend for SqliteStore {
     }
 
     async fn subscribe(&self, tenant: &str, thread: &str, from_seq: u64) -> Result<EventStream> {
-        check_id("tenant", tenant)?;
-        check_id("thread", thread)?;
-        self.check_open()?;
-        let rx = self.inner.hub.listen(tenant, thread);
-        let me = self.clone();
-        let (tenant, thread) = (tenant.to_owned(), thread.to_owned());
-        let read: PageReader = Arc::new(move |from| {
-            let (me, tenant, thread) = (me.clone(), tenant.clone(), thread.clone());
-            async move { me.read(&tenant, &thread, from, 1000).await }.boxed()
-        });
-        Ok(catch_up_then_live(rx, from_seq, read))
+        subscribe_reading(self, &self.inner.hub, tenant, thread, from_seq, || {
+            self.check_open()
+        })
     }
 
     async fn mark_interrupted(&self) -> Result<u64> {

@@ -7,7 +7,6 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::mpsc;
 
-use agui_protocol::Event;
 use agui_store::index::{BatchPlan, ThreadHead, plan_batch};
 use agui_store::subscribe::Hub;
 use agui_store::{
@@ -556,16 +555,7 @@ impl Writer {
         };
         // Kept for publication after the commit (whether anyone listens is
         // decided then: a listener registered meanwhile must get the batch).
-        let publish: Vec<StoredEvent> = req
-            .events
-            .into_iter()
-            .zip(plan.first_seq..)
-            .map(|(event, seq): (Event, u64)| StoredEvent {
-                seq,
-                received_at: plan.received_at,
-                event,
-            })
-            .collect();
+        let publish: Vec<StoredEvent> = plan.stored(req.events);
         let publish = Some(publish);
         Ok((appended, plan, publish))
     }

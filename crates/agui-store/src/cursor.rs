@@ -6,7 +6,9 @@
 //! carry in a URL or a header.
 
 use crate::error::{Result, StoreError};
-use crate::types::Timestamp;
+use crate::types::{
+    RunFilter, RunPage, RunRecord, ThreadFilter, ThreadInfo, ThreadPage, Timestamp, page_size,
+};
 
 /// Position after a thread in "newest activity first" order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,6 +104,141 @@ impl RunCursor {
     }
 }
 
+impl ThreadCursor {
+    /// The position just after `thread`.
+    pub fn after(thread: &ThreadInfo) -> ThreadCursor {
+        ThreadCursor {
+            updated_at: thread.updated_at,
+            thread_id: thread.thread_id.clone(),
+        }
+    }
+
+    /// True when `thread` comes after this position (newest activity
+    /// first, ties by id ascending).
+    pub fn precedes(&self, thread: &ThreadInfo) -> bool {
+        thread_key(thread) > (std::cmp::Reverse(self.updated_at), self.thread_id.as_str())
+    }
+}
+
+impl RunCursor {
+    /// The position just after `run`.
+    pub fn after(run: &RunRecord) -> RunCursor {
+        RunCursor {
+            started_at: run.started_at,
+            thread_id: run.thread_id.clone(),
+            first_seq: run.first_seq,
+        }
+    }
+
+    /// True when `run` comes after this position (oldest start first).
+    pub fn precedes(&self, run: &RunRecord) -> bool {
+        run_key(run) > (self.started_at, self.thread_id.as_str(), self.first_seq)
+    }
+}
+
+/// The sort key of a run in "oldest start first" order: start time, then
+/// thread id, then first sequence number.
+pub fn run_key(run: &RunRecord) -> (Timestamp, &str, u64) {
+    (run.started_at, run.thread_id.as_str(), run.first_seq)
+}
+
+/// The sort key of a thread in "newest activity first" order: latest
+/// activity descending, then id ascending.
+pub fn thread_key(thread: &ThreadInfo) -> (std::cmp::Reverse<Timestamp>, &str) {
+    (
+        std::cmp::Reverse(thread.updated_at),
+        thread.thread_id.as_str(),
+    )
+}
+
+impl RunFilter {
+    /// The decoded `cursor`: `Invalid` when it is not a run cursor.
+    pub fn after(&self) -> Result<Option<RunCursor>> {
+        self.cursor.as_deref().map(RunCursor::decode).transpose()
+    }
+
+    /// The page size asked for, clamped (see [`page_size`]).
+    pub fn page_size(&self) -> usize {
+        page_size(self.limit)
+    }
+
+    /// True when `run` passes the filter's parent, status and start-time
+    /// terms and comes after `after`. The thread term is the caller's: it
+    /// picks the threads whose runs it passes.
+    pub fn matches(&self, run: &RunRecord, after: Option<&RunCursor>) -> bool {
+        self.parent_run_id
+            .as_ref()
+            .is_none_or(|p| run.parent_run_id.as_ref() == Some(p))
+            && self.status.is_none_or(|s| run.status == s)
+            && self.started_from.is_none_or(|t| run.started_at >= t)
+            && self.started_before.is_none_or(|t| run.started_at < t)
+            && after.is_none_or(|c| c.precedes(run))
+    }
+}
+
+impl ThreadFilter {
+    /// The decoded `cursor`: `Invalid` when it is not a thread cursor.
+    pub fn after(&self) -> Result<Option<ThreadCursor>> {
+        self.cursor.as_deref().map(ThreadCursor::decode).transpose()
+    }
+
+    /// The page size asked for, clamped (see [`page_size`]).
+    pub fn page_size(&self) -> usize {
+        page_size(self.limit)
+    }
+
+    /// True when a thread whose agent is `agent` passes the filter.
+    pub fn wants_agent(&self, agent: Option<&String>) -> bool {
+        self.agent.as_ref().is_none_or(|a| agent == Some(a))
+    }
+}
+
+/// A page of runs from the runs that follow the cursor, in order: `runs`
+/// holds up to `limit + 1` of them (callers fetch one more than the page);
+/// the page keeps the first `limit` and, when there were more, the cursor
+/// of the next page.
+pub fn run_page(mut runs: Vec<RunRecord>, limit: usize) -> RunPage {
+    let more = runs.len() > limit;
+    runs.truncate(limit);
+    let next_cursor = match runs.last() {
+        Some(r) if more => Some(RunCursor::after(r).encode()),
+        _ => None,
+    };
+    RunPage { runs, next_cursor }
+}
+
+/// A page of threads, as [`run_page`] cuts one of runs.
+pub fn thread_page(mut threads: Vec<ThreadInfo>, limit: usize) -> ThreadPage {
+    let more = threads.len() > limit;
+    threads.truncate(limit);
+    let next_cursor = match threads.last() {
+        Some(t) if more => Some(ThreadCursor::after(t).encode()),
+        _ => None,
+    };
+    ThreadPage {
+        threads,
+        next_cursor,
+    }
+}
+
+/// A page of the runs (of the threads the caller picked) that pass
+/// `filter` and follow `after` (the filter's decoded cursor), oldest start
+/// first: for the backends that hold their run index in memory.
+pub fn filter_runs<'a>(
+    runs: impl IntoIterator<Item = &'a RunRecord>,
+    filter: &RunFilter,
+    after: Option<&RunCursor>,
+) -> RunPage {
+    let limit = filter.page_size();
+    let mut runs: Vec<&RunRecord> = runs
+        .into_iter()
+        .filter(|r| filter.matches(r, after))
+        .collect();
+    runs.sort_by(|a, b| run_key(a).cmp(&run_key(b)));
+    runs.truncate(limit.saturating_add(1));
+    run_page(runs.into_iter().cloned().collect(), limit)
+}
+
 fn malformed() -> StoreError {
     StoreError::invalid("malformed cursor")
 }
@@ -124,6 +261,44 @@ mod tests {
             first_seq: 9,
         };
         assert_eq!(RunCursor::decode(&r.encode()).unwrap(), r);
+    }
+
+    fn run(thread: &str, at: i64, first_seq: u64) -> RunRecord {
+        RunRecord {
+            thread_id: thread.into(),
+            run_id: format!("{thread}-{first_seq}"),
+            parent_run_id: None,
+            agent: None,
+            status: crate::RunStatus::Finished,
+            started_at: Timestamp(at),
+            finished_at: None,
+            first_seq,
+            last_seq: first_seq,
+            event_count: 1,
+            bytes: 1,
+        }
+    }
+
+    #[test]
+    fn pages_are_cut_at_the_limit_with_a_cursor_only_when_more_follow() {
+        let runs = vec![run("a", 1, 1), run("b", 1, 1), run("a", 2, 5)];
+        let page = run_page(runs.clone(), 2);
+        assert_eq!(page.runs, runs[..2]);
+        assert_eq!(page.next_cursor, Some(RunCursor::after(&runs[1]).encode()));
+        assert_eq!(run_page(runs.clone(), 3).next_cursor, None);
+
+        let filter = RunFilter {
+            limit: 1,
+            ..RunFilter::default()
+        };
+        // Out of order in, oldest start first out, then the rest after the
+        // cursor.
+        let shuffled = [runs[2].clone(), runs[1].clone(), runs[0].clone()];
+        let first = filter_runs(&shuffled, &filter, None);
+        assert_eq!(first.runs, runs[..1]);
+        let after = RunCursor::decode(first.next_cursor.as_deref().unwrap()).unwrap();
+        let second = filter_runs(&shuffled, &filter, Some(&after));
+        assert_eq!(second.runs, runs[1..2]);
     }
 
     #[test]

@@ -16,12 +16,13 @@
 //!   A run still `running` when the next run starts becomes `interrupted`.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 
 use agui_protocol::{Event, EventType};
 use serde::Deserialize;
 
 use crate::error::{Result, StoreError};
-use crate::types::{RunStatus, Timestamp, check_id};
+use crate::types::{RunRecord, RunStatus, StoredEvent, Timestamp, check_id};
 
 /// What a backend must know about a thread before appending to it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -91,6 +92,104 @@ impl BatchPlan {
     /// True when a run ended in this batch (durability `RunEnd` flushes).
     pub fn ends_a_run(&self) -> bool {
         self.runs.iter().any(|r| r.ended)
+    }
+
+    /// The batch's events as stored: numbered from `first_seq`, received at
+    /// `received_at` (what a backend publishes to its subscribers).
+    pub fn stored(&self, events: Vec<Event>) -> Vec<StoredEvent> {
+        events
+            .into_iter()
+            .zip(self.first_seq..)
+            .map(|(event, seq)| StoredEvent {
+                seq,
+                received_at: self.received_at,
+                event,
+            })
+            .collect()
+    }
+
+    /// Applies the batch's run updates to a thread's run index held in
+    /// memory: `runs` in log order, `run_pos` from run id to its place in
+    /// `runs`. New runs are appended; an update of a run not in the index
+    /// is skipped.
+    pub fn apply_runs(
+        &self,
+        thread: &str,
+        runs: &mut Vec<RunRecord>,
+        run_pos: &mut HashMap<String, usize>,
+    ) {
+        for u in &self.runs {
+            if u.new {
+                run_pos.insert(u.run_id.clone(), runs.len());
+                runs.push(u.new_record(thread));
+            } else if let Some(&pos) = run_pos.get(&u.run_id) {
+                u.apply_to(&mut runs[pos]);
+            }
+        }
+    }
+}
+
+/// The run `run_id` of a thread's in-memory run index (`runs`, and
+/// `run_pos` from run id to its place in `runs`); `NotFound` when absent.
+pub fn find_run<'a>(
+    runs: &'a [RunRecord],
+    run_pos: &HashMap<String, usize>,
+    run_id: &str,
+) -> Result<&'a RunRecord> {
+    let pos = run_pos
+        .get(run_id)
+        .ok_or_else(|| StoreError::not_found("run"))?;
+    Ok(&runs[*pos])
+}
+
+/// Marks every running run of a thread's in-memory run index interrupted
+/// at `at` (and its head's last run, when running); returns how many runs.
+pub fn interrupt_running(runs: &mut [RunRecord], head: &mut ThreadHead, at: Timestamp) -> u64 {
+    let mut n = 0;
+    for r in runs.iter_mut().filter(|r| r.status == RunStatus::Running) {
+        r.status = RunStatus::Interrupted;
+        r.finished_at = Some(at);
+        n += 1;
+    }
+    if let Some((_, s)) = head
+        .last_run
+        .as_mut()
+        .filter(|(_, s)| *s == RunStatus::Running)
+    {
+        *s = RunStatus::Interrupted;
+    }
+    n
+}
+
+impl RunUpdate {
+    /// The record of a run that starts in this batch (`new`), in `thread`.
+    pub fn new_record(&self, thread: &str) -> RunRecord {
+        RunRecord {
+            thread_id: thread.to_owned(),
+            run_id: self.run_id.clone(),
+            parent_run_id: self.parent_run_id.clone(),
+            agent: self.agent.clone(),
+            status: self.status,
+            started_at: self.started_at,
+            finished_at: self.finished_at,
+            first_seq: self.first_seq,
+            last_seq: self.last_seq,
+            event_count: self.add_events,
+            bytes: self.add_bytes,
+        }
+    }
+
+    /// Updates the stored record of a run that started before this batch:
+    /// adds the counters, sets `last_seq` and `status`, and `finished_at`
+    /// when the run ended.
+    pub fn apply_to(&self, run: &mut RunRecord) {
+        run.last_seq = self.last_seq;
+        run.event_count += self.add_events;
+        run.bytes += self.add_bytes;
+        run.status = self.status;
+        if self.finished_at.is_some() {
+            run.finished_at = self.finished_at;
+        }
     }
 }
 

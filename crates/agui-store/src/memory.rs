@@ -8,13 +8,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use async_trait::async_trait;
 use futures::FutureExt;
 
-use crate::cursor::{RunCursor, ThreadCursor};
+use crate::cursor::{filter_runs, thread_key, thread_page};
 use crate::error::{Result, StoreError};
-use crate::index::{ThreadHead, plan_batch};
+use crate::index::{ThreadHead, find_run, interrupt_running, plan_batch};
 use crate::subscribe::{EventStream, Hub, PageReader, catch_up_then_live};
 use crate::types::{
-    AppendRequest, Appended, EventPage, RunFilter, RunPage, RunRecord, RunStatus, StoreStats,
-    StoredEvent, ThreadFilter, ThreadInfo, ThreadPage, Timestamp, check_id, page_size,
+    AppendRequest, Appended, EventPage, RunFilter, RunPage, RunRecord, StoreStats, StoredEvent,
+    ThreadFilter, ThreadInfo, ThreadPage, Timestamp, check_id, page_size,
 };
 use crate::{Backend, Channel, Committed};
 
@@ -135,11 +135,7 @@ impl MemoryStore {
         let start = usize::try_from(from_seq.max(1) - 1).unwrap_or(usize::MAX);
         let limit = page_size(limit);
         let events: Vec<StoredEvent> = t.events.iter().skip(start).take(limit).cloned().collect();
-        let next_seq = match events.last() {
-            Some(last) if last.seq < t.head.last_seq => Some(last.seq + 1),
-            _ => None,
-        };
-        Ok(EventPage { events, next_seq })
+        Ok(EventPage::new(events, t.head.last_seq))
     }
 }
 
@@ -177,44 +173,9 @@ impl Backend for MemoryStore {
                     head: ThreadHead::default(),
                     bytes: 0,
                 });
-            let stored: Vec<StoredEvent> = req
-                .events
-                .into_iter()
-                .enumerate()
-                .map(|(i, event)| StoredEvent {
-                    seq: plan.first_seq + i as u64,
-                    received_at: plan.received_at,
-                    event,
-                })
-                .collect();
+            let stored = plan.stored(req.events);
             t.events.extend(stored.iter().cloned());
-            for u in &plan.runs {
-                if u.new {
-                    t.run_pos.insert(u.run_id.clone(), t.runs.len());
-                    t.runs.push(RunRecord {
-                        thread_id: thread.to_owned(),
-                        run_id: u.run_id.clone(),
-                        parent_run_id: u.parent_run_id.clone(),
-                        agent: u.agent.clone(),
-                        status: u.status,
-                        started_at: u.started_at,
-                        finished_at: u.finished_at,
-                        first_seq: u.first_seq,
-                        last_seq: u.last_seq,
-                        event_count: u.add_events,
-                        bytes: u.add_bytes,
-                    });
-                } else if let Some(&pos) = t.run_pos.get(&u.run_id) {
-                    let r = &mut t.runs[pos];
-                    r.last_seq = u.last_seq;
-                    r.event_count += u.add_events;
-                    r.bytes += u.add_bytes;
-                    r.status = u.status;
-                    if u.finished_at.is_some() {
-                        r.finished_at = u.finished_at;
-                    }
-                }
-            }
+            plan.apply_runs(thread, &mut t.runs, &mut t.run_pos);
             if req.agent.is_some() {
                 t.agent = req.agent.clone();
             }
@@ -250,65 +211,20 @@ impl Backend for MemoryStore {
             .threads
             .get(&key(tenant, thread))
             .ok_or_else(|| StoreError::not_found("thread"))?;
-        let pos = t
-            .run_pos
-            .get(run_id)
-            .ok_or_else(|| StoreError::not_found("run"))?;
-        Ok(t.runs[*pos].clone())
+        find_run(&t.runs, &t.run_pos, run_id).cloned()
     }
 
     async fn list_runs(&self, tenant: &str, filter: &RunFilter) -> Result<RunPage> {
-        let after = filter
-            .cursor
-            .as_deref()
-            .map(RunCursor::decode)
-            .transpose()?;
-        let limit = page_size(filter.limit);
+        let after = filter.after()?;
         let state = self.state()?;
-        let mut runs: Vec<&RunRecord> = state
+        let runs = state
             .threads
             .iter()
             .filter(|((tn, th), _)| {
                 tn == tenant && filter.thread_id.as_ref().is_none_or(|want| want == th)
             })
-            .flat_map(|(_, t)| t.runs.iter())
-            .filter(|r| {
-                filter
-                    .parent_run_id
-                    .as_ref()
-                    .is_none_or(|p| r.parent_run_id.as_ref() == Some(p))
-                    && filter.status.is_none_or(|s| r.status == s)
-                    && filter.started_from.is_none_or(|t| r.started_at >= t)
-                    && filter.started_before.is_none_or(|t| r.started_at < t)
-            })
-            .filter(|r| {
-                after.as_ref().is_none_or(|c| {
-                    (r.started_at, r.thread_id.as_str(), r.first_seq)
-                        > (c.started_at, c.thread_id.as_str(), c.first_seq)
-                })
-            })
-            .collect();
-        runs.sort_by(|a, b| {
-            (a.started_at, &a.thread_id, a.first_seq).cmp(&(
-                b.started_at,
-                &b.thread_id,
-                b.first_seq,
-            ))
-        });
-        let more = runs.len() > limit;
-        let runs: Vec<RunRecord> = runs.into_iter().take(limit).cloned().collect();
-        let next_cursor = match runs.last() {
-            Some(r) if more => Some(
-                RunCursor {
-                    started_at: r.started_at,
-                    thread_id: r.thread_id.clone(),
-                    first_seq: r.first_seq,
-                }
-                .encode(),
-            ),
-            _ => None,
-        };
-        Ok(RunPage { runs, next_cursor })
+            .flat_map(|(_, t)| t.runs.iter());
+        Ok(filter_runs(runs, filter, after.as_ref()))
     }
 
     async fn thread(&self, tenant: &str, thread: &str) -> Result<ThreadInfo> {
@@ -321,52 +237,19 @@ impl Backend for MemoryStore {
     }
 
     async fn list_threads(&self, tenant: &str, filter: &ThreadFilter) -> Result<ThreadPage> {
-        let after = filter
-            .cursor
-            .as_deref()
-            .map(ThreadCursor::decode)
-            .transpose()?;
-        let limit = page_size(filter.limit);
+        let after = filter.after()?;
+        let limit = filter.page_size();
         let state = self.state()?;
         let mut threads: Vec<ThreadInfo> = state
             .threads
             .iter()
-            .filter(|((tn, _), t)| {
-                tn == tenant
-                    && filter
-                        .agent
-                        .as_ref()
-                        .is_none_or(|a| t.agent.as_ref() == Some(a))
-            })
+            .filter(|((tn, _), t)| tn == tenant && filter.wants_agent(t.agent.as_ref()))
             .map(|((_, id), t)| t.info(id))
-            .filter(|t| {
-                after.as_ref().is_none_or(|c| {
-                    // Newest first, ties by id ascending.
-                    (std::cmp::Reverse(t.updated_at), t.thread_id.as_str())
-                        > (std::cmp::Reverse(c.updated_at), c.thread_id.as_str())
-                })
-            })
+            .filter(|t| after.as_ref().is_none_or(|c| c.precedes(t)))
             .collect();
-        threads.sort_by(|a, b| {
-            (std::cmp::Reverse(a.updated_at), &a.thread_id)
-                .cmp(&(std::cmp::Reverse(b.updated_at), &b.thread_id))
-        });
-        let more = threads.len() > limit;
-        threads.truncate(limit);
-        let next_cursor = match threads.last() {
-            Some(t) if more => Some(
-                ThreadCursor {
-                    updated_at: t.updated_at,
-                    thread_id: t.thread_id.clone(),
-                }
-                .encode(),
-            ),
-            _ => None,
-        };
-        Ok(ThreadPage {
-            threads,
-            next_cursor,
-        })
+        threads.sort_by(|a, b| thread_key(a).cmp(&thread_key(b)));
+        threads.truncate(limit.saturating_add(1));
+        Ok(thread_page(threads, limit))
     }
 
     async fn delete_thread(&self, tenant: &str, thread: &str) -> Result<()> {
@@ -483,19 +366,7 @@ impl Backend for MemoryStore {
         let now = Timestamp::now();
         let mut n = 0;
         for t in state.threads.values_mut() {
-            for r in t.runs.iter_mut().filter(|r| r.status == RunStatus::Running) {
-                r.status = RunStatus::Interrupted;
-                r.finished_at = Some(now);
-                n += 1;
-            }
-            if let Some((_, s)) = t
-                .head
-                .last_run
-                .as_mut()
-                .filter(|(_, s)| *s == RunStatus::Running)
-            {
-                *s = RunStatus::Interrupted;
-            }
+            n += interrupt_running(&mut t.runs, &mut t.head, now);
         }
         Ok(n)
     }

@@ -18,13 +18,15 @@ use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
+use futures::FutureExt;
 use futures::Stream;
 use futures::future::BoxFuture;
 use futures::stream::{self, StreamExt};
 use tokio::sync::broadcast;
 
+use crate::backend::Backend;
 use crate::error::{Result, StoreError};
-use crate::types::{EventPage, StoredEvent};
+use crate::types::{EventPage, StoredEvent, check_id};
 
 /// A stream of stored events (subscriptions, streamed reads).
 pub type EventStream = Pin<Box<dyn Stream<Item = Result<StoredEvent>> + Send + 'static>>;
@@ -108,6 +110,31 @@ struct State {
     mode: Mode,
     rx: broadcast::Receiver<Arc<[StoredEvent]>>,
     read: PageReader,
+}
+
+/// The subscription of a backend whose catch-up reads are its own
+/// [`Backend::read`], 1000 events a page: checks the ids, then `ready` (the
+/// backend's own check that it is open), listens on `hub`, then builds the
+/// stream with [`catch_up_then_live`].
+pub fn subscribe_reading<B: Backend + Clone + 'static>(
+    backend: &B,
+    hub: &Hub,
+    tenant: &str,
+    thread: &str,
+    from_seq: u64,
+    ready: impl FnOnce() -> Result<()>,
+) -> Result<EventStream> {
+    check_id("tenant", tenant)?;
+    check_id("thread", thread)?;
+    ready()?;
+    let rx = hub.listen(tenant, thread);
+    let me = backend.clone();
+    let (tenant, thread) = (tenant.to_owned(), thread.to_owned());
+    let read: PageReader = Arc::new(move |from| {
+        let (me, tenant, thread) = (me.clone(), tenant.clone(), thread.clone());
+        async move { me.read(&tenant, &thread, from, 1000).await }.boxed()
+    });
+    Ok(catch_up_then_live(rx, from_seq, read))
 }
 
 /// The subscription stream: events from `from_seq` (1 for the beginning) on,

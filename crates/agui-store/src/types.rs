@@ -180,6 +180,51 @@ pub struct EventPage {
     pub next_seq: Option<u64>,
 }
 
+impl EventPage {
+    /// The page of `events` (in order) of a thread whose last sequence
+    /// number is `last_seq`: the next page starts after the last event,
+    /// unless that is the thread's last.
+    pub fn new(events: Vec<StoredEvent>, last_seq: u64) -> EventPage {
+        let next_seq = match events.last() {
+            Some(e) if e.seq < last_seq => Some(e.seq + 1),
+            _ => None,
+        };
+        EventPage { events, next_seq }
+    }
+
+    /// [`EventPage::new`] for a page read from `from`: `Corrupt` when its
+    /// first event is not `from` (the stored log has a gap).
+    pub fn starting_at(events: Vec<StoredEvent>, from: u64, last_seq: u64) -> Result<EventPage> {
+        if events.first().is_some_and(|e| e.seq != from) {
+            return Err(StoreError::corrupt("the stored log has a gap"));
+        }
+        Ok(EventPage::new(events, last_seq))
+    }
+
+    /// Appends to a page being read from `from` the events of one stored
+    /// batch (`first_seq` its first sequence number, all received at
+    /// `received_at`): those from `from` on, while the page holds fewer
+    /// than `limit`.
+    pub fn push_batch(
+        events: &mut Vec<StoredEvent>,
+        batch: impl IntoIterator<Item = Event>,
+        first_seq: u64,
+        received_at: Timestamp,
+        from: u64,
+        limit: usize,
+    ) {
+        for (event, seq) in batch.into_iter().zip(first_seq..) {
+            if seq >= from && events.len() < limit {
+                events.push(StoredEvent {
+                    seq,
+                    received_at,
+                    event,
+                });
+            }
+        }
+    }
+}
+
 /// Where a run is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -220,6 +265,31 @@ impl RunStatus {
             "interrupted" => RunStatus::Interrupted,
             "cancelled" => RunStatus::Cancelled,
             _ => return None,
+        })
+    }
+
+    /// The small integer the SQL backends store for the status (0 running,
+    /// 1 finished, 2 error, 3 interrupted, 4 cancelled). Part of their
+    /// schemas: never renumber.
+    pub fn code(self) -> u8 {
+        match self {
+            RunStatus::Running => 0,
+            RunStatus::Finished => 1,
+            RunStatus::Error => 2,
+            RunStatus::Interrupted => 3,
+            RunStatus::Cancelled => 4,
+        }
+    }
+
+    /// Reads a stored [`code`](RunStatus::code); `Corrupt` when unknown.
+    pub fn from_code(code: i64) -> Result<RunStatus> {
+        Ok(match code {
+            0 => RunStatus::Running,
+            1 => RunStatus::Finished,
+            2 => RunStatus::Error,
+            3 => RunStatus::Interrupted,
+            4 => RunStatus::Cancelled,
+            _ => return Err(StoreError::corrupt("a stored run status is unknown")),
         })
     }
 }
