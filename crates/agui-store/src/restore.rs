@@ -519,7 +519,10 @@ pub async fn restore_run(
 /// `{"messages":[...],"state":...}` from message texts and the state's text,
 /// exactly as `serde_json` writes a [`Conversation`].
 fn compose_texts(texts: &[String], state: &str) -> String {
-    let len = texts.iter().map(|t| t.len() + 1).sum::<usize>() + state.len() + 24;
+    let len = texts.iter().map(|t| t.len() + 1).sum::<usize>()
+        + state.len()
+        + 24
+        + checkpoint::COMPOSE_SLACK;
     let mut out = String::with_capacity(len);
     out.push_str("{\"messages\":[");
     for (i, t) in texts.iter().enumerate() {
