@@ -77,7 +77,7 @@ use std::time::Duration;
 
 use agui_protocol::Event;
 use agui_store::cursor::{run_page, thread_page};
-use agui_store::index::{BatchPlan, ThreadHead, plan_batch};
+use agui_store::index::{BatchPlan, ThreadHead, named_parents, plan_batch};
 use agui_store::subscribe::{EventStream, Hub, PageReader, catch_up_then_live};
 use agui_store::{
     AppendRequest, Appended, Backend, CheckpointChain, Committed, Durability, ErrorKind, EventPage,
@@ -1018,6 +1018,26 @@ impl PgStore {
         heads.remove(&(tenant.to_owned(), thread.to_owned()));
     }
 
+    /// Which of `runs` are runs of the thread.
+    async fn existing_runs(
+        &self,
+        tenant: &str,
+        thread: &str,
+        runs: &[String],
+    ) -> Result<Vec<String>> {
+        let ids: Vec<&[u8]> = runs.iter().map(|r| r.as_bytes()).collect();
+        let c = self.conn().await?;
+        let rows = c
+            .query(
+                "SELECT r.run_id FROM runs r JOIN threads t ON t.id = r.thread_id \
+                 WHERE t.tenant = $1 AND t.thread = $2 AND r.run_id = ANY($3)",
+                &[&tenant.as_bytes(), &thread.as_bytes(), &ids],
+            )
+            .await
+            .map_err(pg)?;
+        rows.iter().map(|row| text(get(row, 0)?)).collect()
+    }
+
     /// Appends one batch. The fast path plans against the head this process
     /// last saw and writes with one statement ([`APPEND_SQL`]), which checks
     /// that head under the row lock: one round trip. When the head is
@@ -1037,9 +1057,19 @@ impl PgStore {
         };
         // Plans against `head` (the head row `id`) and builds the statement's
         // parameters.
+        // The runs the batch names as parents that exist (one query, only
+        // for a batch that names any). Reused run ids are refused by the
+        // database (`runs_pkey`).
+        let named = named_parents(&req.events);
+        let existing = if named.is_empty() {
+            Vec::new()
+        } else {
+            self.existing_runs(tenant, thread, &named).await?
+        };
         let prepare = |id: i64, head: &ThreadHead| -> Result<(BatchPlan, bool, AppendParams)> {
-            // Reused run ids are refused by the database (`runs_pkey`).
-            let plan = plan_batch(head, &req.events, req.agent.as_deref(), now, |_| Ok(false))?;
+            let plan = plan_batch(head, &req.events, req.agent.as_deref(), now, |run| {
+                Ok(existing.iter().any(|e| e == run))
+            })?;
             let sync = sync_for(&plan);
             let params = AppendParams::new(
                 id,

@@ -5,8 +5,10 @@
 //! Rules (the lineage rules of `agui-history`):
 //! - `RUN_STARTED` opens a run. Its parent is `parentRunId` when present,
 //!   else the run before it in the log (`None` for the thread's first run).
-//!   A `RUN_STARTED` without a string `runId`, or reusing a run id of the
-//!   thread, is `Invalid` and fails the whole batch.
+//!   A `RUN_STARTED` without a string `runId`, reusing a run id of the
+//!   thread, or naming a `parentRunId` that is not a run of the thread
+//!   (the history core's `ParentNotFound` fault: never a silent new root)
+//!   is `Invalid` and fails the whole batch.
 //! - Every event belongs to the most recent run started before it (a run's
 //!   events are `first_seq..=last_seq`, up to the next `RUN_STARTED`).
 //!   Events before the thread's first `RUN_STARTED` belong to no run (the
@@ -209,13 +211,34 @@ enum Id<'a> {
     Other(serde::de::IgnoredAny),
 }
 
+/// The `parentRunId`s the batch's `RUN_STARTED` events name (string ones,
+/// each once): what a backend that cannot look runs up while planning (a
+/// remote database) asks about before [`plan_batch`].
+pub fn named_parents(events: &[Event]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for e in events
+        .iter()
+        .filter(|e| *e.event_type() == EventType::RunStarted)
+    {
+        if let Ok(RunStartedView {
+            parent_run_id: Some(Id::Str(p)),
+            ..
+        }) = serde_json::from_str::<RunStartedView<'_>>(e.json())
+            && !out.iter().any(|o| *o == *p)
+        {
+            out.push(p.into_owned());
+        }
+    }
+    out
+}
+
 /// Plans a batch: checks it, assigns sequence numbers and the receive time,
 /// and computes the run updates.
 ///
 /// `now` is the caller's clock; the receive time is `max(now, head.updated_at)`
 /// so times never go backwards within a thread. `run_exists` answers whether
 /// a run id is already used in the thread (the batch's own runs are checked
-/// here).
+/// here): a new run's id must not be, a `parentRunId` must be.
 pub fn plan_batch(
     head: &ThreadHead,
     events: &[Event],
@@ -270,7 +293,19 @@ pub fn plan_batch(
                     upd.ended = true;
                 }
                 let parent = match view.parent_run_id {
-                    Some(Id::Str(p)) => Some(p.into_owned()),
+                    Some(Id::Str(p)) => {
+                        // The history core's rule: a parent names a run of
+                        // this thread (an earlier batch or this one), never
+                        // a run elsewhere or none, which would silently
+                        // start a new root.
+                        let known = runs.iter().any(|r| r.new && r.run_id == *p) || run_exists(&p)?;
+                        if !known {
+                            return Err(StoreError::invalid(format!(
+                                "event {i}: RUN_STARTED parentRunId {p:?} is not a run of this thread"
+                            )));
+                        }
+                        Some(p.into_owned())
+                    }
                     Some(Id::Other(_)) => {
                         return Err(StoreError::invalid(format!(
                             "event {i}: RUN_STARTED parentRunId must be a string"

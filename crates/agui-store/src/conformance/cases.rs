@@ -72,6 +72,53 @@ fn reduce_all(events: &[StoredEvent]) -> String {
     conversation_text(&r.into_conversation())
 }
 
+/// A `parentRunId` must name a run of the thread, from an earlier batch or
+/// earlier in the same batch (the history core's lineage rule): an unknown
+/// one fails the whole batch and stores nothing, instead of silently
+/// starting a new root.
+pub async fn an_unknown_parent_run_is_refused<B: Harness>(b: &B) {
+    let s = open(b).await;
+    let th = "parents";
+    append(&s, T, th, full_run(th, "a", None, "one")).await;
+    let before = s.thread(T, th).await.unwrap().last_seq;
+    let e = s
+        .append(
+            T,
+            th,
+            AppendRequest::new(full_run(th, "b", Some("nowhere"), "x")),
+        )
+        .await
+        .expect_err("an unknown parent is refused");
+    assert_eq!(e.kind(), ErrorKind::Invalid);
+    assert!(e.to_string().contains("nowhere"), "{e}");
+    assert_eq!(
+        s.thread(T, th).await.unwrap().last_seq,
+        before,
+        "nothing stored"
+    );
+    // A run of another thread is not a parent either.
+    append(&s, T, "elsewhere", full_run("elsewhere", "z", None, "z")).await;
+    let e = s
+        .append(T, th, AppendRequest::new(full_run(th, "b", Some("z"), "x")))
+        .await
+        .expect_err("a run of another thread is refused");
+    assert_eq!(e.kind(), ErrorKind::Invalid);
+    // Known parents: an earlier batch's run, and one earlier in the batch.
+    let mut batch = full_run(th, "b", Some("a"), "two");
+    batch.extend(full_run(th, "c", Some("b"), "three"));
+    append(&s, T, th, batch).await;
+    let c = s.run(T, th, "c").await.unwrap();
+    assert_eq!(c.parent_run_id.as_deref(), Some("b"));
+    let path: Vec<String> = s
+        .branch(T, th, "c")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.run_id)
+        .collect();
+    assert_eq!(path, ["a", "b", "c"]);
+}
+
 /// Sequence numbers start at 1, are contiguous, are returned by append, and
 /// reads return exactly what was appended in order. Bad batches are refused.
 pub async fn ordering_and_sequence_numbers<B: Harness>(b: &B) {

@@ -84,6 +84,7 @@ macro_rules! conformance_tests {
             reads_page_and_stream,
             threads_page_by_cursor_and_filter_by_agent,
             run_index_and_statuses,
+            an_unknown_parent_run_is_refused,
             runs_page_by_cursor_and_filter,
             subscription_catch_up_then_live,
             many_subscribers_see_everything_once,
