@@ -31,8 +31,8 @@ pub const SPLIT_ENV: &str = "AGUI_DECODE_SPLIT";
 /// threads, for a command whose own work per event is light next to
 /// decoding (`convert`, reading a whole stream into memory, counting runs):
 /// the caller's thread gets decoded events in batches, and an NDJSON file
-/// of 16 MiB or more is decoded on two threads ([`ThreadedReader`]) in
-/// chunks of [`SPLIT_CHUNK`]. Events, errors and their positions are those
+/// of 16 MiB or more is decoded on two threads ([`ThreadedReader`], in its
+/// default 1 MiB chunks). Events, errors and their positions are those
 /// of [`agui_codec::Reader`] over the same input.
 ///
 /// The file is opened read-only. A path that is not a regular file (a
@@ -42,22 +42,8 @@ pub const SPLIT_ENV: &str = "AGUI_DECODE_SPLIT";
 /// into chunks of about that many bytes, and says so on standard error
 /// (`agui: AGUI_DECODE_SPLIT: ...`) for each file it splits.
 pub fn read_events(path: Option<&Path>, options: DecodeOptions) -> anyhow::Result<Events> {
-    let split = Split {
-        chunk: SPLIT_CHUNK,
-        ..Split::default()
-    };
-    decode(path, options, split)
+    decode(path, options, Split::default())
 }
-
-/// The chunks a big file is split into by [`read_events`]. Smaller than
-/// `ThreadedReader`'s default (8 MiB): a decoding thread runs at most 4
-/// batches (4,096 events, about 0.7 MB of a typical stream) ahead of the
-/// caller, so with 8 MiB chunks the thread holding the next chunk soon
-/// waits for the caller to reach it and the two threads mostly take turns.
-/// `agui convert --to sse` of 1M events (165 MB) on two cores (medians):
-/// 149 ms in 1 MiB chunks, 207 ms in 8 MiB chunks, 221 ms on one decoding
-/// thread, 197 ms decoding on the calling thread.
-pub const SPLIT_CHUNK: u64 = 1 << 20;
 
 /// Like [`read_events`], but a big file too is decoded on one background
 /// thread (unless `AGUI_DECODE_SPLIT` is set), for a command whose own work
