@@ -313,7 +313,10 @@ fn flag(args: &[String], name: &str) -> Option<u64> {
     args.iter()
         .position(|a| a == name)
         .and_then(|i| args.get(i + 1))
-        .map(|v| v.parse().unwrap_or_else(|_| panic!("{name} takes a number")))
+        .map(|v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("{name} takes a number"))
+        })
 }
 
 /// Scale-out: `replicas` gateways on one PostgreSQL database, `streams`
@@ -328,8 +331,8 @@ async fn scale_out(args: &[String], store: &str, up: &str, replicas: usize) {
     let streams = flag(args, "--streams").unwrap_or(if quick { 200 } else { 1000 }) as usize;
     let events = flag(args, "--events").unwrap_or(if quick { 50 } else { 200 });
     let interval = flag(args, "--interval-us").unwrap_or(2000);
-    let attach = (flag(args, "--attach").unwrap_or(if quick { 50 } else { 100 }) as usize)
-        .min(streams);
+    let attach =
+        (flag(args, "--attach").unwrap_or(if quick { 50 } else { 100 }) as usize).min(streams);
     let tag = format!("{}", std::process::id());
 
     // The first replica creates the schema; the others start once it is up.
