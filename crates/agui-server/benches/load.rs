@@ -16,6 +16,21 @@
 //! cargo build --release -p agui-cli
 //! AGUI_BIN=target/release/agui cargo bench -p agui-server --bench load -- [--store URL] [--quick]
 //! ```
+//!
+//! Scale-out mode (`--replicas N`, PostgreSQL store only) runs a different,
+//! single phase instead: N `agui serve` processes on the same database, 1,000
+//! concurrent paced runs spread round-robin over them, and for a sample of
+//! runs an attacher (`GET /threads/{id}/events`, half of them resuming with
+//! `Last-Event-ID`) through another replica than the one running it. It
+//! checks that every run's client and every attacher got every event exactly
+//! once, and reports events/s, the writers' added latency and the attachers'
+//! live latency (see docs/scaling.md):
+//!
+//! ```sh
+//! AGUI_BIN=target/release/agui cargo bench -p agui-server --bench load -- \
+//!   --store 'postgres://postgres@127.0.0.1:5432/test?schema=scale_1' --replicas 4 \
+//!   [--quick] [--streams N] [--events N] [--interval-us N] [--attach N]
+//! ```
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -232,6 +247,257 @@ async fn append_mean(client: &reqwest::Client, addr: &str) -> String {
     )
 }
 
+/// One SSE stream read to its end: the ids of its frames in order, frames
+/// without an id, and (send time, arrival time) of each stamped event.
+#[derive(Default)]
+struct Received {
+    ids: Vec<u64>,
+    unnumbered: u64,
+    stamped: Vec<(u64, u64)>,
+}
+
+/// Reads an SSE response, keeping ids and timings; `first` is told the id of
+/// the first frame as soon as it arrives.
+async fn consume_ids(
+    resp: reqwest::Response,
+    mut first: Option<tokio::sync::oneshot::Sender<u64>>,
+) -> Received {
+    let mut r = Received::default();
+    let mut buf = Vec::<u8>::new();
+    let mut s = resp.bytes_stream();
+    let number = |bytes: &[u8]| -> Option<u64> {
+        let digits: String = bytes
+            .iter()
+            .take_while(|b| b.is_ascii_digit())
+            .map(|&b| b as char)
+            .collect();
+        digits.parse().ok()
+    };
+    while let Some(Ok(chunk)) = s.next().await {
+        let now = now_ns();
+        buf.extend_from_slice(&chunk);
+        let mut start = 0;
+        while let Some(p) = memchr::memmem::find(&buf[start..], b"\n\n") {
+            let frame = &buf[start..start + p];
+            start += p + 2;
+            let id = frame
+                .split(|&b| b == b'\n')
+                .find_map(|l| l.strip_prefix(b"id:"))
+                .and_then(|v| number(v.trim_ascii_start()));
+            match id {
+                Some(id) => {
+                    r.ids.push(id);
+                    if let Some(tx) = first.take() {
+                        let _ = tx.send(id);
+                    }
+                }
+                None => r.unnumbered += 1,
+            }
+            if let Some(at) = memchr::memmem::find(frame, b"\"sentNs\":")
+                && let Some(sent) = number(&frame[at + 9..])
+            {
+                r.stamped.push((sent, now));
+            }
+        }
+        buf.drain(..start);
+    }
+    r
+}
+
+/// Ids strictly increasing (no duplicate, in order).
+fn strictly_increasing(ids: &[u64]) -> bool {
+    ids.windows(2).all(|w| w[0] < w[1])
+}
+
+fn flag(args: &[String], name: &str) -> Option<u64> {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .map(|v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("{name} takes a number"))
+        })
+}
+
+/// Scale-out: `replicas` gateways on one PostgreSQL database, `streams`
+/// concurrent paced runs round-robin over them, and `attach` of those runs
+/// followed by an attacher on the next replica.
+async fn scale_out(args: &[String], store: &str, up: &str, replicas: usize) {
+    assert!(
+        store.starts_with("postgres://") || store.starts_with("postgresql://"),
+        "--replicas needs a PostgreSQL --store (replicas share one database)"
+    );
+    let quick = args.iter().any(|a| a == "--quick");
+    let streams = flag(args, "--streams").unwrap_or(if quick { 200 } else { 1000 }) as usize;
+    let events = flag(args, "--events").unwrap_or(if quick { 50 } else { 200 });
+    let interval = flag(args, "--interval-us").unwrap_or(2000);
+    let attach =
+        (flag(args, "--attach").unwrap_or(if quick { 50 } else { 100 }) as usize).min(streams);
+    let tag = format!("{}", std::process::id());
+
+    // The first replica creates the schema; the others start once it is up.
+    let mut gws = vec![start_gateway(store, up)];
+    for _ in 1..replicas {
+        gws.push(start_gateway(store, up));
+    }
+    let addrs: Vec<String> = gws.iter().map(|g| g.addr.clone()).collect();
+    println!(
+        "store: {} ({} replicas: {})",
+        store.split('@').next_back().unwrap_or(store),
+        replicas,
+        addrs.join(", ")
+    );
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(4000)
+        .build()
+        .unwrap();
+
+    // Warm-up: a few runs per replica, so every pool has its connections.
+    for (k, a) in addrs.iter().enumerate() {
+        run_many(
+            &client,
+            &format!("http://{a}/agents/bench/run"),
+            &format!("w{tag}-{k}"),
+            8,
+            10,
+            0,
+        )
+        .await;
+    }
+
+    // Baseline: the same load straight from the upstream (no gateway).
+    let mut direct = Vec::new();
+    {
+        let (_, lat, _) = run_many(
+            &client,
+            &format!("{up}/"),
+            &format!("sd{tag}"),
+            streams,
+            events,
+            interval,
+        )
+        .await;
+        direct.extend(lat);
+    }
+    let (d50, d99) = (pct(&mut direct, 0.5), pct(&mut direct, 0.99));
+
+    let t0 = Instant::now();
+    let mut writers = Vec::new();
+    let mut attachers = Vec::new();
+    for i in 0..streams {
+        let c = client.clone();
+        let home = i % replicas;
+        let url = format!("http://{}/agents/bench/run", addrs[home]);
+        let thread = format!("s{tag}-{i}");
+        let b = body(&thread, &format!("s{tag}-r{i}"), events, interval);
+        let (tx, rx) = if i < attach {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            (Some(tx), Some(rx))
+        } else {
+            (None, None)
+        };
+        writers.push(tokio::spawn(async move {
+            let resp = c.post(&url).json(&b).send().await.expect("run failed");
+            consume_ids(resp, tx).await
+        }));
+        if let Some(rx) = rx {
+            // Attach once the run is stored (before that the thread does not
+            // exist and an attach is a 404, not a lost event); odd samples
+            // resume after the first event the writer got.
+            let c = client.clone();
+            let other = (home + 1) % replicas;
+            let url = format!("http://{}/threads/{thread}/events", addrs[other]);
+            attachers.push(tokio::spawn(async move {
+                let first = rx.await.expect("the run ended before its first event");
+                let mut req = c.get(&url);
+                let resume = (i % 2 == 1).then_some(first);
+                if let Some(id) = resume {
+                    req = req.header("last-event-id", id.to_string());
+                }
+                let resp = req.send().await.expect("attach failed");
+                assert!(resp.status().is_success(), "attach: {}", resp.status());
+                let live_from = now_ns();
+                (i, resume, live_from, consume_ids(resp, None).await)
+            }));
+        }
+    }
+    let mut runs = Vec::new();
+    for w in writers {
+        runs.push(w.await.unwrap());
+    }
+    let took = t0.elapsed();
+    let mut bad_attach = 0;
+    let mut attach_lat = Vec::new();
+    let mut attach_frames = 0;
+    for a in attachers {
+        let (i, resume, live_from, got) = a.await.unwrap();
+        attach_frames += got.ids.len();
+        let want: Vec<u64> = runs[i]
+            .ids
+            .iter()
+            .copied()
+            .filter(|&id| resume.is_none_or(|r| id > r))
+            .collect();
+        if got.ids != want || got.unnumbered != 0 {
+            bad_attach += 1;
+            eprintln!(
+                "attacher of run {i} (resume {resume:?}): {} frames, {} unnumbered, want {}",
+                got.ids.len(),
+                got.unnumbered,
+                want.len()
+            );
+        }
+        // Live latency: events sent after the attach was answered (those
+        // sent before come from the stored log, not live).
+        attach_lat.extend(
+            got.stamped
+                .iter()
+                .filter(|(sent, _)| *sent >= live_from)
+                .map(|(sent, at)| at.saturating_sub(*sent)),
+        );
+    }
+    let expected = streams as u64 * (events + 4);
+    let frames: u64 = runs.iter().map(|r| r.ids.len() as u64).sum();
+    let bad_runs = runs
+        .iter()
+        .filter(|r| {
+            r.ids.len() as u64 != events + 4 || !strictly_increasing(&r.ids) || r.unnumbered != 0
+        })
+        .count();
+    let mut lat: Vec<u64> = runs
+        .iter()
+        .flat_map(|r| r.stamped.iter().map(|(s, a)| a.saturating_sub(*s)))
+        .collect();
+    let (g50, g99) = (pct(&mut lat, 0.5), pct(&mut lat, 0.99));
+    let (a50, a99) = (pct(&mut attach_lat, 0.5), pct(&mut attach_lat, 0.99));
+    println!(
+        "scale-out, {replicas} replicas, {streams} concurrent streams x {events} events at 1 per {interval} us (offered {:.0} events/s): {frames}/{expected} events in {:.2} s = {:.0} events/s through the gateways",
+        streams as f64 * 1e6 / interval as f64,
+        took.as_secs_f64(),
+        frames as f64 / took.as_secs_f64()
+    );
+    println!(
+        "scale-out writers: direct p50 {d50:.3} ms p99 {d99:.3} ms; via gateway p50 {g50:.3} ms p99 {g99:.3} ms; added p50 {:.3} ms p99 {:.3} ms",
+        g50 - d50,
+        g99 - d99
+    );
+    println!(
+        "scale-out attachers on another replica: {}/{attach} got every event exactly once ({attach_frames} frames; {} resumed with Last-Event-ID); live latency (upstream send -> attacher) p50 {a50:.3} ms p99 {a99:.3} ms over {} events",
+        attach - bad_attach,
+        attach / 2,
+        attach_lat.len()
+    );
+    println!(
+        "scale-out loss: {} runs incomplete or duplicated, {bad_attach} attachers",
+        bad_runs
+    );
+    for (k, a) in addrs.iter().enumerate() {
+        println!("replica {k} {}", append_mean(&client, a).await);
+    }
+    assert_eq!(bad_runs, 0, "a run's client lost or repeated events");
+    assert_eq!(bad_attach, 0, "an attacher lost or repeated events");
+}
+
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -248,6 +514,10 @@ async fn main() {
     tokio::spawn(async move {
         let _ = axum::serve(listener, Router::new().route("/", post(upstream))).await;
     });
+    if let Some(replicas) = flag(&args, "--replicas") {
+        scale_out(&args, &store, &up, replicas.max(1) as usize).await;
+        return;
+    }
     let gw = start_gateway(&store, &up);
     let via = format!("http://{}/agents/bench/run", gw.addr);
     let client = reqwest::Client::builder()
