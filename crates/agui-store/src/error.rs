@@ -62,7 +62,7 @@ pub struct SeqConflict {
     pub actual: u64,
 }
 
-/// The error of every [`crate::EventStore`] call.
+/// The error of every [`crate::Store`] and [`crate::Backend`] call.
 ///
 /// `Display` shows the kind and the public message only; native details are
 /// reachable through [`std::error::Error::source`].

@@ -1,4 +1,4 @@
-//! The values that cross the [`crate::EventStore`] API.
+//! The values that cross the [`crate::Store`] and [`crate::Backend`] APIs.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -236,7 +236,7 @@ pub enum RunStatus {
     /// Ended by `RUN_ERROR`.
     Error,
     /// Never ended: a later run started in the thread first, or
-    /// [`crate::EventStore::mark_interrupted`] found it running (crash).
+    /// [`crate::Store::mark_interrupted`] found it running (crash).
     Interrupted,
     /// Ended by `RUN_FINISHED` with `outcome: {"type": "cancelled"}` (a
     /// stopped run).
