@@ -115,31 +115,13 @@ fn async_stream(
 
 /// Reads an SSE response; returns (frames, latencies of stamped events in ns).
 async fn consume(resp: reqwest::Response) -> (u64, Vec<u64>) {
-    let mut frames = 0;
-    let mut lat = Vec::new();
-    let mut buf = Vec::<u8>::new();
-    let mut s = resp.bytes_stream();
-    while let Some(Ok(chunk)) = s.next().await {
-        let now = now_ns();
-        buf.extend_from_slice(&chunk);
-        let mut start = 0;
-        while let Some(p) = memchr::memmem::find(&buf[start..], b"\n\n") {
-            let frame = &buf[start..start + p];
-            start += p + 2;
-            frames += 1;
-            if let Some(at) = memchr::memmem::find(frame, b"\"sentNs\":") {
-                let digits: String = frame[at + 9..]
-                    .iter()
-                    .take_while(|b| b.is_ascii_digit())
-                    .map(|&b| b as char)
-                    .collect();
-                if let Ok(sent) = digits.parse::<u64>() {
-                    lat.push(now.saturating_sub(sent));
-                }
-            }
-        }
-        buf.drain(..start);
-    }
+    let r = consume_ids(resp, None).await;
+    let frames = r.ids.len() as u64 + r.unnumbered;
+    let lat = r
+        .stamped
+        .iter()
+        .map(|&(sent, now)| now.saturating_sub(sent))
+        .collect();
     (frames, lat)
 }
 
