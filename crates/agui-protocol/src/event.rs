@@ -153,6 +153,27 @@ impl Event {
         }
     }
 
+    /// An event read back from storage that checksummed it, without
+    /// validating the text again.
+    ///
+    /// The caller guarantees that `text` is exactly [`Event::json`] of an
+    /// event whose type was `ty` when it was written, and that a checksum
+    /// over the stored bytes verified that they are unchanged since (a batch
+    /// codec that stores each event's type code beside its text, as
+    /// `agui-store`'s does, reads events back this way with no parse). Text
+    /// from anywhere else must go through [`Event::from_json`]. Debug builds
+    /// check the guarantee.
+    pub fn from_checked_storage(text: &str, ty: EventType) -> Event {
+        debug_assert!(
+            Event::from_json(text).is_ok_and(|e| e.json() == text && e.ty == ty),
+            "stored event text is not a valid envelope of its type: {text}"
+        );
+        Event {
+            json: text.into(),
+            ty,
+        }
+    }
+
     /// The event's `type`.
     pub fn event_type(&self) -> &EventType {
         &self.ty

@@ -113,8 +113,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock, mpsc};
 use std::thread::JoinHandle;
 
-use agui_protocol::Event;
 use agui_store::cursor::{filter_runs, thread_page};
+use agui_store::frame;
 use agui_store::index::{BatchPlan, find_run};
 use agui_store::subscribe::{EventStream, Hub, subscribe_reading};
 use agui_store::{
@@ -774,6 +774,8 @@ impl Inner {
         let durability = self.shared.opts.durability.unwrap_or(req.durability);
         let mut w = lock(&self.writer);
         let active = w.as_mut().ok_or_else(closed)?;
+        // Framed (and compressed) before any lock is taken.
+        let data = frame::encode(&req.events)?;
         let (plan, frame) = {
             let st = read_lock(&self.state);
             let last = st.thread(tenant, thread).map_or(0, |t| t.head.last_seq);
@@ -788,7 +790,8 @@ impl Inner {
                 req.agent.as_deref(),
                 plan.received_at.0,
                 plan.first_seq,
-                &req.events,
+                req.events.len(),
+                &data,
             )?;
             (plan, frame)
         };
@@ -851,15 +854,13 @@ impl Inner {
             if rec.first_seq != b.first_seq || rec.events.len() != b.count as usize {
                 return Err(damaged("batch record does not match the index").into());
             }
-            for (text, seq) in rec.events.iter().zip(b.first_seq..) {
+            for (event, seq) in rec.events.into_iter().zip(b.first_seq..) {
                 if seq < from {
                     continue;
                 }
                 if events.len() >= limit {
                     break 'batches;
                 }
-                let event = Event::from_json(text)
-                    .map_err(|_| StoreError::from(damaged("a stored event is not an event")))?;
                 events.push(StoredEvent {
                     seq,
                     received_at: b.received_at,

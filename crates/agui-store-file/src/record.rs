@@ -6,14 +6,17 @@
 //!
 //! | kind | fields |
 //! | --- | --- |
-//! | 1 batch | tenant, thread, agent (u8 0/1 then string), received_at (i64), first_seq (u64), count (u32), count × (length u32, JSON bytes) |
+//! | 1 batch (read only) | tenant, thread, agent (u8 0/1 then string), received_at (i64), first_seq (u64), count (u32), count × (length u32, JSON bytes) |
+//! | 8 framed batch | tenant, thread, agent, received_at (i64), first_seq (u64), count (u32), codec (u8), body length (u32), body CRC-32 (u32), frame data (length u32, bytes): a frame of `agui_store::frame`, the codec every durable backend stores |
 //! | 2 checkpoint | tenant, thread, run, blob length (u32), blob |
 //! | 3 delete thread | tenant, thread |
 //! | 4 interrupted | time (i64): every run still running becomes interrupted |
 //! | 5 checkpoint removed | tenant, thread, run |
 //! | 6 channel | tenant, thread, agent, updated_at (i64), state (JSON object text) |
+//! | 7 rename | tenant, old thread id, new thread id |
 
 use agui_protocol::Event;
+use agui_store::frame;
 
 use crate::error::FileError;
 
@@ -29,6 +32,7 @@ pub const INTERRUPTED: u8 = 4;
 pub const UNCHECKPOINT: u8 = 5;
 pub const CHANNEL: u8 = 6;
 pub const RENAME: u8 = 7;
+pub const FRAMED_BATCH: u8 = 8;
 
 /// Builds a payload.
 #[derive(Default)]
@@ -166,40 +170,51 @@ pub struct Batch<'a> {
     pub agent: Option<&'a str>,
     pub received_at: i64,
     pub first_seq: u64,
-    pub events: Vec<&'a str>,
+    pub events: Vec<Event>,
 }
 
-/// Encodes a batch record (framed).
+/// True for the kinds [`decode_batch`] reads.
+pub fn is_batch(kind: u8) -> bool {
+    kind == BATCH || kind == FRAMED_BATCH
+}
+
+/// Encodes a batch record (framed), its events as a frame of
+/// `agui_store::frame` (`data`, made by [`frame::encode`] before any lock
+/// is taken).
 pub fn encode_batch(
     tenant: &str,
     thread: &str,
     agent: Option<&str>,
     received_at: i64,
     first_seq: u64,
-    events: &[Event],
+    count: usize,
+    data: &frame::Frame,
 ) -> Result<Vec<u8>, FileError> {
-    let total: usize = events.iter().map(|e| 4 + e.len_bytes()).sum();
-    if total > MAX_PAYLOAD {
+    if data.data.len() > MAX_PAYLOAD - 1024 || count > u32::MAX as usize {
         return Err(FileError::TooLarge);
     }
-    let mut w = Writer::new(BATCH);
-    w.buf.reserve(total + tenant.len() + thread.len() + 64);
+    let mut w = Writer::new(FRAMED_BATCH);
+    w.buf
+        .reserve(data.data.len() + tenant.len() + thread.len() + 64);
     w.str(tenant)
         .str(thread)
         .opt_str(agent)
         .i64(received_at)
         .u64(first_seq)
-        .u32(events.len() as u32);
-    for e in events {
-        w.str(e.json());
-    }
+        .u32(count as u32);
+    // Codec numbers are small (see `agui_store::frame`).
+    w.buf.push(data.codec as u8);
+    w.u32(data.raw_len).u32(data.crc).bytes(&data.data);
     w.frame()
 }
 
-/// Decodes a batch payload (kind byte included).
+/// Decodes a batch payload (kind byte included), either kind, into its
+/// events: a framed batch through `agui_store::frame` (no JSON parse for
+/// known types), an old one by reading each event's text.
 pub fn decode_batch(payload: &[u8]) -> Result<Batch<'_>, FileError> {
     let mut r = Reader::new(payload);
-    if r.u8()? != BATCH {
+    let kind = r.u8()?;
+    if !is_batch(kind) {
         return Err(FileError::Malformed("not a batch record"));
     }
     let tenant = r.str()?;
@@ -208,11 +223,25 @@ pub fn decode_batch(payload: &[u8]) -> Result<Batch<'_>, FileError> {
     let received_at = r.i64()?;
     let first_seq = r.u64()?;
     let n = r.u32()? as usize;
-    let mut events = Vec::with_capacity(n.min(payload.len() / 4));
-    for _ in 0..n {
-        events.push(r.str()?);
-    }
-    r.end()?;
+    let events = if kind == FRAMED_BATCH {
+        let codec = i64::from(r.u8()?);
+        let (raw_len, crc) = (i64::from(r.u32()?), i64::from(r.u32()?));
+        let data = r.bytes()?;
+        r.end()?;
+        frame::decode(codec, Some(raw_len), Some(crc), data.to_vec(), n as u64)
+            .map_err(|_| FileError::Malformed("a batch frame does not decode"))?
+    } else {
+        let mut events = Vec::with_capacity(n.min(payload.len() / 4));
+        for _ in 0..n {
+            let text = r.str()?;
+            events.push(
+                Event::from_json(text)
+                    .map_err(|_| FileError::Malformed("a stored event is not an event"))?,
+            );
+        }
+        r.end()?;
+        events
+    };
     Ok(Batch {
         tenant,
         thread,
@@ -261,7 +290,8 @@ mod tests {
             Event::from_json(r#"{"type":"CUSTOM","name":"a","value":1}"#).unwrap(),
             Event::from_json(r#"{"type":"RUN_STARTED","threadId":"t","runId":"r"}"#).unwrap(),
         ];
-        let framed = encode_batch("ten", "th\0/..", Some("ag"), -7, 42, &events).unwrap();
+        let data = frame::encode(&events).unwrap();
+        let framed = encode_batch("ten", "th\0/..", Some("ag"), -7, 42, 2, &data).unwrap();
         let Frame::Ok(payload, n) = read_frame(&framed) else {
             panic!("a fresh frame reads back")
         };
@@ -272,7 +302,8 @@ mod tests {
             ("ten", "th\0/..", Some("ag"))
         );
         assert_eq!((b.received_at, b.first_seq), (-7, 42));
-        assert_eq!(b.events, [events[0].json(), events[1].json()]);
+        let texts: Vec<&str> = b.events.iter().map(Event::json).collect();
+        assert_eq!(texts, [events[0].json(), events[1].json()]);
         for i in 0..framed.len() {
             let mut d = framed.clone();
             d[i] ^= 0x10;
@@ -296,5 +327,32 @@ mod tests {
         ] {
             assert!(decode_batch(bad).is_err());
         }
+    }
+
+    /// Batch records written before frames (kind 1: each event's text)
+    /// still read back.
+    #[test]
+    fn old_batch_records_read_back() {
+        let events = [
+            r#"{"type":"RUN_STARTED","threadId":"t","runId":"r"}"#,
+            r#"{"type":"MY_TYPE","x":[1,2]}"#,
+        ];
+        let mut w = Writer::new(BATCH);
+        w.str("ten").str("th").opt_str(None).i64(5).u64(1).u32(2);
+        for e in events {
+            w.str(e);
+        }
+        let framed = w.frame().unwrap();
+        let Frame::Ok(payload, _) = read_frame(&framed) else {
+            panic!("a fresh frame reads back")
+        };
+        let b = decode_batch(payload).unwrap();
+        let texts: Vec<&str> = b.events.iter().map(Event::json).collect();
+        assert_eq!(texts, events);
+        assert_eq!(b.events[1].type_name(), "MY_TYPE");
+        let mut bad = payload.to_vec();
+        let at = bad.len() - 3;
+        bad[at] = b'{';
+        assert!(decode_batch(&bad).is_err());
     }
 }

@@ -266,15 +266,10 @@ impl State {
             return Err(ReplayError("a damaged record in the middle of the log"));
         }
         match kind {
-            record::BATCH => {
+            record::BATCH | record::FRAMED_BATCH => {
                 let b = record::decode_batch(payload)
                     .map_err(|_| ReplayError("a batch record does not decode"))?;
-                let events = b
-                    .events
-                    .iter()
-                    .map(|t| Event::from_json(t))
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(|_| ReplayError("a stored event is not an event"))?;
+                let events = b.events;
                 let plan = self
                     .plan(
                         b.tenant,

@@ -10,8 +10,9 @@
 //!   log, updated by every append, so appends to one thread serialize on its
 //!   row lock while other threads proceed), `chunks` (one row per appended
 //!   batch of up to 1,024 events, primary key (thread, first sequence): the
-//!   exact JSON bytes framed, zstd-compressed when that pays, with a CRC-32;
-//!   see `chunk.rs`), `runs` (the run index, maintained with
+//!   batch codec of `agui_store::frame`: each event's type code and exact
+//!   JSON bytes, zstd-compressed over the shipped dictionary when that
+//!   pays, with a CRC-32), `runs` (the run index, maintained with
 //!   `agui_store::index`; indexes by thread, start time, parent run),
 //!   `checkpoints`. Ids are `bytea`, so any string (NUL included)
 //!   round-trips. Schema version 1 kept one row per event; migration 2 turns
@@ -65,7 +66,6 @@
 //!   that connection) drop it.
 //! - **Errors** map onto the portable kinds; `Display` never shows SQL.
 
-mod chunk;
 mod error;
 mod schema;
 
@@ -77,6 +77,7 @@ use std::time::Duration;
 
 use agui_protocol::Event;
 use agui_store::cursor::{run_page, thread_page};
+use agui_store::frame;
 use agui_store::index::{BatchPlan, ThreadHead, named_parents, plan_batch};
 use agui_store::subscribe::{EventStream, Hub, PageReader, catch_up_then_live};
 use agui_store::{
@@ -423,14 +424,15 @@ impl AppendParams {
             ),
         };
         let mut first = plan.first_seq;
-        for part in events.chunks(chunk::CHUNK_EVENTS) {
-            let c = chunk::encode(part)?;
+        for part in events.chunks(frame::CHUNK_EVENTS) {
+            let c = frame::encode(part)?;
             let last = first + part.len() as u64 - 1;
             p.c_first.push(to_i64(first)?);
             p.c_last.push(to_i64(last)?);
-            p.c_codec.push(c.codec);
-            p.c_len.push(c.raw_len);
-            p.c_crc.push(c.crc);
+            // Codec numbers are small (see `agui_store::frame`).
+            p.c_codec.push(c.codec as i16);
+            p.c_len.push(i64::from(c.raw_len));
+            p.c_crc.push(i64::from(c.crc));
             p.c_data.push(c.data);
             first = last + 1;
         }
@@ -708,8 +710,8 @@ impl PgStore {
             }
             expect = Some(last + 1);
             let received_at = Timestamp(get(&row, 3)?);
-            let decoded = chunk::decode(
-                get(&row, 4)?,
+            let decoded = frame::decode(
+                i64::from(get::<i16>(&row, 4)?),
                 get(&row, 5)?,
                 get(&row, 6)?,
                 get(&row, 7)?,

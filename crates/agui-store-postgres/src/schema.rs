@@ -66,7 +66,7 @@ CREATE TABLE flushes (id INT PRIMARY KEY, at BIGINT NOT NULL);
 INSERT INTO flushes VALUES (1, 0);
 "#,
     // 2: events move from one row each to one row per appended batch
-    // (`chunk.rs`): one index entry and one compressed body per batch.
+    // (`agui_store::frame`): one index entry and one compressed body per batch.
     // Version 1 rows become one-event chunks under the legacy codecs (10
     // plain, 11 zstd), read back as before.
     r#"

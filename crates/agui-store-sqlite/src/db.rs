@@ -24,17 +24,6 @@ CREATE TABLE IF NOT EXISTS threads (
 );
 CREATE INDEX IF NOT EXISTS threads_by_activity ON threads (tenant, updated_at DESC, thread);
 CREATE INDEX IF NOT EXISTS threads_by_agent ON threads (tenant, agent, updated_at DESC, thread);
-CREATE TABLE IF NOT EXISTS chunks (
-    thread_id   INTEGER NOT NULL,
-    first_seq   INTEGER NOT NULL,
-    last_seq    INTEGER NOT NULL,
-    received_at INTEGER NOT NULL,
-    codec       INTEGER NOT NULL,
-    raw_len     INTEGER NOT NULL,
-    crc         INTEGER NOT NULL,
-    data        BLOB NOT NULL,
-    PRIMARY KEY (thread_id, first_seq)
-) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS runs (
     thread_id     INTEGER NOT NULL,
     run_id        BLOB NOT NULL,
@@ -68,8 +57,73 @@ CREATE TABLE IF NOT EXISTS channels (
     PRIMARY KEY (thread_id, agent)
 );
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-INSERT OR IGNORE INTO meta (key, value) VALUES ('schema', 'agui-store-sqlite/1');
 ";
+
+/// The schema version this code writes.
+const VERSION: &str = "agui-store-sqlite/2";
+/// The version before it, still read and upgraded by a writer's open.
+const VERSION_1: &str = "agui-store-sqlite/1";
+
+/// The batches (one row per frame of `agui_store::frame`), schema 2: a rowid
+/// table with a unique index. Schema 1 made it `WITHOUT ROWID`, where a row
+/// of more than about 1 KB (a 4 KiB page's index-leaf limit) spills into an
+/// overflow page of its own: a 1.7 KB compressed batch took about 4.5 KB on
+/// disk. A rowid table keeps rows of up to about 4 KB in its leaf pages.
+const CHUNKS: &str = "
+CREATE TABLE chunks (
+    thread_id   INTEGER NOT NULL,
+    first_seq   INTEGER NOT NULL,
+    last_seq    INTEGER NOT NULL,
+    received_at INTEGER NOT NULL,
+    codec       INTEGER NOT NULL,
+    raw_len     INTEGER NOT NULL,
+    crc         INTEGER NOT NULL,
+    data        BLOB NOT NULL
+);
+CREATE UNIQUE INDEX chunks_by_seq ON chunks (thread_id, first_seq);
+";
+
+/// Creates the schema of a new database, or upgrades a schema-1 one (its
+/// batches copied into the schema-2 table, in one transaction: a crash
+/// leaves schema 1 whole). `Unsupported` for any other version.
+fn create_or_upgrade(conn: &Connection) -> Result<(), StoreError> {
+    conn.execute_batch(SCHEMA)
+        .map_err(|e| map(e, "create the schema"))?;
+    let version: Option<String> = conn
+        .query_row("SELECT value FROM meta WHERE key = 'schema'", [], |r| {
+            r.get(0)
+        })
+        .map(Some)
+        .or_else(|e| match e {
+            rusqlite::Error::QueryReturnedNoRows => Ok(None),
+            e => Err(map(e, "read the schema version")),
+        })?;
+    let (before, after) = match version.as_deref() {
+        Some(VERSION) => return Ok(()),
+        None => ("", ""),
+        // Schema 2's table is created once schema 1's is renamed away.
+        Some(VERSION_1) => (
+            "ALTER TABLE chunks RENAME TO chunks_1;",
+            "INSERT INTO chunks SELECT thread_id, first_seq, last_seq, received_at, codec,
+                 raw_len, crc, data FROM chunks_1 ORDER BY thread_id, first_seq;
+             DROP TABLE chunks_1;",
+        ),
+        Some(_) => {
+            return Err(StoreError::new(
+                ErrorKind::Unsupported,
+                "the database was written by another version of the store",
+            ));
+        }
+    };
+    let sql = format!(
+        "BEGIN IMMEDIATE; {before} {CHUNKS} {after}
+         INSERT OR REPLACE INTO meta (key, value) VALUES ('schema', '{VERSION}'); COMMIT;"
+    );
+    conn.execute_batch(&sql).map_err(|e| {
+        let _ = conn.execute_batch("ROLLBACK");
+        map(e, "create or upgrade the schema")
+    })
+}
 
 /// Opens a connection with the store's pragmas. `write` connections create
 /// the file and the schema.
@@ -90,19 +144,7 @@ pub fn connect(path: &Path, write: bool) -> Result<Connection, StoreError> {
             .map_err(|e| map(e, "be opened"))?;
         conn.pragma_update(None, "synchronous", "NORMAL")
             .map_err(|e| map(e, "be opened"))?;
-        conn.execute_batch(SCHEMA)
-            .map_err(|e| map(e, "create the schema"))?;
-        let version: String = conn
-            .query_row("SELECT value FROM meta WHERE key = 'schema'", [], |r| {
-                r.get(0)
-            })
-            .map_err(|e| map(e, "read the schema version"))?;
-        if version != "agui-store-sqlite/1" {
-            return Err(StoreError::new(
-                ErrorKind::Unsupported,
-                "the database was written by another version of the store",
-            ));
-        }
+        create_or_upgrade(&conn)?;
     }
     conn.pragma_update(None, "cache_size", -32_768)
         .map_err(|e| map(e, "be opened"))?;
@@ -137,7 +179,7 @@ pub fn probe_read_only(path: &Path) -> Result<(), StoreError> {
             ErrorKind::NotFound,
             "the SQLite database holds no agui store",
         )),
-        Some("agui-store-sqlite/1") => Ok(()),
+        Some(VERSION | VERSION_1) => Ok(()),
         Some(_) => Err(StoreError::new(
             ErrorKind::Unsupported,
             "the database was written by another version of the store",

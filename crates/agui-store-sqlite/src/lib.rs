@@ -6,9 +6,13 @@
 //!   in its own savepoint; readers use a small pool of read-only connections
 //!   on blocking threads, so reads never wait for writes.
 //! - Each appended batch is stored as one chunk row (up to 1,024 events per
-//!   row), zstd-compressed when that saves at least an eighth, with a CRC-32.
+//!   row) in the batch codec of `agui_store::frame`: each event's type code
+//!   and exact text, zstd-compressed over the shipped dictionary when that
+//!   saves at least an eighth, with a CRC-32; read back without parsing.
 //! - Tables: `threads` (indexed by tenant and activity, and by agent),
-//!   `chunks` (thread, first sequence), `runs` (thread and run, thread and
+//!   `chunks` (a rowid table, unique by thread and first sequence: schema 2;
+//!   a writer's open upgrades a schema-1 file, whose `WITHOUT ROWID` table
+//!   spilled every row of over about 1 KB into an overflow page), `runs` (thread and run, thread and
 //!   sequence, tenant and parent run, tenant and start time, running runs),
 //!   `checkpoints`.
 //!
@@ -22,7 +26,6 @@
 //! Requests grouped in one transaction share one fsync: the group is `FULL`
 //! when any of them needs it.
 
-mod chunk;
 mod db;
 mod lock;
 mod writer;
@@ -33,6 +36,7 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
 
 use agui_store::cursor::{run_page, thread_page};
+use agui_store::frame;
 use agui_store::subscribe::{EventStream, Hub, subscribe_reading};
 use agui_store::{
     AppendRequest, Backend, CheckpointChain, Committed, EventPage, Result, RunFilter, RunPage,
@@ -274,15 +278,11 @@ fn read_page(
             }
             expect = Some(last + 1);
             let received_at = Timestamp(row.get(2).map_err(|e| map(e, "read events"))?);
-            let data = row
-                .get_ref(6)
-                .and_then(|v| v.as_blob().map_err(Into::into))
-                .map_err(|e| map(e, "read events"))?;
-            let decoded = chunk::decode(
+            let decoded = frame::decode(
                 row.get(3).map_err(|e| map(e, "read events"))?,
                 row.get(4).map_err(|e| map(e, "read events"))?,
                 row.get(5).map_err(|e| map(e, "read events"))?,
-                data,
+                row.get(6).map_err(|e| map(e, "read events"))?,
                 last - first + 1,
             )?;
             EventPage::push_batch(&mut events, decoded, first, received_at, from, limit);

@@ -7,6 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::mpsc;
 
+use agui_store::frame;
 use agui_store::index::{BatchPlan, ThreadHead, plan_batch};
 use agui_store::subscribe::Hub;
 use agui_store::{
@@ -16,11 +17,8 @@ use agui_store::{
 use rusqlite::{Connection, OptionalExtension, params};
 use tokio::sync::oneshot;
 
-use crate::chunk;
 use crate::db::{self, map, status_code, status_from};
 
-/// Events per chunk row (a batch larger than this spans several rows).
-const CHUNK_EVENTS: usize = 1024;
 /// Requests grouped into one transaction at most.
 const GROUP: usize = 512;
 /// Thread heads kept in memory at most.
@@ -450,8 +448,8 @@ impl Writer {
             }
         };
         let mut seq = plan.first_seq;
-        for part in req.events.chunks(CHUNK_EVENTS) {
-            let c = chunk::encode(part)?;
+        for part in req.events.chunks(frame::CHUNK_EVENTS) {
+            let c = frame::encode(part)?;
             let last = seq + part.len() as u64 - 1;
             conn.prepare_cached(
                 "INSERT INTO chunks (thread_id, first_seq, last_seq, received_at, codec,

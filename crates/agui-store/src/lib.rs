@@ -35,6 +35,7 @@ pub mod channel;
 pub mod check;
 pub mod checkpoint;
 pub mod cursor;
+pub mod frame;
 pub mod index;
 pub mod memory;
 pub mod migrate;

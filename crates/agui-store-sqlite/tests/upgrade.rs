@@ -1,0 +1,163 @@
+//! A database of schema 1 (batches in a `WITHOUT ROWID` table, bodies
+//! without type codes) opens read-only as it is, and a writer's open
+//! upgrades it to schema 2 in place: every event reads back unchanged,
+//! appends go on, and the file shrinks once batches are stored the new way.
+
+use agui_store::sample::{full_run, realistic_run};
+use agui_store::{AppendRequest, Store};
+use agui_store_sqlite::SqliteStore;
+use rusqlite::{Connection, params};
+
+const T: &str = "t";
+
+fn texts(events: &[agui_store::StoredEvent]) -> Vec<String> {
+    events.iter().map(|e| e.event.json().to_owned()).collect()
+}
+
+/// Rewrites a schema-2 database as schema 1 wrote it: the `WITHOUT ROWID`
+/// table, and each body re-framed without type codes (codec 0, or 1 when
+/// zstd level 1 saves an eighth), as the store of before wrote them.
+fn downgrade_to_schema_1(path: &std::path::Path) {
+    let c = Connection::open(path).unwrap();
+    let rows: Vec<(i64, i64, i64, i64, Vec<u8>)> = {
+        let mut st = c
+            .prepare("SELECT thread_id, first_seq, last_seq, received_at, data FROM chunks")
+            .unwrap();
+        st.query_map([], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+    };
+    let mut bodies = Vec::new();
+    {
+        let mut st = c
+            .prepare("SELECT codec, raw_len, crc, data, last_seq - first_seq + 1 FROM chunks")
+            .unwrap();
+        let all: Vec<(i64, i64, i64, Vec<u8>, i64)> = st
+            .query_map([], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+            })
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        for (codec, len, crc, data, n) in all {
+            let events =
+                agui_store::frame::decode(codec, Some(len), Some(crc), data, n as u64).unwrap();
+            let mut body = Vec::new();
+            for e in &events {
+                body.extend_from_slice(&(e.len_bytes() as u32).to_le_bytes());
+                body.extend_from_slice(e.json().as_bytes());
+            }
+            bodies.push(body);
+        }
+    }
+    c.execute_batch(
+        "DROP TABLE chunks;
+         CREATE TABLE chunks (
+            thread_id INTEGER NOT NULL, first_seq INTEGER NOT NULL, last_seq INTEGER NOT NULL,
+            received_at INTEGER NOT NULL, codec INTEGER NOT NULL, raw_len INTEGER NOT NULL,
+            crc INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (thread_id, first_seq)
+         ) WITHOUT ROWID;
+         UPDATE meta SET value = 'agui-store-sqlite/1' WHERE key = 'schema';",
+    )
+    .unwrap();
+    for ((thread, first, last, at, _), body) in rows.into_iter().zip(bodies) {
+        let crc = i64::from(crc32fast::hash(&body));
+        let z = zstd::bulk::compress(&body, 1).unwrap();
+        let (codec, data) = if z.len() < body.len() - body.len() / 8 {
+            (1i64, z)
+        } else {
+            (0, body.clone())
+        };
+        c.execute(
+            "INSERT INTO chunks VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            params![thread, first, last, at, codec, body.len() as i64, crc, data],
+        )
+        .unwrap();
+    }
+}
+
+fn schema(path: &std::path::Path) -> (String, String) {
+    let c = Connection::open(path).unwrap();
+    let version = c
+        .query_row("SELECT value FROM meta WHERE key = 'schema'", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    let sql = c
+        .query_row(
+            "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'chunks'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    (version, sql)
+}
+
+#[tokio::test]
+async fn a_schema_1_database_reads_as_it_is_and_a_writer_upgrades_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.db");
+    let s = Store::new(SqliteStore::open_path(&path).await.unwrap());
+    let mut parent = None;
+    for k in 0..5 {
+        let run = format!("r{k}");
+        let mut events = realistic_run("th", &run, parent.as_deref(), 300);
+        if k == 4 {
+            // An event of a type the codec has no code for.
+            events.insert(
+                1,
+                agui_store::sample::event(serde_json::json!({"type":"MY_OWN","x":1})),
+            );
+        }
+        for batch in events.chunks(37) {
+            s.append(T, "th", AppendRequest::new(batch.to_vec()))
+                .await
+                .unwrap();
+        }
+        parent = Some(run);
+    }
+    let want = texts(&s.read_range(T, "th", 1, u64::MAX).await.unwrap());
+    let restored = s.restore(T, "th", "r4").await.unwrap().json;
+    s.close().await.unwrap();
+    drop(s);
+
+    downgrade_to_schema_1(&path);
+    assert_eq!(schema(&path).0, "agui-store-sqlite/1");
+
+    // Read-only: as it is, nothing changed.
+    let r = Store::new(SqliteStore::open_read_only(&path).await.unwrap());
+    assert_eq!(
+        texts(&r.read_range(T, "th", 1, u64::MAX).await.unwrap()),
+        want
+    );
+    r.close().await.unwrap();
+    drop(r);
+    let (version, sql) = schema(&path);
+    assert_eq!(version, "agui-store-sqlite/1");
+    assert!(sql.contains("WITHOUT ROWID"), "{sql}");
+
+    // A writer upgrades.
+    let s = Store::new(SqliteStore::open_path(&path).await.unwrap());
+    let (version, sql) = schema(&path);
+    assert_eq!(version, "agui-store-sqlite/2");
+    assert!(!sql.contains("WITHOUT ROWID"), "{sql}");
+    assert_eq!(
+        texts(&s.read_range(T, "th", 1, u64::MAX).await.unwrap()),
+        want
+    );
+    assert_eq!(s.restore(T, "th", "r4").await.unwrap().json, restored);
+    // Old rows and new ones side by side.
+    let more = full_run("th", "r5", Some("r4"), "more");
+    let n_more = more.len();
+    s.append(T, "th", AppendRequest::new(more)).await.unwrap();
+    let after = texts(&s.read_range(T, "th", 1, u64::MAX).await.unwrap());
+    assert_eq!(&after[..want.len()], &want[..]);
+    assert_eq!(after.len(), want.len() + n_more);
+    let report = agui_store::check::check_store(&s, |_| {}).await.unwrap();
+    assert!(report.is_clean(), "{:?}", report.damage);
+    assert_eq!(report.events, after.len() as u64);
+    s.close().await.unwrap();
+}

@@ -1,0 +1,504 @@
+//! The batch codec: how every durable backend stores the events of one
+//! appended batch (SQLite and PostgreSQL as one row, the file store as one
+//! record). One codec, so that backends cannot drift apart.
+//!
+//! A frame is a body plus what checks it: the codec, the body's raw length
+//! and its CRC-32. The typed body (codecs [`TYPED`] and [`TYPED_ZSTD`]) is,
+//! for each event:
+//!
+//! | bytes | what |
+//! | --- | --- |
+//! | 1 | type code: 1 to 31 for the protocol's known types ([`type_code`]), 0 for any other `type` |
+//! | 4 | length of the event's JSON text (u32, little endian) |
+//! | n | the event's exact JSON text |
+//!
+//! Reading a typed body parses no JSON: once the CRC-32 over the whole body
+//! holds, each event is its text and its type code
+//! ([`Event::from_checked_storage`]); only an event of an unknown type (code
+//! 0) is read with [`Event::from_json`] to learn its `type`.
+//!
+//! [`TYPED_ZSTD`] bodies are compressed with zstd at level [`LEVEL`] over a
+//! dictionary shipped with this crate (`frame/agui-events-v1.zdict`, trained
+//! on the generated AG-UI corpus of `agui-testkit`: every profile's key
+//! names, types and shapes; see `frame/README.md`). A gateway's batches are a
+//! few events each, and a dictionary is what makes those small bodies
+//! compress (measured in `crates/agui-store/BENCHMARK.md`). The dictionary is
+//! part of the stored format: it never changes; a better one would get a new
+//! codec number. A body is stored compressed only when that saves at least
+//! an eighth.
+//!
+//! Older codecs stay readable: [`PLAIN`] and [`ZSTD`] (length-prefixed texts
+//! without type codes, zstd level 1 without a dictionary, every event parsed
+//! on read), and PostgreSQL's schema-1 rows of one event each
+//! ([`LEGACY_PLAIN`], [`LEGACY_ZSTD`]).
+
+use std::cell::RefCell;
+use std::sync::OnceLock;
+
+use agui_protocol::{Event, EventType};
+use zstd::dict::{DecoderDictionary, EncoderDictionary};
+
+use crate::error::{Result, StoreError};
+
+/// Untyped body, stored as is (written before type codes; read only).
+pub const PLAIN: i64 = 0;
+/// Untyped body, zstd level 1 without a dictionary (read only).
+pub const ZSTD: i64 = 1;
+/// Typed body, stored as is.
+pub const TYPED: i64 = 2;
+/// Typed body, zstd with the shipped dictionary (`agui-events-v1`).
+pub const TYPED_ZSTD: i64 = 3;
+/// PostgreSQL schema-1 row: one event's JSON, as is, no checksum (read only).
+pub const LEGACY_PLAIN: i64 = 10;
+/// PostgreSQL schema-1 row: one event's JSON, zstd, no checksum (read only).
+pub const LEGACY_ZSTD: i64 = 11;
+
+/// The zstd level of [`TYPED_ZSTD`] bodies (chosen by measurement: see
+/// `crates/agui-store/BENCHMARK.md`).
+pub const LEVEL: i32 = 3;
+
+/// Events per frame at most: a larger batch spans several frames (rows).
+pub const CHUNK_EVENTS: usize = 1024;
+
+/// No body is larger than this (PostgreSQL's field limit; a damaged length
+/// must never make a reader allocate without bound).
+pub const MAX_BODY: usize = 1 << 30;
+
+/// Bodies shorter than this are stored as they are.
+const COMPRESS_FROM: usize = 48;
+
+/// The shipped dictionary of [`TYPED_ZSTD`].
+const DICTIONARY: &[u8] = include_bytes!("frame/agui-events-v1.zdict");
+
+/// The stored type codes, index + 1 (0 is "another type"). Part of the
+/// stored format: append only, never reorder.
+const TYPE_CODES: [&str; 31] = [
+    "RUN_STARTED",
+    "RUN_FINISHED",
+    "RUN_ERROR",
+    "STEP_STARTED",
+    "STEP_FINISHED",
+    "TEXT_MESSAGE_START",
+    "TEXT_MESSAGE_CONTENT",
+    "TEXT_MESSAGE_END",
+    "TEXT_MESSAGE_CHUNK",
+    "TOOL_CALL_START",
+    "TOOL_CALL_ARGS",
+    "TOOL_CALL_END",
+    "TOOL_CALL_CHUNK",
+    "TOOL_CALL_RESULT",
+    "STATE_SNAPSHOT",
+    "STATE_DELTA",
+    "MESSAGES_SNAPSHOT",
+    "ACTIVITY_SNAPSHOT",
+    "ACTIVITY_DELTA",
+    "RAW",
+    "CUSTOM",
+    "REASONING_START",
+    "REASONING_MESSAGE_START",
+    "REASONING_MESSAGE_CONTENT",
+    "REASONING_MESSAGE_END",
+    "REASONING_MESSAGE_CHUNK",
+    "REASONING_END",
+    "REASONING_ENCRYPTED_VALUE",
+    "SUBAGENT_STARTED",
+    "SUBAGENT_FINISHED",
+    "SUBAGENT_ERROR",
+];
+
+/// The stored code of an event type: its place in [`EventType::KNOWN`] + 1,
+/// which a test holds equal to the fixed table above; 0 for an unknown type.
+pub fn type_code(ty: &EventType) -> u8 {
+    match ty {
+        EventType::Unknown(_) => 0,
+        known => EventType::KNOWN
+            .iter()
+            .position(|k| k == known)
+            .filter(|&i| i < TYPE_CODES.len())
+            .map_or(0, |i| i as u8 + 1),
+    }
+}
+
+/// One encoded frame, ready to store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frame {
+    /// How `data` is to be read ([`TYPED`] or [`TYPED_ZSTD`] when written).
+    pub codec: i64,
+    /// Length of the typed body.
+    pub raw_len: u32,
+    /// CRC-32 of the typed body.
+    pub crc: u32,
+    /// The stored bytes.
+    pub data: Vec<u8>,
+}
+
+fn damaged(why: &str) -> StoreError {
+    StoreError::corrupt(format!("a stored batch is damaged: {why}"))
+}
+
+fn encoder_dictionary() -> &'static EncoderDictionary<'static> {
+    static D: OnceLock<EncoderDictionary<'static>> = OnceLock::new();
+    D.get_or_init(|| EncoderDictionary::copy(DICTIONARY, LEVEL))
+}
+
+fn decoder_dictionary() -> &'static DecoderDictionary<'static> {
+    static D: OnceLock<DecoderDictionary<'static>> = OnceLock::new();
+    D.get_or_init(|| DecoderDictionary::copy(DICTIONARY))
+}
+
+thread_local! {
+    /// Contexts reused across calls (making one costs more than compressing
+    /// a small batch).
+    static COMPRESSOR: RefCell<Option<zstd::bulk::Compressor<'static>>> =
+        const { RefCell::new(None) };
+    static DECOMPRESSOR: RefCell<Option<zstd::bulk::Decompressor<'static>>> =
+        const { RefCell::new(None) };
+    static PLAIN_DECOMPRESSOR: RefCell<Option<zstd::bulk::Decompressor<'static>>> =
+        const { RefCell::new(None) };
+}
+
+fn compress(body: &[u8]) -> Option<Vec<u8>> {
+    use zstd::zstd_safe::CParameter;
+    COMPRESSOR.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.is_none() {
+            let mut new =
+                zstd::bulk::Compressor::with_prepared_dictionary(encoder_dictionary()).ok()?;
+            // Our own header holds the length and a checksum, and the codec
+            // names the dictionary.
+            new.set_parameter(CParameter::ContentSizeFlag(false)).ok()?;
+            new.set_parameter(CParameter::ChecksumFlag(false)).ok()?;
+            new.set_parameter(CParameter::DictIdFlag(false)).ok()?;
+            *c = Some(new);
+        }
+        c.as_mut()?.compress(body).ok()
+    })
+}
+
+fn decompress(data: &[u8], len: usize, dictionary: bool) -> Result<Vec<u8>> {
+    let cell = if dictionary {
+        &DECOMPRESSOR
+    } else {
+        &PLAIN_DECOMPRESSOR
+    };
+    cell.with(|d| {
+        let mut d = d.borrow_mut();
+        if d.is_none() {
+            *d = if dictionary {
+                zstd::bulk::Decompressor::with_prepared_dictionary(decoder_dictionary()).ok()
+            } else {
+                zstd::bulk::Decompressor::new().ok()
+            };
+        }
+        d.as_mut()?.decompress(data, len).ok()
+    })
+    .ok_or_else(|| damaged("decompression"))
+}
+
+/// Frames a batch of at most [`CHUNK_EVENTS`] events (more are allowed but
+/// make one large frame) and compresses it when that pays. `Invalid` when
+/// the body would exceed [`MAX_BODY`].
+pub fn encode(events: &[Event]) -> Result<Frame> {
+    let len: usize = events.iter().map(|e| 5 + e.len_bytes()).sum();
+    if len > MAX_BODY {
+        return Err(StoreError::invalid(
+            "a batch is larger than the 1 GiB a stored batch can hold",
+        ));
+    }
+    let mut body = Vec::with_capacity(len);
+    for e in events {
+        body.push(type_code(e.event_type()));
+        // Fits: the whole body is at most 1 GiB.
+        body.extend_from_slice(&(e.len_bytes() as u32).to_le_bytes());
+        body.extend_from_slice(e.json().as_bytes());
+    }
+    let crc = crc32fast::hash(&body);
+    let raw_len = body.len() as u32;
+    let compressed = (body.len() >= COMPRESS_FROM)
+        .then(|| compress(&body))
+        .flatten()
+        .filter(|z| z.len() < body.len() - body.len() / 8);
+    Ok(match compressed {
+        Some(data) => Frame {
+            codec: TYPED_ZSTD,
+            raw_len,
+            crc,
+            data,
+        },
+        None => Frame {
+            codec: TYPED,
+            raw_len,
+            crc,
+            data: body,
+        },
+    })
+}
+
+/// Reads a stored frame back into its `count` events, checking the codec,
+/// the length, the checksum, the framing and the count. `raw_len` and `crc`
+/// are `None` only for the legacy one-event codecs, which have neither.
+/// Any mismatch is `Corrupt`.
+pub fn decode(
+    codec: i64,
+    raw_len: Option<i64>,
+    crc: Option<i64>,
+    data: Vec<u8>,
+    count: u64,
+) -> Result<Vec<Event>> {
+    let len = || {
+        raw_len
+            .and_then(|n| usize::try_from(n).ok())
+            .filter(|&n| n <= MAX_BODY)
+            .ok_or_else(|| damaged("length"))
+    };
+    let (body, typed) = match codec {
+        PLAIN => (data, false),
+        ZSTD => (decompress(&data, len()?, false)?, false),
+        TYPED => (data, true),
+        TYPED_ZSTD => (decompress(&data, len()?, true)?, true),
+        LEGACY_PLAIN | LEGACY_ZSTD => {
+            if count != 1 {
+                return Err(damaged("event count"));
+            }
+            return Ok(vec![legacy(codec, data)?]);
+        }
+        _ => return Err(damaged("unknown codec")),
+    };
+    let crc_ok = crc
+        .and_then(|c| u32::try_from(c).ok())
+        .is_some_and(|c| c == crc32fast::hash(&body));
+    if body.len() != len()? || !crc_ok {
+        return Err(damaged("checksum"));
+    }
+    let mut out = Vec::with_capacity(usize::try_from(count).unwrap_or(0).min(CHUNK_EVENTS));
+    let mut rest: &[u8] = &body;
+    while !rest.is_empty() {
+        let code = if typed {
+            let (&c, tail) = rest.split_first().ok_or_else(|| damaged("framing"))?;
+            rest = tail;
+            Some(c)
+        } else {
+            None
+        };
+        let Some((head, tail)) = rest.split_first_chunk::<4>() else {
+            return Err(damaged("framing"));
+        };
+        let n = u32::from_le_bytes(*head) as usize;
+        let Some(text) = tail.get(..n) else {
+            return Err(damaged("framing"));
+        };
+        let text = std::str::from_utf8(text).map_err(|_| damaged("not UTF-8"))?;
+        let event = match code {
+            Some(c @ 1..=31) => {
+                Event::from_checked_storage(text, EventType::KNOWN[usize::from(c) - 1].clone())
+            }
+            Some(0) | None => Event::from_json(text).map_err(|_| damaged("not an event"))?,
+            Some(_) => return Err(damaged("type code")),
+        };
+        out.push(event);
+        rest = &tail[n..];
+    }
+    if out.len() as u64 != count {
+        return Err(damaged("event count"));
+    }
+    Ok(out)
+}
+
+/// One event as PostgreSQL's schema 1 stored it.
+fn legacy(codec: i64, body: Vec<u8>) -> Result<Event> {
+    let bytes = if codec == LEGACY_ZSTD {
+        let size = zstd::zstd_safe::get_frame_content_size(&body)
+            .ok()
+            .flatten()
+            .and_then(|n| usize::try_from(n).ok())
+            .filter(|&n| n <= MAX_BODY)
+            .ok_or_else(|| damaged("length"))?;
+        decompress(&body, size, false)?
+    } else {
+        body
+    };
+    let json = String::from_utf8(bytes).map_err(|_| damaged("not UTF-8"))?;
+    Event::from_json_string(json).map_err(|_| damaged("not an event"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn events(n: usize) -> Vec<Event> {
+        (0..n)
+            .map(|i| {
+                let text = match i % 4 {
+                    0 => format!(
+                        r#"{{"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"word {i} and more"}}"#
+                    ),
+                    1 => format!(r#"{{"type":"STATE_DELTA","delta":[{{"op":"add","path":"/n","value":{i}}}]}}"#),
+                    2 => format!(r#"{{"type":"MY_OWN_TYPE","n":{i},"note":"kept as it is"}}"#),
+                    _ => format!(r#"{{"type":"RUN_STARTED","threadId":"t","runId":"r{i}"}}"#),
+                };
+                Event::from_json(&text).unwrap()
+            })
+            .collect()
+    }
+
+    fn texts(ev: &[Event]) -> Vec<&str> {
+        ev.iter().map(Event::json).collect()
+    }
+
+    fn back(f: &Frame, n: usize) -> Result<Vec<Event>> {
+        decode(
+            f.codec,
+            Some(i64::from(f.raw_len)),
+            Some(i64::from(f.crc)),
+            f.data.clone(),
+            n as u64,
+        )
+    }
+
+    #[test]
+    fn the_type_codes_are_the_protocol_order_and_never_move() {
+        assert_eq!(EventType::KNOWN.len(), TYPE_CODES.len());
+        for (i, wire) in TYPE_CODES.iter().enumerate() {
+            let ty = EventType::from_wire(wire);
+            assert_eq!(EventType::KNOWN[i], ty, "code {} is {wire}", i + 1);
+            assert_eq!(usize::from(type_code(&ty)), i + 1);
+        }
+        assert_eq!(type_code(&EventType::from_wire("NOT_A_TYPE")), 0);
+    }
+
+    /// The dictionary is part of the stored format (see `frame/README.md`).
+    #[test]
+    fn the_dictionary_never_changes() {
+        use sha2::{Digest, Sha256};
+        let hex: String = Sha256::digest(DICTIONARY)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(
+            hex,
+            "68e430f8565dc1d10f7357554fc7f4d85f1b718f3a727eff8f85b52cade0e43f"
+        );
+    }
+
+    #[test]
+    fn round_trips_typed_and_compressed_with_types_kept() {
+        let tiny = vec![Event::from_json(r#"{"type":"RAW","event":1}"#).unwrap()];
+        let f = encode(&tiny).unwrap();
+        assert_eq!(
+            f.codec, TYPED,
+            "a body under {COMPRESS_FROM} bytes is stored plain"
+        );
+        assert_eq!(texts(&back(&f, 1).unwrap()), texts(&tiny));
+        for n in [1, 2, 3, 300] {
+            let ev = events(n);
+            let f = encode(&ev).unwrap();
+            assert_eq!(f.codec, TYPED_ZSTD, "{n}");
+            let got = back(&f, n).unwrap();
+            assert_eq!(texts(&ev), texts(&got));
+            let types = |v: &[Event]| v.iter().map(|e| e.event_type().clone()).collect::<Vec<_>>();
+            assert_eq!(types(&ev), types(&got));
+        }
+    }
+
+    #[test]
+    fn the_dictionary_makes_small_batches_small() {
+        let ev = events(4);
+        let raw: usize = ev.iter().map(Event::len_bytes).sum();
+        let f = encode(&ev).unwrap();
+        assert_eq!(f.codec, TYPED_ZSTD);
+        assert!(f.data.len() * 2 < raw, "{} of {raw}", f.data.len());
+    }
+
+    #[test]
+    fn damage_is_detected() {
+        for n in [1, 300] {
+            let f = encode(&events(n)).unwrap();
+            let (len, crc) = (Some(i64::from(f.raw_len)), Some(i64::from(f.crc)));
+            let good = back(&f, n).unwrap();
+            for i in 0..f.data.len() {
+                let mut d = f.data.clone();
+                d[i] ^= 0x21;
+                // Damage is refused, or it touched only bytes that do not
+                // change what decompresses (a zstd header's window size):
+                // never different events.
+                if let Ok(got) = decode(f.codec, len, crc, d, n as u64) {
+                    assert_eq!(texts(&got), texts(&good), "flip at {i}");
+                }
+            }
+            let mut body = Vec::new();
+            for e in &good {
+                body.push(type_code(e.event_type()));
+                body.extend_from_slice(&(e.len_bytes() as u32).to_le_bytes());
+                body.extend_from_slice(e.json().as_bytes());
+            }
+            for i in (0..body.len()).step_by(3) {
+                let mut d = body.clone();
+                d[i] ^= 0x21;
+                assert!(
+                    decode(TYPED, len, crc, d, n as u64).is_err(),
+                    "plain flip at {i}"
+                );
+            }
+            let n = n as u64;
+            assert!(decode(f.codec, len, crc, f.data.clone(), n + 1).is_err());
+            assert!(decode(9, len, crc, f.data.clone(), n).is_err());
+            assert!(decode(f.codec, Some(-1), crc, f.data.clone(), n).is_err());
+            assert!(decode(f.codec, None, crc, f.data.clone(), n).is_err());
+            assert!(decode(f.codec, len, None, f.data.clone(), n).is_err());
+            let cut = f.data[..f.data.len() - 1].to_vec();
+            assert!(decode(f.codec, len, crc, cut, n).is_err());
+        }
+    }
+
+    #[test]
+    fn a_type_code_out_of_range_is_damage_even_with_a_good_checksum() {
+        let ev = events(1);
+        let mut body = vec![77u8];
+        body.extend_from_slice(&(ev[0].len_bytes() as u32).to_le_bytes());
+        body.extend_from_slice(ev[0].json().as_bytes());
+        let crc = i64::from(crc32fast::hash(&body));
+        let len = Some(body.len() as i64);
+        let err = decode(TYPED, len, Some(crc), body, 1).unwrap_err();
+        assert!(err.to_string().contains("type code"), "{err}");
+    }
+
+    /// The bodies written before type codes (SQLite and PostgreSQL rows,
+    /// codecs 0 and 1) read back unchanged.
+    #[test]
+    fn untyped_bodies_read_back() {
+        let ev = events(300);
+        let mut body = Vec::new();
+        for e in &ev {
+            body.extend_from_slice(&(e.len_bytes() as u32).to_le_bytes());
+            body.extend_from_slice(e.json().as_bytes());
+        }
+        let crc = Some(i64::from(crc32fast::hash(&body)));
+        let len = Some(body.len() as i64);
+        let got = decode(PLAIN, len, crc, body.clone(), 300).unwrap();
+        assert_eq!(texts(&ev), texts(&got));
+        let z = zstd::bulk::compress(&body, 1).unwrap();
+        let got = decode(ZSTD, len, crc, z, 300).unwrap();
+        assert_eq!(texts(&ev), texts(&got));
+    }
+
+    #[test]
+    fn legacy_rows_read_back() {
+        let small = r#"{"type":"CUSTOM","name":"n","value":1}"#;
+        let got = decode(LEGACY_PLAIN, None, None, small.as_bytes().to_vec(), 1).unwrap();
+        assert_eq!(got[0].json(), small);
+        let big = format!(
+            r#"{{"type":"CUSTOM","name":"n","value":"{}"}}"#,
+            "ab ".repeat(900)
+        );
+        let z = zstd::bulk::compress(big.as_bytes(), 1).unwrap();
+        let got = decode(LEGACY_ZSTD, None, None, z.clone(), 1).unwrap();
+        assert_eq!(got[0].json(), big);
+        let mut bad = z;
+        let mid = bad.len() / 2;
+        bad[mid] ^= 0x55;
+        bad.truncate(bad.len() - 3);
+        assert!(decode(LEGACY_ZSTD, None, None, bad, 1).is_err());
+        assert!(decode(LEGACY_PLAIN, None, None, vec![0xff, 0xfe], 1).is_err());
+        assert!(decode(LEGACY_PLAIN, None, None, small.as_bytes().to_vec(), 2).is_err());
+    }
+}
