@@ -212,7 +212,7 @@ fn check_finds_damage_in_the_file_store() {
     // `agui serve --repair` cuts the log at a damaged batch in the middle
     // and starts; what was before the damage is kept, and the store is
     // clean again.
-    let batches: Vec<(usize, usize, u8)> = recs.iter().copied().filter(|r| r.2 == 1).collect();
+    let batches: Vec<(usize, usize, u8)> = recs.iter().copied().filter(|r| r.2 == 8).collect(); // framed batch records
     assert!(batches.len() >= 3, "{batches:?}");
     let (off, _, _) = batches[1];
     let mut data = original.clone();

@@ -43,7 +43,8 @@
 //!
 //! | kind | payload |
 //! | --- | --- |
-//! | 1 batch | tenant, thread, agent (flag byte + string), receive time (i64 µs), first sequence number (u64), event count (u32), then each event's exact JSON text (u32 length + bytes) |
+//! | 1 batch (written before frames; still read) | tenant, thread, agent (flag byte + string), receive time (i64 µs), first sequence number (u64), event count (u32), then each event's exact JSON text (u32 length + bytes) |
+//! | 8 framed batch | tenant, thread, agent, receive time, first sequence number, event count, then the batch as a frame of `agui_store::frame` (codec: u8, body length: u32, body CRC-32: u32, data: u32 length + bytes): each event's type code and exact text, zstd-compressed over the shipped dictionary when that pays |
 //! | 2 checkpoint | tenant, thread, run, the checkpoint blob (u32 length + bytes) |
 //! | 3 thread deleted | tenant, thread |
 //! | 4 runs interrupted | time (i64 µs): every run still `running` became `interrupted` |
