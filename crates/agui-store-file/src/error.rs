@@ -27,6 +27,19 @@ pub enum FileError {
         /// What is wrong.
         why: &'static str,
     },
+    /// An intact record of a kind this version does not know: a newer
+    /// version of the store wrote it. Not damage: a repair never cuts it.
+    #[error(
+        "segment {segment:016x}, offset {offset}: a record of kind {kind}, which this version does not know"
+    )]
+    Newer {
+        /// The segment.
+        segment: u64,
+        /// The logical offset in the segment.
+        offset: u64,
+        /// The record's kind byte.
+        kind: u8,
+    },
     /// A payload is not shaped as its kind says.
     #[error("malformed record: {0}")]
     Malformed(&'static str),
@@ -72,7 +85,7 @@ impl FileError {
             FileError::TooLarge | FileError::BadUrl(_) => ErrorKind::Invalid,
             FileError::Locked(..) => ErrorKind::Unavailable,
             FileError::NoStore(_) => ErrorKind::NotFound,
-            FileError::ReadOnly => ErrorKind::Unsupported,
+            FileError::ReadOnly | FileError::Newer { .. } => ErrorKind::Unsupported,
         }
     }
 
@@ -85,6 +98,9 @@ impl FileError {
             FileError::BadUrl(why) => why,
             FileError::NoStore(_) => "no file store in this directory",
             FileError::ReadOnly => "the store was opened read-only",
+            FileError::Newer { .. } => {
+                "the store was written by a newer version of agui; open it with that version"
+            }
         }
     }
 }
@@ -137,5 +153,13 @@ mod tests {
         }
         .into();
         assert_eq!(s.kind(), ErrorKind::Corrupt);
+        let s: StoreError = FileError::Newer {
+            segment: 1,
+            offset: 2,
+            kind: 99,
+        }
+        .into();
+        assert_eq!(s.kind(), ErrorKind::Unsupported);
+        assert!(s.to_string().contains("newer version"), "{s}");
     }
 }

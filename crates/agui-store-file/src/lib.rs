@@ -128,7 +128,7 @@ use async_trait::async_trait;
 pub use crate::error::FileError;
 use crate::record::Frame;
 use crate::segment::{Active, BlockCache, Loc, Segment};
-use crate::state::State;
+use crate::state::{ReplayError, State};
 
 /// How a [`FileStore`] behaves.
 #[derive(Debug, Clone)]
@@ -446,12 +446,18 @@ fn open_locked(
     let mut active = None;
     for (&id, &(plain, sealed)) in &found {
         let replay = |s: segment::Scanned<'_>, st: &mut State| {
-            st.replay(s.payload, s.loc, s.intact)
-                .map_err(|e| FileError::Damaged {
+            st.replay(s.payload, s.loc, s.intact).map_err(|e| match e {
+                ReplayError::Damaged(why) => FileError::Damaged {
                     segment: s.loc.seg,
                     offset: s.loc.off,
-                    why: e.0,
-                })
+                    why,
+                },
+                ReplayError::UnknownKind(kind) => FileError::Newer {
+                    segment: s.loc.seg,
+                    offset: s.loc.off,
+                    kind,
+                },
+            })
         };
         if sealed {
             let path = dir.join(segment::sealed_name(id));

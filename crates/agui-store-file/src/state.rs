@@ -263,12 +263,14 @@ impl State {
                     return Ok(());
                 }
             }
-            return Err(ReplayError("a damaged record in the middle of the log"));
+            return Err(ReplayError::Damaged(
+                "a damaged record in the middle of the log",
+            ));
         }
         match kind {
             record::BATCH | record::FRAMED_BATCH => {
                 let b = record::decode_batch(payload)
-                    .map_err(|_| ReplayError("a batch record does not decode"))?;
+                    .map_err(|_| ReplayError::Damaged("a batch record does not decode"))?;
                 let events = b.events;
                 let plan = self
                     .plan(
@@ -278,9 +280,9 @@ impl State {
                         b.agent,
                         Timestamp(b.received_at),
                     )
-                    .map_err(|_| ReplayError("a stored batch no longer plans"))?;
+                    .map_err(|_| ReplayError::Damaged("a stored batch no longer plans"))?;
                 if plan.first_seq != b.first_seq || plan.received_at.0 != b.received_at {
-                    return Err(ReplayError("a stored batch is out of sequence"));
+                    return Err(ReplayError::Damaged("a stored batch is out of sequence"));
                 }
                 self.apply_batch(b.tenant, b.thread, b.agent, &plan, events.len() as u32, loc);
             }
@@ -290,7 +292,7 @@ impl State {
                     r.u8()?;
                     Ok((r.str()?, r.str()?, r.str()?))
                 })()
-                .map_err(|_| ReplayError("a checkpoint record does not decode"))?;
+                .map_err(|_| ReplayError::Damaged("a checkpoint record does not decode"))?;
                 let loc = (kind == record::CHECKPOINT).then_some(loc);
                 self.set_checkpoint(header.0, header.1, header.2, loc);
             }
@@ -302,7 +304,7 @@ impl State {
                     r.end()?;
                     Ok(v)
                 })()
-                .map_err(|_| ReplayError("a delete record does not decode"))?;
+                .map_err(|_| ReplayError::Damaged("a delete record does not decode"))?;
                 self.delete(tenant, thread);
             }
             record::RENAME => {
@@ -313,9 +315,9 @@ impl State {
                     r.end()?;
                     Ok(v)
                 })()
-                .map_err(|_| ReplayError("a rename record does not decode"))?;
+                .map_err(|_| ReplayError::Damaged("a rename record does not decode"))?;
                 if self.thread(tenant, to).is_some() || !self.rename(tenant, from, to) {
-                    return Err(ReplayError("a rename record does not apply"));
+                    return Err(ReplayError::Damaged("a rename record does not apply"));
                 }
             }
             record::CHANNEL => {
@@ -334,7 +336,7 @@ impl State {
                     };
                     Ok((tenant, thread, channel))
                 })()
-                .map_err(|_| ReplayError("a channel record does not decode"))?;
+                .map_err(|_| ReplayError::Damaged("a channel record does not decode"))?;
                 self.set_channel(tenant, thread, channel);
             }
             record::INTERRUPTED => {
@@ -345,10 +347,10 @@ impl State {
                     r.end()?;
                     Ok(at)
                 })()
-                .map_err(|_| ReplayError("an interruption record does not decode"))?;
+                .map_err(|_| ReplayError::Damaged("an interruption record does not decode"))?;
                 self.interrupt(Timestamp(at));
             }
-            _ => return Err(ReplayError("a record of an unknown kind")),
+            _ => return Err(ReplayError::UnknownKind(kind)),
         }
         Ok(())
     }
@@ -356,4 +358,10 @@ impl State {
 
 /// Why the log cannot be replayed.
 #[derive(Debug)]
-pub struct ReplayError(pub &'static str);
+pub enum ReplayError {
+    /// A record is damaged or contradicts the log.
+    Damaged(&'static str),
+    /// An intact record of a kind this version does not know: written by a
+    /// newer version of the store, not damage (never cut by a repair).
+    UnknownKind(u8),
+}

@@ -520,3 +520,37 @@ async fn read_only_opens_create_nothing_and_work_beside_the_writer() {
     r.close().await.unwrap();
     w.close().await.unwrap();
 }
+
+/// An intact record of a kind this version does not know was written by a
+/// newer version: opening says so (`Unsupported`), and a repair refuses too
+/// rather than cut the log there and drop everything after it.
+#[tokio::test]
+async fn a_record_of_an_unknown_kind_is_a_newer_store_never_damage_to_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", dir.path().display());
+    let s = Store::new(agui_store_file::open(&url).await.unwrap());
+    s.append(
+        T,
+        "th",
+        AppendRequest::new(full_run("th", "r1", None, "hi")),
+    )
+    .await
+    .unwrap();
+    s.close().await.unwrap();
+    drop(s);
+    let seg = files(dir.path(), ".seg").pop().unwrap();
+    let payload = [200u8, 1, 2, 3];
+    let mut data = std::fs::read(&seg).unwrap();
+    data.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    data.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
+    data.extend_from_slice(&payload);
+    std::fs::write(&seg, &data).unwrap();
+    for query in ["", "?repair=true"] {
+        let e = agui_store_file::open(&format!("{url}{query}"))
+            .await
+            .err()
+            .expect("refused");
+        assert_eq!(e.kind(), ErrorKind::Unsupported, "{query}: {e}");
+        assert_eq!(std::fs::read(&seg).unwrap(), data, "{query}: nothing cut");
+    }
+}
