@@ -6,10 +6,9 @@ use async_trait::async_trait;
 use crate::Channel;
 use crate::error::Result;
 use crate::index::BatchPlan;
-use crate::subscribe::EventStream;
 use crate::types::{
-    AppendRequest, Appended, EventPage, RunFilter, RunPage, RunRecord, RunStatus, StoreStats,
-    ThreadFilter, ThreadInfo, ThreadPage,
+    AppendRequest, Appended, EventPage, EventStream, RunFilter, RunPage, RunRecord, RunStatus,
+    StoreStats, ThreadFilter, ThreadInfo, ThreadPage,
 };
 
 /// A persistent, tenant-scoped log of AG-UI events per thread with a run

@@ -31,13 +31,16 @@ use crate::backend::{Backend, Committed};
 use crate::checkpoint;
 use crate::error::{ErrorKind, Result, StoreError};
 use crate::index::RunUpdate;
-use crate::restore::{self, ConversationCache};
 use crate::subscribe::EventStream;
 use crate::types::{
     AppendRequest, Appended, Checkpoints, EventPage, RunFilter, RunPage, RunRecord, RunStatus,
     StoreStats, StoredEvent, ThreadFilter, ThreadInfo, ThreadPage,
 };
 use crate::{Channel, Conversation};
+
+pub mod restore;
+
+use restore::ConversationCache;
 
 /// A run's conversation, restored.
 ///

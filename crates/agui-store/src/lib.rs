@@ -39,7 +39,6 @@ pub mod frame;
 pub mod index;
 pub mod memory;
 pub mod migrate;
-pub mod restore;
 pub mod sample;
 pub mod subscribe;
 
@@ -49,10 +48,10 @@ pub mod conformance;
 pub use agui_history::reduce::Conversation;
 pub use backend::{Backend, CheckpointChain, Committed};
 pub use channel::Channel;
+pub use engine::restore::{self, restore_run};
 pub use engine::{Restored, Store};
 pub use error::{ErrorKind, Result, SeqConflict, StoreError};
 pub use memory::MemoryStore;
-pub use restore::restore_run;
 pub use subscribe::EventStream;
 pub use types::{
     AppendRequest, Appended, Checkpoints, Durability, EventPage, MAX_ID_BYTES, MAX_PAGE, RunFilter,

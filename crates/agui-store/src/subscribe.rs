@@ -15,11 +15,9 @@
 //! nothing is yielded twice or skipped.
 
 use std::collections::HashMap;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
 use futures::FutureExt;
-use futures::Stream;
 use futures::future::BoxFuture;
 use futures::stream::{self, StreamExt};
 use tokio::sync::broadcast;
@@ -28,8 +26,7 @@ use crate::backend::Backend;
 use crate::error::{Result, StoreError};
 use crate::types::{EventPage, StoredEvent, check_id};
 
-/// A stream of stored events (subscriptions, streamed reads).
-pub type EventStream = Pin<Box<dyn Stream<Item = Result<StoredEvent>> + Send + 'static>>;
+pub use crate::types::EventStream;
 
 /// How many published batches a slow subscriber may fall behind before it
 /// reads the missed ones back from the store.

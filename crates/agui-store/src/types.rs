@@ -444,3 +444,8 @@ pub fn page_size(limit: usize) -> usize {
         n => n.min(MAX_PAGE),
     }
 }
+
+/// A stream of stored events (subscriptions, streamed reads).
+pub type EventStream = std::pin::Pin<
+    Box<dyn futures::Stream<Item = crate::error::Result<StoredEvent>> + Send + 'static>,
+>;

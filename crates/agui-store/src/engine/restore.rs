@@ -33,9 +33,9 @@ use std::sync::Mutex;
 use agui_history::reduce::Reducer;
 use agui_protocol::Event;
 
+use super::{Restored, Store, checkpointable, reduce_failed};
 use crate::Conversation;
 use crate::checkpoint::{self, BaseRef, Decoded};
-use crate::engine::{Restored, Store, checkpointable, reduce_failed};
 use crate::error::{Result, StoreError};
 use crate::types::{RunFilter, RunRecord, StoredEvent, Timestamp};
 
