@@ -117,7 +117,6 @@ use std::thread::JoinHandle;
 use agui_store::cursor::{filter_runs, thread_page};
 use agui_store::frame;
 use agui_store::index::{BatchPlan, find_run};
-use agui_store::subscribe::{EventStream, Hub, subscribe_reading};
 use agui_store::{
     AppendRequest, Appended, Backend, Committed, Durability, EventPage, Result, RunFilter, RunPage,
     RunRecord, StoreError, StoreStats, StoredEvent, ThreadFilter, ThreadInfo, ThreadPage,
@@ -261,7 +260,6 @@ struct Inner {
     sync_lock: Mutex<()>,
     /// (segment, length) known to be on stable storage.
     synced: Mutex<(u64, u64)>,
-    hub: Hub,
     closed: AtomicBool,
     sealer: Mutex<Option<(mpsc::Sender<SealJob>, JoinHandle<()>)>>,
     lock: Mutex<Option<std::fs::File>>,
@@ -557,7 +555,6 @@ fn open_locked(
             writer: Mutex::new(active),
             sync_lock: Mutex::new(()),
             synced: Mutex::new(synced),
-            hub: Hub::new(),
             closed: AtomicBool::new(false),
             sealer: Mutex::new(Some((tx, handle))),
             lock: Mutex::new(lock_file.take()),
@@ -813,9 +810,6 @@ impl Inner {
             count,
             loc,
         );
-        if self.hub.has_listeners(tenant, thread) {
-            self.hub.publish(tenant, thread, plan.stored(req.events));
-        }
         drop(w);
         let sync = durability == Durability::Append || plan.ends_a_run();
         if sync {
@@ -1010,7 +1004,6 @@ impl Backend for FileStore {
             rec.str(&t).str(&th);
             let loc = i.write(active, &rec.frame()?)?;
             write_lock(&i.state).delete(&t, &th);
-            i.hub.close_thread(&t, &th);
             drop(w);
             i.sync_through(loc.seg, loc.off + u64::from(loc.len))?;
             Ok(())
@@ -1041,9 +1034,6 @@ impl Backend for FileStore {
             rec.str(&t).str(&f).str(&n);
             let loc = i.write(active, &rec.frame()?)?;
             write_lock(&i.state).rename(&t, &f, &n);
-            for id in [&f, &n] {
-                i.hub.close_thread(&t, id);
-            }
             drop(w);
             i.sync_through(loc.seg, loc.off + u64::from(loc.len))?;
             Ok(())
@@ -1156,12 +1146,6 @@ impl Backend for FileStore {
         .await
     }
 
-    async fn subscribe(&self, tenant: &str, thread: &str, from_seq: u64) -> Result<EventStream> {
-        subscribe_reading(self, &self.inner.hub, tenant, thread, from_seq, || {
-            self.check_open()
-        })
-    }
-
     async fn mark_interrupted(&self) -> Result<u64> {
         self.check_writable()?;
         self.blocking(|i| {
@@ -1231,7 +1215,6 @@ impl Backend for FileStore {
         if self.inner.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
-        self.inner.hub.close_all();
         let inner = self.inner.clone();
         tokio::task::spawn_blocking(move || inner.stop())
             .await

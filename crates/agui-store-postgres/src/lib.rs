@@ -44,12 +44,13 @@
 //! - **Live subscriptions across replicas.** Every append notifies (on a
 //!   channel per schema) with a short key of (tenant, thread) and the
 //!   batch's sequence range; never the events, so payload limits do not
-//!   matter. A store publishes its own commits to its in-process hub as
-//!   they commit (nothing it wrote is read back) and skips their notices,
-//!   which carry its session number. Each store keeps one dedicated
+//!   matter. The engine above a store publishes the store's own commits to
+//!   its hub as they commit (nothing it wrote is read back), and the store
+//!   skips their notices, which carry its session number. Each store keeps one dedicated
 //!   listening connection; on another replica's notice for a thread someone
 //!   subscribes to, it reads the new rows once by sequence number and
-//!   publishes them to the in-process hub, which gives
+//!   publishes them to the engine's hub (`Backend::attach_hub`; the threads
+//!   come from `Backend::watch`), which gives
 //!   catch-up-then-live without gap or duplicate (`agui_store::subscribe`).
 //!   After the listening connection is lost it reconnects and nudges every
 //!   subscription to re-read from the store, so nothing is missed.
@@ -79,7 +80,7 @@ use agui_protocol::Event;
 use agui_store::cursor::{run_page, thread_page};
 use agui_store::frame;
 use agui_store::index::{BatchPlan, ThreadHead, named_parents, plan_batch};
-use agui_store::subscribe::{EventStream, Hub, PageReader, catch_up_then_live};
+use agui_store::subscribe::Hub;
 use agui_store::{
     AppendRequest, Appended, Backend, CheckpointChain, Committed, Durability, ErrorKind, EventPage,
     Result, RunFilter, RunPage, RunRecord, RunStatus, StoreError, StoreStats, StoredEvent,
@@ -87,7 +88,6 @@ use agui_store::{
 };
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
-use futures::FutureExt;
 use sha2::{Digest, Sha256};
 use tokio::task::JoinHandle;
 use tokio_postgres::types::ToSql;
@@ -180,7 +180,9 @@ struct Inner {
     pool: Pool,
     schema: String,
     channel: String,
-    hub: Hub,
+    /// The hubs of the engines over this store (`attach_hub`): where other
+    /// replicas' batches and deletions are published.
+    hubs: Mutex<Vec<Arc<Hub>>>,
     /// Notice key → the (tenant, thread) pairs subscribed under it.
     watched: Mutex<HashMap<String, HashSet<(String, String)>>>,
     /// Ranges read back for subscribers (see [`PgStore::ranges_read`]).
@@ -624,7 +626,7 @@ impl PgStore {
             pool,
             schema: opts.schema,
             channel,
-            hub: Hub::new(),
+            hubs: Mutex::new(Vec::new()),
             watched: Mutex::new(HashMap::new()),
             ranges_read: Default::default(),
             closed: AtomicBool::new(false),
@@ -898,6 +900,15 @@ impl PgStore {
 }
 
 impl PgStore {
+    /// The engines' hubs (usually one).
+    fn hubs(&self) -> Vec<Arc<Hub>> {
+        self.inner
+            .hubs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
     /// Handles one notice: `A <key> <first> <last> <session>` (appended) or
     /// `D <key>` (deleted). This store's own appends are published when they
     /// commit (see `commit`): their notices are skipped, so nothing this
@@ -912,7 +923,7 @@ impl PgStore {
             let Some(set) = watched.get_mut(key) else {
                 return;
             };
-            set.retain(|(tn, th)| self.inner.hub.has_listeners(tn, th));
+            set.retain(|(tn, th)| self.hubs().iter().any(|h| h.has_listeners(tn, th)));
             let out: Vec<_> = set.iter().cloned().collect();
             if set.is_empty() {
                 watched.remove(key);
@@ -922,7 +933,9 @@ impl PgStore {
         match kind {
             "D" => {
                 for (tn, th) in targets {
-                    self.inner.hub.close_thread(&tn, &th);
+                    for hub in self.hubs() {
+                        hub.close_thread(&tn, &th);
+                    }
                 }
             }
             "A" => {
@@ -959,7 +972,9 @@ impl PgStore {
                 return;
             };
             next = end + 1;
-            self.inner.hub.publish(tenant, thread, events);
+            for hub in self.hubs() {
+                hub.publish(tenant, thread, events.clone());
+            }
         }
     }
 
@@ -1162,14 +1177,8 @@ impl Backend for PgStore {
         if req.events.is_empty() {
             return Err(StoreError::invalid("an append needs at least one event"));
         }
-        // Published here once committed, not read back on its notice. The
-        // listeners are asked after the commit: one that registers later
-        // reads the batch in its catch-up.
-        let events = req.events.clone();
+        // The engine publishes it once committed; its notice is skipped here.
         let (plan, appended) = self.append_tx(tenant, thread, req).await?;
-        if self.inner.hub.has_listeners(tenant, thread) {
-            self.inner.hub.publish(tenant, thread, plan.stored(events));
-        }
         Ok(Committed { appended, plan })
     }
 
@@ -1307,7 +1316,6 @@ impl Backend for PgStore {
             .await
             .map_err(pg)?;
         tx.commit().await.map_err(pg)?;
-        self.inner.hub.close_thread(tenant, thread);
         self.forget_head(tenant, thread);
         Ok(())
     }
@@ -1372,7 +1380,6 @@ impl Backend for PgStore {
         }
         tx.commit().await.map_err(pg)?;
         for id in [from, to] {
-            self.inner.hub.close_thread(tenant, id);
             self.forget_head(tenant, id);
         }
         Ok(())
@@ -1504,11 +1511,15 @@ impl Backend for PgStore {
         Ok(())
     }
 
-    async fn subscribe(&self, tenant: &str, thread: &str, from_seq: u64) -> Result<EventStream> {
-        check_id("tenant", tenant)?;
-        check_id("thread", thread)?;
-        self.check_open()?;
-        let rx = self.inner.hub.listen(tenant, thread);
+    fn attach_hub(&self, hub: Arc<Hub>) {
+        self.inner
+            .hubs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(hub);
+    }
+
+    fn watch(&self, tenant: &str, thread: &str) {
         self.inner
             .watched
             .lock()
@@ -1516,23 +1527,6 @@ impl Backend for PgStore {
             .entry(notice_key(tenant, thread))
             .or_default()
             .insert((tenant.to_owned(), thread.to_owned()));
-        let me = self.clone();
-        let (tenant, thread) = (tenant.to_owned(), thread.to_owned());
-        let read: PageReader = Arc::new(move |from| {
-            let me = me.clone();
-            let (tenant, thread) = (tenant.clone(), thread.clone());
-            async move {
-                match me.read_page(&tenant, &thread, from, 1000).await {
-                    // Not there yet: nothing to catch up on.
-                    Err(e) if e.kind() == agui_store::ErrorKind::NotFound => {
-                        Ok(EventPage::default())
-                    }
-                    other => other,
-                }
-            }
-            .boxed()
-        });
-        Ok(catch_up_then_live(rx, from_seq, read))
     }
 
     /// Claims a thread in the `claims` table for this store's session,
@@ -1704,7 +1698,6 @@ impl Backend for PgStore {
         }
         let flushed = self.flush().await;
         self.inner.closed.store(true, Ordering::Release);
-        self.inner.hub.close_all();
         if let Some(task) = self
             .inner
             .listener

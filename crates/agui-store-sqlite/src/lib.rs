@@ -37,7 +37,6 @@ use std::thread::JoinHandle;
 
 use agui_store::cursor::{run_page, thread_page};
 use agui_store::frame;
-use agui_store::subscribe::{EventStream, Hub, subscribe_reading};
 use agui_store::{
     AppendRequest, Backend, CheckpointChain, Committed, EventPage, Result, RunFilter, RunPage,
     RunRecord, StoreError, StoreStats, ThreadFilter, ThreadInfo, ThreadPage, Timestamp, check_id,
@@ -65,7 +64,6 @@ struct Inner {
     tx: Mutex<Option<mpsc::Sender<Op>>>,
     writer: Mutex<Option<JoinHandle<()>>>,
     readers: Mutex<Vec<Connection>>,
-    hub: Arc<Hub>,
     closed: AtomicBool,
     /// Opened with [`SqliteStore::open_read_only`]: no writer, no lock.
     read_only: bool,
@@ -112,10 +110,8 @@ impl SqliteStore {
     pub async fn open_path(path: &Path) -> Result<SqliteStore> {
         let path = path.to_path_buf();
         let held = lock::acquire(&path)?;
-        let hub = Arc::new(Hub::new());
-        let writer_hub = hub.clone();
         let open_path = path.clone();
-        let writer = tokio::task::spawn_blocking(move || Writer::open(&open_path, writer_hub))
+        let writer = tokio::task::spawn_blocking(move || Writer::open(&open_path))
             .await
             .map_err(|_| StoreError::internal("the store could not be opened"))??;
         let (tx, rx) = mpsc::channel();
@@ -129,7 +125,6 @@ impl SqliteStore {
                 tx: Mutex::new(Some(tx)),
                 writer: Mutex::new(Some(handle)),
                 readers: Mutex::new(Vec::new()),
-                hub,
                 closed: AtomicBool::new(false),
                 read_only: false,
                 lock: Mutex::new(Some(held)),
@@ -154,7 +149,6 @@ impl SqliteStore {
                 tx: Mutex::new(None),
                 writer: Mutex::new(None),
                 readers: Mutex::new(Vec::new()),
-                hub: Arc::new(Hub::new()),
                 closed: AtomicBool::new(false),
                 read_only: true,
                 lock: Mutex::new(None),
@@ -547,9 +541,6 @@ impl Backend for SqliteStore {
             reply,
         })
         .await?;
-        for id in [from, to] {
-            self.inner.hub.close_thread(tenant, id);
-        }
         Ok(())
     }
 
@@ -659,12 +650,6 @@ impl Backend for SqliteStore {
         .await
     }
 
-    async fn subscribe(&self, tenant: &str, thread: &str, from_seq: u64) -> Result<EventStream> {
-        subscribe_reading(self, &self.inner.hub, tenant, thread, from_seq, || {
-            self.check_open()
-        })
-    }
-
     async fn mark_interrupted(&self) -> Result<u64> {
         self.write(|reply| Op::MarkInterrupted { reply }).await
     }
@@ -754,7 +739,6 @@ impl Backend for SqliteStore {
         if self.inner.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
-        self.inner.hub.close_all();
         // Dropping the sender lets the writer drain, checkpoint and stop.
         drop(
             self.inner

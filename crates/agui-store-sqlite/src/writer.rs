@@ -4,15 +4,12 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Arc;
 use std::sync::mpsc;
 
 use agui_store::frame;
 use agui_store::index::{BatchPlan, ThreadHead, plan_batch};
-use agui_store::subscribe::Hub;
 use agui_store::{
-    AppendRequest, Appended, Durability, Result, RunStatus, StoreError, StoredEvent, Timestamp,
-    check_id,
+    AppendRequest, Appended, Durability, Result, RunStatus, StoreError, Timestamp, check_id,
 };
 use rusqlite::{Connection, OptionalExtension, params};
 use tokio::sync::oneshot;
@@ -91,12 +88,10 @@ enum Done {
     Append {
         reply: oneshot::Sender<Result<(Appended, BatchPlan)>>,
         result: Result<(Appended, BatchPlan)>,
-        publish: Option<(String, String, Vec<StoredEvent>)>,
     },
     Unit {
         reply: oneshot::Sender<Result<()>>,
         result: Result<()>,
-        closed: Option<(String, String)>,
     },
     Count {
         reply: oneshot::Sender<Result<u64>>,
@@ -126,7 +121,6 @@ impl Done {
 /// The writer: owns the write connection and the cache of thread heads.
 pub struct Writer {
     conn: Connection,
-    hub: Arc<Hub>,
     heads: HashMap<(String, String), Head>,
     synchronous_full: bool,
     /// `PRAGMA data_version` when the heads were last known true: another
@@ -136,10 +130,9 @@ pub struct Writer {
 
 impl Writer {
     /// Opens the write connection (creating the schema).
-    pub fn open(path: &Path, hub: Arc<Hub>) -> Result<Writer> {
+    pub fn open(path: &Path) -> Result<Writer> {
         Ok(Writer {
             conn: db::connect(path, true)?,
-            hub,
             heads: HashMap::new(),
             synchronous_full: false,
             data_version: -1,
@@ -239,24 +232,10 @@ impl Writer {
         }
         for d in done {
             match d {
-                Done::Append {
-                    reply,
-                    result,
-                    publish,
-                } => {
-                    if let Some((tenant, thread, events)) = publish {
-                        self.hub.publish(&tenant, &thread, events);
-                    }
+                Done::Append { reply, result } => {
                     let _ = reply.send(result);
                 }
-                Done::Unit {
-                    reply,
-                    result,
-                    closed,
-                } => {
-                    if let Some((tenant, thread)) = closed {
-                        self.hub.close_thread(&tenant, &thread);
-                    }
+                Done::Unit { reply, result } => {
                     let _ = reply.send(result);
                 }
                 Done::Count { reply, result } => {
@@ -281,18 +260,7 @@ impl Writer {
                 reply,
             } => {
                 let result = self.append(&tenant, &thread, req, overlay, local, sync);
-                match result {
-                    Ok((appended, plan, events)) => Done::Append {
-                        reply,
-                        result: Ok((appended, plan)),
-                        publish: events.map(|e| (tenant, thread, e)),
-                    },
-                    Err(e) => Done::Append {
-                        reply,
-                        result: Err(e),
-                        publish: None,
-                    },
-                }
+                Done::Append { reply, result }
             }
             Op::SaveCheckpoint {
                 tenant,
@@ -303,7 +271,6 @@ impl Writer {
             } => Done::Unit {
                 reply,
                 result: self.save_checkpoint(&tenant, &thread, &run_id, &blob),
-                closed: None,
             },
             Op::PutChannel {
                 tenant,
@@ -313,7 +280,6 @@ impl Writer {
             } => Done::Unit {
                 reply,
                 result: self.put_channel(&tenant, &thread, &channel),
-                closed: None,
             },
             Op::Delete {
                 tenant,
@@ -321,13 +287,8 @@ impl Writer {
                 reply,
             } => {
                 let result = self.delete(&tenant, &thread);
-                let closed = result.is_ok().then(|| (tenant.clone(), thread.clone()));
                 local.insert((tenant, thread), None);
-                Done::Unit {
-                    reply,
-                    result,
-                    closed,
-                }
+                Done::Unit { reply, result }
             }
             Op::Rename {
                 tenant,
@@ -341,12 +302,7 @@ impl Writer {
                     local.insert((tenant.clone(), from.clone()), None);
                     local.insert((tenant.clone(), to), head);
                 });
-                let closed = result.is_ok().then_some((tenant, from));
-                Done::Unit {
-                    reply,
-                    result,
-                    closed,
-                }
+                Done::Unit { reply, result }
             }
             Op::MarkInterrupted { reply } => {
                 let result = self.mark_interrupted();
@@ -357,7 +313,6 @@ impl Writer {
             Op::Flush { reply } => Done::Unit {
                 reply,
                 result: Ok(()),
-                closed: None,
             },
         }
     }
@@ -408,7 +363,7 @@ impl Writer {
         overlay: &HashMap<(String, String), Option<Head>>,
         local: &mut HashMap<(String, String), Option<Head>>,
         sync: bool,
-    ) -> Result<(Appended, BatchPlan, Option<Vec<StoredEvent>>)> {
+    ) -> Result<(Appended, BatchPlan)> {
         check_id("tenant", tenant)?;
         check_id("thread", thread)?;
         let key = (tenant.to_owned(), thread.to_owned());
@@ -551,11 +506,7 @@ impl Writer {
             received_at: plan.received_at,
             durable: sync,
         };
-        // Kept for publication after the commit (whether anyone listens is
-        // decided then: a listener registered meanwhile must get the batch).
-        let publish: Vec<StoredEvent> = plan.stored(req.events);
-        let publish = Some(publish);
-        Ok((appended, plan, publish))
+        Ok((appended, plan))
     }
 
     fn thread_id(&self, tenant: &str, thread: &str) -> Result<Option<i64>> {
@@ -689,7 +640,6 @@ fn failed(op: Op, err: StoreError) -> Done {
         Op::Append { reply, .. } => Done::Append {
             reply,
             result: Err(err),
-            publish: None,
         },
         Op::SaveCheckpoint { reply, .. }
         | Op::PutChannel { reply, .. }
@@ -698,7 +648,6 @@ fn failed(op: Op, err: StoreError) -> Done {
         | Op::Flush { reply } => Done::Unit {
             reply,
             result: Err(err),
-            closed: None,
         },
         Op::MarkInterrupted { reply } => Done::Count {
             reply,

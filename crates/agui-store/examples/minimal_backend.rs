@@ -4,16 +4,19 @@
 //! primitives of the `agui_store::Backend` trait. This example implements
 //! every required one over the simplest state there is, one `Mutex` around a
 //! map of threads, and leans on the helpers agui-store exports so that it
-//! numbers events, indexes runs, pages and subscribes exactly like the
-//! shipped backends:
+//! numbers events, indexes runs and pages exactly like the shipped
+//! backends:
 //!
 //! - `index::plan_batch` decides what a batch does (sequence numbers, receive
 //!   time, run updates); `BatchPlan::apply_runs`, `index::find_run` and
 //!   `index::interrupt_running` apply that to a run index held in memory.
 //! - `cursor::{filter_runs, thread_page}` page runs and threads with the
 //!   shared opaque cursors; `EventPage::new` cuts event pages.
-//! - `subscribe::{Hub, subscribe_reading}` give catch-up-then-live
-//!   subscriptions with no gap and no duplicate.
+//!
+//! Live subscriptions are the engine's: it publishes each batch this backend
+//! commits (a backend that other processes write to as well implements
+//! `Backend::attach_hub` and `Backend::watch` to report their changes, as
+//! PostgreSQL does from LISTEN/NOTIFY).
 //!
 //! To put agui on a new storage technology, copy this file and replace each
 //! method's body with what its comment names. The engine does the rest
@@ -30,11 +33,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use agui_store::cursor::{filter_runs, thread_key, thread_page};
 use agui_store::index::{ThreadHead, find_run, interrupt_running, plan_batch};
-use agui_store::subscribe::{Hub, subscribe_reading};
 use agui_store::{
-    AppendRequest, Appended, Backend, Channel, Committed, EventPage, EventStream, Result,
-    RunFilter, RunPage, RunRecord, Store, StoreError, StoreStats, StoredEvent, ThreadFilter,
-    ThreadInfo, ThreadPage, Timestamp, check_id, page_size,
+    AppendRequest, Appended, Backend, Channel, Committed, EventPage, Result, RunFilter, RunPage,
+    RunRecord, Store, StoreError, StoreStats, StoredEvent, ThreadFilter, ThreadInfo, ThreadPage,
+    Timestamp, check_id, page_size,
 };
 use async_trait::async_trait;
 
@@ -91,13 +93,11 @@ impl Thread {
     }
 }
 
-/// The backend: the stored data, plus what belongs to one open store (its
-/// subscribers and whether it was closed). Clones share all three
-/// (`subscribe_reading` keeps one to read with).
+/// The backend: the stored data, plus what belongs to one open store
+/// (whether it was closed). Clones share both.
 #[derive(Clone)]
 struct MinimalBackend {
     data: Data,
-    hub: Arc<Hub>,
     closed: Arc<AtomicBool>,
 }
 
@@ -115,7 +115,6 @@ impl MinimalBackend {
     fn open(data: Data) -> MinimalBackend {
         MinimalBackend {
             data,
-            hub: Arc::new(Hub::new()),
             closed: Arc::new(AtomicBool::new(false)),
         }
     }
@@ -152,7 +151,7 @@ impl MinimalBackend {
 impl Backend for MinimalBackend {
     /// A real backend: one transaction that reads the thread's head (locking
     /// its row), checks `expected_seq`, inserts the events and the run
-    /// updates and commits; then it publishes the batch.
+    /// updates and commits. The engine publishes the batch to subscribers.
     async fn commit(&self, tenant: &str, thread: &str, req: AppendRequest) -> Result<Committed> {
         check_id("tenant", tenant)?;
         check_id("thread", thread)?;
@@ -171,16 +170,13 @@ impl Backend for MinimalBackend {
         let t = data
             .entry(key(tenant, thread))
             .or_insert_with(|| Thread::new(plan.received_at));
-        let stored = plan.stored(req.events);
-        t.events.extend(stored.iter().cloned());
+        t.events.extend(plan.stored(req.events));
         plan.apply_runs(thread, &mut t.runs, &mut t.run_pos);
         if req.agent.is_some() {
             t.agent = req.agent;
         }
         t.bytes += plan.bytes;
         t.head = plan.head.clone();
-        // Published under the lock, so subscribers get batches in commit order.
-        self.hub.publish(tenant, thread, stored);
         let appended = Appended {
             first_seq: plan.first_seq,
             last_seq: plan.last_seq(),
@@ -254,12 +250,11 @@ impl Backend for MinimalBackend {
     }
 
     /// A real backend: one transaction deleting the thread's events, runs,
-    /// checkpoints and channels; then it ends the thread's subscriptions.
+    /// checkpoints and channels (the engine ends the thread's subscriptions).
     async fn delete_thread(&self, tenant: &str, thread: &str) -> Result<()> {
         let mut data = self.data()?;
         data.remove(&key(tenant, thread))
             .ok_or_else(|| StoreError::not_found("thread"))?;
-        self.hub.close_thread(tenant, thread);
         Ok(())
     }
 
@@ -286,8 +281,6 @@ impl Backend for MinimalBackend {
             run.thread_id = to.to_owned();
         }
         data.insert(key(tenant, to), t);
-        self.hub.close_thread(tenant, from);
-        self.hub.close_thread(tenant, to);
         Ok(())
     }
 
@@ -325,15 +318,6 @@ impl Backend for MinimalBackend {
         })
     }
 
-    /// Catch-up through `read`, then the live batches `commit` publishes to
-    /// the hub. A store shared by several processes also feeds its hub from
-    /// the others' commits (PostgreSQL: LISTEN/NOTIFY).
-    async fn subscribe(&self, tenant: &str, thread: &str, from_seq: u64) -> Result<EventStream> {
-        subscribe_reading(self, &self.hub, tenant, thread, from_seq, || {
-            self.data().map(drop)
-        })
-    }
-
     /// A real backend: one `UPDATE runs SET status = 'interrupted' WHERE
     /// status = 'running'`, in the same transaction as each thread's head.
     async fn mark_interrupted(&self) -> Result<u64> {
@@ -368,10 +352,9 @@ impl Backend for MinimalBackend {
     }
 
     /// A real backend: flush, then close its connections or files. Every
-    /// later call fails with `Unavailable`; open subscriptions end.
+    /// later call fails with `Unavailable` (the engine ends subscriptions).
     async fn close(&self) -> Result<()> {
         self.closed.store(true, Ordering::Release);
-        self.hub.close_all();
         Ok(())
     }
 

@@ -1,20 +1,24 @@
 //! The [`Backend`] trait: the storage primitives a backend provides to the
 //! engine ([`crate::Store`]).
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 
 use crate::Channel;
 use crate::error::Result;
 use crate::index::BatchPlan;
+use crate::subscribe::Hub;
 use crate::types::{
-    AppendRequest, Appended, EventPage, EventStream, RunFilter, RunPage, RunRecord, RunStatus,
-    StoreStats, ThreadFilter, ThreadInfo, ThreadPage,
+    AppendRequest, Appended, EventPage, RunFilter, RunPage, RunRecord, RunStatus, StoreStats,
+    ThreadFilter, ThreadInfo, ThreadPage,
 };
 
 /// A persistent, tenant-scoped log of AG-UI events per thread with a run
-/// index, checkpoint blobs and live subscriptions: what a storage technology
+/// index and checkpoint blobs: what a storage technology
 /// provides under the engine ([`crate::Store`]), which owns checkpoint
-/// building, restore, branch reads and every convenience on top.
+/// building, restore, branch reads, live subscriptions and every
+/// convenience on top.
 ///
 /// Every method is scoped by a tenant id: a thread of one tenant is invisible
 /// to every other (`NotFound`). Ids are arbitrary non-empty strings of at most
@@ -27,9 +31,9 @@ pub trait Backend: Send + Sync {
     /// Commits one batch atomically: either every event gets the next
     /// sequence numbers, or nothing is written. Creates the thread on its
     /// first commit. Plans the batch with [`crate::index::plan_batch`],
-    /// updates the run index, publishes the batch to the thread's
-    /// subscribers, and returns the plan. Builds no checkpoint (the engine
-    /// does, off the append path); `req.checkpoints` is the engine's.
+    /// updates the run index and returns the plan. Neither builds a
+    /// checkpoint nor publishes to subscribers: the engine does both, off
+    /// the append path; `req.checkpoints` is the engine's.
     ///
     /// Errors: `Conflict` when `expected_seq` does not match the thread's last
     /// sequence; `Invalid` for an empty batch, bad ids or a bad `RUN_STARTED`.
@@ -59,15 +63,15 @@ pub trait Backend: Send + Sync {
     /// Pages through the tenant's threads, most recently active first.
     async fn list_threads(&self, tenant: &str, filter: &ThreadFilter) -> Result<ThreadPage>;
 
-    /// Deletes a thread and everything of it (events, runs, checkpoints) and
-    /// ends its subscriptions. `NotFound` when it does not exist.
+    /// Deletes a thread and everything of it (events, runs, checkpoints; the
+    /// engine ends its subscriptions). `NotFound` when it does not exist.
     async fn delete_thread(&self, tenant: &str, thread: &str) -> Result<()>;
 
     /// Gives thread `from` (its events, runs, checkpoints and channels) the
     /// id `to`, in one atomic step: a reader sees either `from` or `to`,
     /// never both or a part. `NotFound` when `from` does not exist;
     /// `Conflict` when `to` has events or channel state (nothing changed).
-    /// Subscriptions to either id end. The events keep their JSON as stored
+    /// (The engine ends subscriptions to either id.) The events keep their JSON as stored
     /// (a `threadId` inside them is not rewritten). Session imports write
     /// under a staging id and rename at the end, so that a failed or crashed
     /// import never leaves a partial thread under the target id.
@@ -96,11 +100,23 @@ pub trait Backend: Send + Sync {
         blob: Vec<u8>,
     ) -> Result<()>;
 
-    /// Subscribes to a thread from sequence `from_seq` on: committed events
-    /// first, then every event appended later, each exactly once and in
-    /// order. The thread need not exist yet. The stream ends when the thread
-    /// is deleted or the store closes.
-    async fn subscribe(&self, tenant: &str, thread: &str, from_seq: u64) -> Result<EventStream>;
+    /// Gives the backend the engine's hub of live subscriptions (called
+    /// once, when a [`crate::Store`] is made over it). The engine publishes
+    /// every batch it commits itself; a backend that several processes
+    /// share publishes there what the *other* processes commit and delete,
+    /// for the threads [`Backend::watch`] named (PostgreSQL, from
+    /// LISTEN/NOTIFY). A backend only one process opens keeps the default,
+    /// which ignores it. `commit` never publishes.
+    fn attach_hub(&self, hub: Arc<Hub>) {
+        let _ = hub;
+    }
+
+    /// A subscription to the thread starts (the engine already listens on
+    /// its hub): a backend shared by several processes starts reporting the
+    /// others' changes to it. The default does nothing.
+    fn watch(&self, tenant: &str, thread: &str) {
+        let _ = (tenant, thread);
+    }
 
     /// Claims a thread for one run of the calling gateway process (`run`;
     /// an empty id claims it for an operation such as deleting the thread)
@@ -142,8 +158,7 @@ pub trait Backend: Send + Sync {
     /// Makes every acknowledged append durable on stable storage.
     async fn flush(&self) -> Result<()>;
 
-    /// Flushes and closes. Every later call fails with `Unavailable`; open
-    /// subscriptions end.
+    /// Flushes and closes. Every later call fails with `Unavailable`.
     async fn close(&self) -> Result<()>;
 
     /// Every channel of a thread (see [`crate::channel`]), by agent name.

@@ -14,6 +14,15 @@
 //! [`crate::Checkpoints::Defer`] in between, a run larger than the buffer, a
 //! restart) is rebuilt from the log, as a missing checkpoint always was.
 //!
+//! **Live subscriptions are the engine's.** After each commit the engine
+//! publishes the batch it committed (its events shared, nothing read back)
+//! to its [`Hub`]; [`Store::subscribe`] listens there first, then catches up
+//! from [`Backend::read`] (see [`crate::subscribe`]), so a subscriber gets
+//! every event once, in order, whatever the backend. A backend that several
+//! processes share gets the hub through [`Backend::attach_hub`] and
+//! publishes what *other* processes commit and delete (PostgreSQL, from
+//! LISTEN/NOTIFY); [`Backend::watch`] tells it which threads are followed.
+//!
 //! A restore first waits for the queued work of its thread, so it sees the
 //! checkpoints of every run ended before it was called; [`Store::settle`]
 //! waits for all of it, and [`Store::flush`] and [`Store::close`] settle
@@ -24,6 +33,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use agui_protocol::Event;
+use futures::FutureExt;
 use futures::stream::{self, BoxStream, StreamExt};
 use tokio::sync::watch;
 
@@ -31,10 +41,10 @@ use crate::backend::{Backend, Committed};
 use crate::checkpoint;
 use crate::error::{ErrorKind, Result, StoreError};
 use crate::index::RunUpdate;
-use crate::subscribe::EventStream;
+use crate::subscribe::{EventStream, Hub, PageReader, catch_up_then_live};
 use crate::types::{
     AppendRequest, Appended, Checkpoints, EventPage, RunFilter, RunPage, RunRecord, RunStatus,
-    StoreStats, StoredEvent, ThreadFilter, ThreadInfo, ThreadPage,
+    StoreStats, StoredEvent, ThreadFilter, ThreadInfo, ThreadPage, check_id,
 };
 use crate::{Channel, Conversation};
 
@@ -93,6 +103,10 @@ pub struct Store {
 
 struct Inner {
     backend: Arc<dyn Backend>,
+    /// Live subscriptions: every committed batch is published here.
+    hub: Arc<Hub>,
+    /// Set by [`Store::close`]: no new subscription.
+    closed: std::sync::atomic::AtomicBool,
     cache: ConversationCache,
     queue: Mutex<Queue>,
     /// The id of the last job finished (or abandoned).
@@ -214,9 +228,13 @@ impl Store {
 
     /// The engine over a shared backend.
     pub fn from_arc(backend: Arc<dyn Backend>) -> Store {
+        let hub = Arc::new(Hub::new());
+        backend.attach_hub(hub.clone());
         Store {
             inner: Arc::new(Inner {
                 backend,
+                hub,
+                closed: std::sync::atomic::AtomicBool::new(false),
                 cache: ConversationCache::new(),
                 queue: Mutex::new(Queue::default()),
                 done: watch::channel(0).0,
@@ -253,13 +271,19 @@ impl Store {
     /// Errors: `Conflict` when `expected_seq` does not match the thread's last
     /// sequence; `Invalid` for an empty batch, bad ids or a bad `RUN_STARTED`.
     pub async fn append(&self, tenant: &str, thread: &str, req: AppendRequest) -> Result<Appended> {
+        check_id("tenant", tenant)?;
+        check_id("thread", thread)?;
         let build = req.checkpoints == Checkpoints::Build;
-        let events = if build {
-            req.events.clone()
-        } else {
-            Vec::new()
-        };
+        // Shared, not copied: the checkpoint worker and the subscribers get
+        // the events the backend committed.
+        let events = req.events.clone();
         let Committed { appended, plan } = self.inner.backend.commit(tenant, thread, req).await?;
+        // Listeners are asked after the commit: one that registered later
+        // reads this batch in its catch-up.
+        if self.inner.hub.has_listeners(tenant, thread) {
+            let stored = plan.stored(events.clone());
+            self.inner.hub.publish(tenant, thread, stored);
+        }
         if build {
             self.enqueue(Job {
                 id: 0,
@@ -500,6 +524,9 @@ impl Store {
         self.forget(tenant, thread);
         let r = self.inner.backend.delete_thread(tenant, thread).await;
         self.forget(tenant, thread);
+        if r.is_ok() {
+            self.inner.hub.close_thread(tenant, thread);
+        }
         r
     }
 
@@ -513,6 +540,10 @@ impl Store {
         let r = self.inner.backend.rename_thread(tenant, from, to).await;
         self.forget(tenant, from);
         self.forget(tenant, to);
+        if r.is_ok() && from != to {
+            self.inner.hub.close_thread(tenant, from);
+            self.inner.hub.close_thread(tenant, to);
+        }
         r
     }
 
@@ -552,15 +583,32 @@ impl Store {
     }
 
     /// Subscribes to a thread from sequence `from_seq` on: committed events
-    /// first, then every event appended later, each exactly once and in
-    /// order (see [`Backend::subscribe`]).
+    /// first, then every event appended later (through this store, or by
+    /// another process sharing a backend that reports it), each exactly once
+    /// and in order. The thread need not exist yet. The stream ends when the
+    /// thread is deleted or renamed, or the store closes.
     pub async fn subscribe(
         &self,
         tenant: &str,
         thread: &str,
         from_seq: u64,
     ) -> Result<EventStream> {
-        self.inner.backend.subscribe(tenant, thread, from_seq).await
+        check_id("tenant", tenant)?;
+        check_id("thread", thread)?;
+        if self.inner.closed.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(StoreError::unavailable("the store is closed"));
+        }
+        // Listening before the first read: nothing committed in between is
+        // missed (see `subscribe`).
+        let rx = self.inner.hub.listen(tenant, thread);
+        self.inner.backend.watch(tenant, thread);
+        let backend = self.inner.backend.clone();
+        let (tenant, thread) = (tenant.to_owned(), thread.to_owned());
+        let read: PageReader = Arc::new(move |from| {
+            let (backend, tenant, thread) = (backend.clone(), tenant.clone(), thread.clone());
+            async move { backend.read(&tenant, &thread, from, 1000).await }.boxed()
+        });
+        Ok(catch_up_then_live(rx, from_seq, read))
     }
 
     /// Claims a thread for one run (see [`Backend::claim_thread`]).
@@ -605,7 +653,12 @@ impl Store {
     /// fails with `Unavailable`; open subscriptions end.
     pub async fn close(&self) -> Result<()> {
         self.settle().await;
-        self.inner.backend.close().await
+        self.inner
+            .closed
+            .store(true, std::sync::atomic::Ordering::Release);
+        let r = self.inner.backend.close().await;
+        self.inner.hub.close_all();
+        r
     }
 
     /// Every channel of a thread, by agent name.

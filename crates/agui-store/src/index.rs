@@ -97,7 +97,7 @@ impl BatchPlan {
     }
 
     /// The batch's events as stored: numbered from `first_seq`, received at
-    /// `received_at` (what a backend publishes to its subscribers).
+    /// `received_at` (what the engine publishes to its subscribers).
     pub fn stored(&self, events: Vec<Event>) -> Vec<StoredEvent> {
         events
             .into_iter()

@@ -6,12 +6,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
-use futures::FutureExt;
 
 use crate::cursor::{filter_runs, thread_key, thread_page};
 use crate::error::{Result, StoreError};
 use crate::index::{ThreadHead, find_run, interrupt_running, plan_batch};
-use crate::subscribe::{EventStream, Hub, PageReader, catch_up_then_live};
 use crate::types::{
     AppendRequest, Appended, EventPage, RunFilter, RunPage, RunRecord, StoreStats, StoredEvent,
     ThreadFilter, ThreadInfo, ThreadPage, Timestamp, check_id, page_size,
@@ -27,7 +25,6 @@ pub struct MemoryStore {
 #[derive(Default)]
 struct Inner {
     state: Arc<Mutex<State>>,
-    hub: Hub,
     closed: AtomicBool,
     /// (tenant, thread) → the run that claimed it (see `claim_thread`).
     claims: Mutex<std::collections::HashMap<(String, String), String>>,
@@ -88,7 +85,6 @@ impl MemoryStore {
         MemoryStore {
             inner: Arc::new(Inner {
                 state: self.inner.state.clone(),
-                hub: Hub::new(),
                 closed: AtomicBool::new(false),
                 // A reopened store is another process: earlier claims lapse.
                 claims: Mutex::default(),
@@ -173,8 +169,7 @@ impl Backend for MemoryStore {
                     head: ThreadHead::default(),
                     bytes: 0,
                 });
-            let stored = plan.stored(req.events);
-            t.events.extend(stored.iter().cloned());
+            t.events.extend(plan.stored(req.events));
             plan.apply_runs(thread, &mut t.runs, &mut t.run_pos);
             if req.agent.is_some() {
                 t.agent = req.agent.clone();
@@ -187,8 +182,6 @@ impl Backend for MemoryStore {
                 received_at: plan.received_at,
                 durable: false,
             };
-            // Published under the lock: batches reach listeners in order.
-            self.inner.hub.publish(tenant, thread, stored);
             (plan, appended)
         };
         Ok(Committed { appended, plan })
@@ -257,7 +250,6 @@ impl Backend for MemoryStore {
         if state.threads.remove(&key(tenant, thread)).is_none() {
             return Err(StoreError::not_found("thread"));
         }
-        self.inner.hub.close_thread(tenant, thread);
         Ok(())
     }
 
@@ -281,9 +273,6 @@ impl Backend for MemoryStore {
             r.thread_id = to.to_owned();
         }
         state.threads.insert(key(tenant, to), t);
-        for id in [from, to] {
-            self.inner.hub.close_thread(tenant, id);
-        }
         Ok(())
     }
 
@@ -347,20 +336,6 @@ impl Backend for MemoryStore {
         Ok(())
     }
 
-    async fn subscribe(&self, tenant: &str, thread: &str, from_seq: u64) -> Result<EventStream> {
-        check_id("tenant", tenant)?;
-        check_id("thread", thread)?;
-        drop(self.state()?);
-        let rx = self.inner.hub.listen(tenant, thread);
-        let me = self.clone();
-        let (tenant, thread) = (tenant.to_owned(), thread.to_owned());
-        let read: PageReader = Arc::new(move |from| {
-            let page = me.read_now(&tenant, &thread, from, 1000);
-            async move { page }.boxed()
-        });
-        Ok(catch_up_then_live(rx, from_seq, read))
-    }
-
     async fn mark_interrupted(&self) -> Result<u64> {
         let mut state = self.state()?;
         let now = Timestamp::now();
@@ -415,7 +390,6 @@ impl Backend for MemoryStore {
 
     async fn close(&self) -> Result<()> {
         self.inner.closed.store(true, Ordering::Release);
-        self.inner.hub.close_all();
         Ok(())
     }
 }

@@ -1,8 +1,10 @@
 //! Live subscriptions: catch-up from the store, then the live tail, with no
 //! gap and no duplicate.
 //!
-//! A backend owns a [`Hub`] and publishes every committed batch to it (in
-//! commit order per thread). [`catch_up_then_live`] builds the stream:
+//! The engine ([`crate::Store`]) owns a [`Hub`] and publishes every batch it
+//! commits to it; a backend shared by several processes publishes the
+//! others' batches to the same hub (see [`crate::Backend::attach_hub`]).
+//! [`catch_up_then_live`] builds the stream:
 //! 1. it registers the live listener first,
 //! 2. reads committed events from the store page by page from `from_seq`,
 //! 3. then yields live batches, dropping every event whose sequence number it
@@ -17,14 +19,12 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use futures::FutureExt;
 use futures::future::BoxFuture;
 use futures::stream::{self, StreamExt};
 use tokio::sync::broadcast;
 
-use crate::backend::Backend;
 use crate::error::{Result, StoreError};
-use crate::types::{EventPage, StoredEvent, check_id};
+use crate::types::{EventPage, StoredEvent};
 
 pub use crate::types::EventStream;
 
@@ -107,31 +107,6 @@ struct State {
     mode: Mode,
     rx: broadcast::Receiver<Arc<[StoredEvent]>>,
     read: PageReader,
-}
-
-/// The subscription of a backend whose catch-up reads are its own
-/// [`Backend::read`], 1000 events a page: checks the ids, then `ready` (the
-/// backend's own check that it is open), listens on `hub`, then builds the
-/// stream with [`catch_up_then_live`].
-pub fn subscribe_reading<B: Backend + Clone + 'static>(
-    backend: &B,
-    hub: &Hub,
-    tenant: &str,
-    thread: &str,
-    from_seq: u64,
-    ready: impl FnOnce() -> Result<()>,
-) -> Result<EventStream> {
-    check_id("tenant", tenant)?;
-    check_id("thread", thread)?;
-    ready()?;
-    let rx = hub.listen(tenant, thread);
-    let me = backend.clone();
-    let (tenant, thread) = (tenant.to_owned(), thread.to_owned());
-    let read: PageReader = Arc::new(move |from| {
-        let (me, tenant, thread) = (me.clone(), tenant.clone(), thread.clone());
-        async move { me.read(&tenant, &thread, from, 1000).await }.boxed()
-    });
-    Ok(catch_up_then_live(rx, from_seq, read))
 }
 
 /// The subscription stream: events from `from_seq` (1 for the beginning) on,
