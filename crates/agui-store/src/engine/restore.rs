@@ -262,19 +262,30 @@ async fn extend(
     thread: &str,
     run: &RunRecord,
     events: Option<Vec<Event>>,
-    mut tip: Tip,
+    tip: Tip,
 ) -> Result<Tip> {
-    let mark = match events {
-        Some(events) => tip.step(events.iter())?,
-        None => {
-            let stored = store
-                .read_range(tenant, thread, run.first_seq, run.last_seq)
-                .await?;
-            tip.step(stored.iter().map(|e| &e.event))?
-        }
+    let events = match events {
+        Some(events) => events,
+        None => store
+            .read_range(tenant, thread, run.first_seq, run.last_seq)
+            .await?
+            .into_iter()
+            .map(|e| e.event)
+            .collect(),
     };
-    let state = to_json(&tip.reducer.conversation().state)?;
-    let blob = tip.push(run, mark, &state);
+    // Reducing and encoding are CPU work (milliseconds for a long run or a
+    // large state): on a blocking thread, so that they never hold up the
+    // runtime's tasks (the gateway's streams) while the OS shares the cores.
+    let run_record = run.clone();
+    let (tip, blob) = tokio::task::spawn_blocking(move || -> Result<(Tip, Vec<u8>)> {
+        let mut tip = tip;
+        let mark = tip.step(events.iter())?;
+        let state = to_json(&tip.reducer.conversation().state)?;
+        let blob = tip.push(&run_record, mark, &state);
+        Ok((tip, blob))
+    })
+    .await
+    .map_err(|_| StoreError::internal("building a checkpoint failed"))??;
     store
         .save_checkpoint(tenant, thread, &run.run_id, blob)
         .await?;
