@@ -25,6 +25,12 @@
 //!
 //! Requests grouped in one transaction share one fsync: the group is `FULL`
 //! when any of them needs it.
+//!
+//! The WAL is copied back into the database by a checkpointer thread with
+//! its own connection (passive checkpoints, every 100 ms after a commit),
+//! never by the writer inside a commit; the WAL is started over (truncated)
+//! when the writer has been quiet for a round, on `flush`, or once it holds
+//! 256 MiB.
 
 mod db;
 mod lock;

@@ -133,6 +133,10 @@ pub struct Writer {
 
 /// How often the checkpointer looks for committed WAL frames to copy back.
 const CHECKPOINT_EVERY: Duration = Duration::from_millis(100);
+/// WAL frames (pages) past which the checkpointer starts the WAL over even
+/// while the writer is busy (65,536 pages: 256 MiB); an idle writer gets it
+/// started over after one quiet round, and [`Op::Flush`] does it at once.
+const RESTART_FRAMES: i64 = 65_536;
 
 /// Copies the WAL back into the database on a thread of its own, so that the
 /// writer never does it inside a commit. SQLite's automatic checkpoint (every
@@ -163,12 +167,35 @@ impl Checkpointer {
         let thread = std::thread::Builder::new()
             .name("agui-sqlite-checkpoint".into())
             .spawn(move || {
+                let checkpoint = |mode: &str| {
+                    conn.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |r| {
+                        r.get::<_, i64>(1)
+                    })
+                    .unwrap_or(0)
+                };
+                // WAL frames left after the last passive checkpoint.
+                let mut left = 0;
                 while !st.load(Ordering::Acquire) {
                     std::thread::park_timeout(CHECKPOINT_EVERY);
                     if d.swap(false, Ordering::AcqRel) {
-                        // Busy (a reader holds old frames) only means the
-                        // next round copies them.
-                        let _ = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+                        // Copies what is committed, beside the writer. Busy
+                        // (a reader holds old frames) only means the next
+                        // round copies them.
+                        left = checkpoint("PASSIVE");
+                        // Under steady writes the WAL never drains to its
+                        // end, so SQLite never starts it over: past a hard
+                        // cap, a truncating checkpoint (which waits for the
+                        // writer's commit in progress and holds the next
+                        // one while it copies the few frames left) does.
+                        if left >= RESTART_FRAMES {
+                            checkpoint("TRUNCATE");
+                            left = 0;
+                        }
+                    } else if left > 0 {
+                        // A round without a commit: the writer is idle, and
+                        // starting the WAL over holds nobody up.
+                        checkpoint("TRUNCATE");
+                        left = 0;
                     }
                 }
             })
@@ -236,6 +263,7 @@ impl Writer {
 
     fn process(&mut self, group: Vec<Op>) {
         let sync = group.iter().any(Op::needs_sync);
+        let flush = group.iter().any(|op| matches!(op, Op::Flush { .. }));
         if sync != self.synchronous_full {
             let mode = if sync { "FULL" } else { "NORMAL" };
             match self.conn.pragma_update(None, "synchronous", mode) {
@@ -294,7 +322,15 @@ impl Writer {
             }
             return;
         }
-        self.checkpointer.committed();
+        if flush {
+            // A flush also leaves the WAL empty (the database file holds
+            // everything), whatever the checkpointer has done so far.
+            let _ = self
+                .conn
+                .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
+        } else {
+            self.checkpointer.committed();
+        }
         if self.heads.len() + overlay.len() > HEADS {
             self.heads.clear();
         }
