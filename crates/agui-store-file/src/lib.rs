@@ -769,17 +769,21 @@ impl Inner {
         self.segment(loc.seg)?.read(loc, &self.shared.cache)
     }
 
+    /// Writes a batch record to the active segment (the page cache) and
+    /// indexes it. Returns, with the plan, the end of the record when the
+    /// append must be synced before it is acknowledged (the caller syncs
+    /// with [`Inner::sync_through`], on a blocking thread).
     fn append(
         &self,
         tenant: &str,
         thread: &str,
         req: AppendRequest,
-    ) -> Result<(Appended, BatchPlan)> {
+    ) -> Result<(Appended, BatchPlan, Option<(u64, u64)>)> {
         let durability = self.shared.opts.durability.unwrap_or(req.durability);
-        let mut w = lock(&self.writer);
-        let active = w.as_mut().ok_or_else(closed)?;
         // Framed (and compressed) before any lock is taken.
         let data = frame::encode(&req.events)?;
+        let mut w = lock(&self.writer);
+        let active = w.as_mut().ok_or_else(closed)?;
         let (plan, frame) = {
             let st = read_lock(&self.state);
             let last = st.thread(tenant, thread).map_or(0, |t| t.head.last_seq);
@@ -812,16 +816,14 @@ impl Inner {
         );
         drop(w);
         let sync = durability == Durability::Append || plan.ends_a_run();
-        if sync {
-            self.sync_through(loc.seg, loc.off + u64::from(loc.len))?;
-        }
         let appended = Appended {
             first_seq: plan.first_seq,
             last_seq: plan.last_seq(),
             received_at: plan.received_at,
             durable: sync,
         };
-        Ok((appended, plan))
+        let sync_to = sync.then(|| (loc.seg, loc.off + u64::from(loc.len)));
+        Ok((appended, plan, sync_to))
     }
 
     fn read_page(
@@ -913,8 +915,20 @@ impl Backend for FileStore {
         if req.events.is_empty() {
             return Err(StoreError::invalid("an append needs at least one event"));
         }
-        let (t, th) = (tenant.to_owned(), thread.to_owned());
-        let (appended, plan) = self.blocking(move |i| i.append(&t, &th, req)).await?;
+        self.check_open()?;
+        // A write to the page cache takes microseconds: done here, with no
+        // hop to a blocking thread. Only a sync (an fdatasync: milliseconds)
+        // goes to one. A full segment's rotation also syncs here, once per
+        // `segment_mb`.
+        let (appended, plan, sync_to) = self.inner.append(tenant, thread, req)?;
+        if let Some((seg, end)) = sync_to {
+            // Not `blocking`: a close in between must not turn a written
+            // batch into a failed append (a close syncs everything anyway).
+            let inner = self.inner.clone();
+            tokio::task::spawn_blocking(move || inner.sync_through(seg, end))
+                .await
+                .map_err(|_| StoreError::internal("a store task failed"))??;
+        }
         Ok(Committed { appended, plan })
     }
 
