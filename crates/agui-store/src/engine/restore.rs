@@ -262,30 +262,22 @@ async fn extend(
     thread: &str,
     run: &RunRecord,
     events: Option<Vec<Event>>,
-    tip: Tip,
+    mut tip: Tip,
 ) -> Result<Tip> {
-    let events = match events {
-        Some(events) => events,
-        None => store
-            .read_range(tenant, thread, run.first_seq, run.last_seq)
-            .await?
-            .into_iter()
-            .map(|e| e.event)
-            .collect(),
+    // On the worker's task, not a blocking thread: measured on 2 cores, the
+    // extra thread cost 15% of append throughput (memory store, 1M events)
+    // and did not lower the gateway's added latency.
+    let mark = match events {
+        Some(events) => tip.step(events.iter())?,
+        None => {
+            let stored = store
+                .read_range(tenant, thread, run.first_seq, run.last_seq)
+                .await?;
+            tip.step(stored.iter().map(|e| &e.event))?
+        }
     };
-    // Reducing and encoding are CPU work (milliseconds for a long run or a
-    // large state): on a blocking thread, so that they never hold up the
-    // runtime's tasks (the gateway's streams) while the OS shares the cores.
-    let run_record = run.clone();
-    let (tip, blob) = tokio::task::spawn_blocking(move || -> Result<(Tip, Vec<u8>)> {
-        let mut tip = tip;
-        let mark = tip.step(events.iter())?;
-        let state = to_json(&tip.reducer.conversation().state)?;
-        let blob = tip.push(&run_record, mark, &state);
-        Ok((tip, blob))
-    })
-    .await
-    .map_err(|_| StoreError::internal("building a checkpoint failed"))??;
+    let state = to_json(&tip.reducer.conversation().state)?;
+    let blob = tip.push(run, mark, &state);
     store
         .save_checkpoint(tenant, thread, &run.run_id, blob)
         .await?;
