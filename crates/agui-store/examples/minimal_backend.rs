@@ -10,7 +10,7 @@
 //! - `index::plan_batch` decides what a batch does (sequence numbers, receive
 //!   time, run updates); `BatchPlan::apply_runs`, `index::find_run` and
 //!   `index::interrupt_running` apply that to a run index held in memory.
-//! - `cursor::{filter_runs, thread_page}` page runs and threads with the
+//! - `cursor::{filter_runs, page_threads}` page runs and threads with the
 //!   shared opaque cursors; `EventPage::new` cuts event pages.
 //!
 //! Live subscriptions are the engine's: it publishes each batch this backend
@@ -31,7 +31,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use agui_store::cursor::{filter_runs, thread_key, thread_page};
+use agui_store::cursor::{filter_runs, page_threads};
 use agui_store::index::{ThreadHead, find_run, interrupt_running, plan_batch};
 use agui_store::{
     AppendRequest, Appended, Backend, Channel, Committed, EventPage, Result, RunFilter, RunPage,
@@ -233,20 +233,12 @@ impl Backend for MinimalBackend {
     }
 
     /// A real backend: one query, newest activity first (`cursor::thread_key`
-    /// order) after the cursor, `limit + 1` rows, cut by `thread_page`.
+    /// order) after the cursor, `limit + 1` rows, cut by `cursor::thread_page`;
+    /// here `cursor::page_threads` does all of it over the threads in memory.
     async fn list_threads(&self, tenant: &str, filter: &ThreadFilter) -> Result<ThreadPage> {
-        let after = filter.after()?;
-        let limit = filter.page_size();
         let data = self.data()?;
-        let mut threads: Vec<ThreadInfo> = data
-            .iter()
-            .filter(|((tn, _), t)| tn == tenant && filter.wants_agent(t.agent.as_ref()))
-            .map(|((_, id), t)| t.info(id))
-            .filter(|info| after.as_ref().is_none_or(|c| c.precedes(info)))
-            .collect();
-        threads.sort_by(|a, b| thread_key(a).cmp(&thread_key(b)));
-        threads.truncate(limit.saturating_add(1));
-        Ok(thread_page(threads, limit))
+        let mine = data.iter().filter(|((tn, _), _)| tn == tenant);
+        page_threads(mine.map(|((_, id), t)| t.info(id)), filter)
     }
 
     /// A real backend: one transaction deleting the thread's events, runs,

@@ -207,6 +207,25 @@ pub fn run_page(mut runs: Vec<RunRecord>, limit: usize) -> RunPage {
     RunPage { runs, next_cursor }
 }
 
+/// A page of threads from a tenant's threads held in memory (in any order):
+/// those of `filter`'s agent after its cursor, most recently active first.
+/// What a backend without an activity index answers `list_threads` with.
+pub fn page_threads(
+    threads: impl IntoIterator<Item = ThreadInfo>,
+    filter: &ThreadFilter,
+) -> Result<ThreadPage> {
+    let after = filter.after()?;
+    let limit = filter.page_size();
+    let mut page: Vec<ThreadInfo> = threads
+        .into_iter()
+        .filter(|t| filter.wants_agent(t.agent.as_ref()))
+        .filter(|t| after.as_ref().is_none_or(|c| c.precedes(t)))
+        .collect();
+    page.sort_by(|a, b| thread_key(a).cmp(&thread_key(b)));
+    page.truncate(limit.saturating_add(1));
+    Ok(thread_page(page, limit))
+}
+
 /// A page of threads, as [`run_page`] cuts one of runs.
 pub fn thread_page(mut threads: Vec<ThreadInfo>, limit: usize) -> ThreadPage {
     let more = threads.len() > limit;

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
 
-use crate::cursor::{filter_runs, thread_key, thread_page};
+use crate::cursor::{filter_runs, page_threads};
 use crate::error::{Result, StoreError};
 use crate::index::{ThreadHead, find_run, interrupt_running, plan_batch};
 use crate::types::{
@@ -230,19 +230,9 @@ impl Backend for MemoryStore {
     }
 
     async fn list_threads(&self, tenant: &str, filter: &ThreadFilter) -> Result<ThreadPage> {
-        let after = filter.after()?;
-        let limit = filter.page_size();
         let state = self.state()?;
-        let mut threads: Vec<ThreadInfo> = state
-            .threads
-            .iter()
-            .filter(|((tn, _), t)| tn == tenant && filter.wants_agent(t.agent.as_ref()))
-            .map(|((_, id), t)| t.info(id))
-            .filter(|t| after.as_ref().is_none_or(|c| c.precedes(t)))
-            .collect();
-        threads.sort_by(|a, b| thread_key(a).cmp(&thread_key(b)));
-        threads.truncate(limit.saturating_add(1));
-        Ok(thread_page(threads, limit))
+        let mine = state.threads.iter().filter(|((tn, _), _)| tn == tenant);
+        page_threads(mine.map(|((_, id), t)| t.info(id)), filter)
     }
 
     async fn delete_thread(&self, tenant: &str, thread: &str) -> Result<()> {
