@@ -768,7 +768,13 @@ impl Inner {
     fn read_raw(&self, loc: Loc) -> Result<Vec<u8>, FileError> {
         self.segment(loc.seg)?.read(loc, &self.shared.cache)
     }
+}
 
+/// Where an append must be synced to before it is acknowledged: (segment,
+/// end offset of its record).
+type SyncTo = (u64, u64);
+
+impl Inner {
     /// Writes a batch record to the active segment (the page cache) and
     /// indexes it. Returns, with the plan, the end of the record when the
     /// append must be synced before it is acknowledged (the caller syncs
@@ -778,7 +784,7 @@ impl Inner {
         tenant: &str,
         thread: &str,
         req: AppendRequest,
-    ) -> Result<(Appended, BatchPlan, Option<(u64, u64)>)> {
+    ) -> Result<(Appended, BatchPlan, Option<SyncTo>)> {
         let durability = self.shared.opts.durability.unwrap_or(req.durability);
         // Framed (and compressed) before any lock is taken.
         let data = frame::encode(&req.events)?;

@@ -4,9 +4,10 @@
 //! corrupt, and the store opens cleanly. Generic over the store: the backend's
 //! test supplies how to spawn the child and how to open the store.
 //!
-//! The child is usually the backend's own test binary re-executed with
-//! [`CHILD_ENV`] set (a `harness = false` test whose `main` calls
-//! [`child_main`] when the variable is present, and [`run`] otherwise).
+//! The child is the backend's own test binary re-executed with
+//! [`CHILD_ENV`] set: a `harness = false` test whose `main` is one call of
+//! [`test_main`] (the child's part, [`child_main`], when the variable is
+//! present; the killing loop, [`run`], otherwise).
 //!
 //! Protocol: the child prints `ready` once open, then one line
 //! `ack <thread> <last_seq>` after every acknowledged append.
@@ -283,4 +284,63 @@ async fn verify(store: &Store, acked: &BTreeMap<usize, u64>, round: usize) -> u6
         total += events.len() as u64;
     }
     total
+}
+
+/// The whole `main` of a backend's crash test (`harness = false`).
+///
+/// In the child (when [`CHILD_ENV`] names the store URL) it opens the store
+/// with `open` and runs [`child_main`], then exits. Otherwise it asks
+/// `make_url` for a store URL (with whatever must live as long as the run,
+/// a temporary directory), runs [`run`] with `AGUI_STORE_CRASH_KILLS` kills
+/// (100 by default), re-executing this binary as the child, checks the
+/// report, prints it under `name` and returns it with that guard.
+pub fn test_main<B, G, Fut>(
+    name: &str,
+    make_url: impl FnOnce() -> (G, String),
+    open: impl Fn(String) -> Fut,
+) -> (G, CrashReport)
+where
+    B: crate::Backend + 'static,
+    Fut: std::future::Future<Output = crate::Result<B>>,
+{
+    let rt = tokio::runtime::Runtime::new().expect("a runtime");
+    if let Ok(url) = std::env::var(CHILD_ENV) {
+        let seed: u64 = std::env::var("AGUI_STORE_CRASH_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(1);
+        let result = rt.block_on(async {
+            let store = Store::new(open(url).await?);
+            child_main(&store, seed).await
+        });
+        if let Err(e) = result {
+            eprintln!("crash child: {e}");
+            std::process::exit(1);
+        }
+        std::process::exit(0);
+    }
+    let kills: usize = std::env::var("AGUI_STORE_CRASH_KILLS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(100);
+    let (guard, url) = make_url();
+    let exe = std::env::current_exe().expect("the test binary");
+    let report = rt.block_on(run(
+        |seed| {
+            let mut cmd = Command::new(&exe);
+            cmd.env(CHILD_ENV, &url)
+                .env("AGUI_STORE_CRASH_SEED", seed.to_string());
+            cmd
+        },
+        || async { open(url.clone()).await.map(Store::new) },
+        kills,
+        0x5eed,
+    ));
+    assert!(report.kills >= kills.min(100));
+    assert!(report.acks > 0, "the children acknowledged appends");
+    println!(
+        "{name} crash harness: {} kills, {} acknowledged appends, {} events checked",
+        report.kills, report.acks, report.events
+    );
+    (guard, report)
 }
