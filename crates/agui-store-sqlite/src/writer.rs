@@ -159,7 +159,11 @@ impl Checkpointer {
             OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )
         .map_err(|e| map(e, "be opened"))?;
-        conn.busy_timeout(Duration::from_secs(5))
+        // Only a truncating checkpoint waits (a passive one never does), and
+        // while it waits for readers it holds new writers back: it gives up
+        // after 10 ms (and tries again next round) rather than stall appends
+        // behind a long read, such as an export from another process.
+        conn.busy_timeout(Duration::from_millis(10))
             .map_err(|e| map(e, "be opened"))?;
         let dirty = Arc::new(AtomicBool::new(false));
         let stop = Arc::new(AtomicBool::new(false));

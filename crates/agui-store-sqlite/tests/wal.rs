@@ -67,3 +67,49 @@ async fn a_quiet_moment_after_writes_starts_the_wal_over() {
     );
     s.close().await.unwrap();
 }
+
+/// A reader that holds an old snapshot (an export from another process,
+/// say) keeps the checkpointer from starting the WAL over; the truncating
+/// checkpoint it keeps trying must not hold the writer back meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_reader_never_stalls_appends_behind_the_checkpointer() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.db");
+    let s = Store::new(SqliteStore::open_path(&path).await.unwrap());
+    write_some(&s, "d").await;
+    let reader = rusqlite::Connection::open_with_flags(
+        &path,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .unwrap();
+    reader.execute_batch("BEGIN").unwrap();
+    let n: i64 = reader
+        .query_row("SELECT COUNT(*) FROM chunks", [], |r| r.get(0))
+        .unwrap();
+    assert!(n > 0);
+    let mut slowest = Duration::ZERO;
+    for k in 0..20 {
+        // Quiet rounds between appends: the checkpointer tries to start the
+        // WAL over each time and is refused by the reader.
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let t = Instant::now();
+        let e =
+            agui_store::sample::event(serde_json::json!({"type":"CUSTOM","name":"n","value":k}));
+        s.append("t", "d", AppendRequest::new(vec![e]))
+            .await
+            .unwrap();
+        slowest = slowest.max(t.elapsed());
+    }
+    // A stall behind a waiting checkpoint lasted its busy timeout (it was
+    // 5 s); a generous bound for a loaded machine.
+    assert!(
+        slowest < Duration::from_secs(2),
+        "an append took {slowest:?}"
+    );
+    reader.execute_batch("COMMIT").unwrap();
+    assert_eq!(
+        s.read_range("t", "d", 1, u64::MAX).await.unwrap().len(),
+        2020
+    );
+    s.close().await.unwrap();
+}
