@@ -161,8 +161,10 @@ impl Checkpointer {
         .map_err(|e| map(e, "be opened"))?;
         // Only a truncating checkpoint waits (a passive one never does), and
         // while it waits for readers it holds new writers back: it gives up
-        // after 10 ms (and tries again next round) rather than stall appends
-        // behind a long read, such as an export from another process.
+        // after 10 ms rather than stall appends behind a long read, such as
+        // an export from another process. It is tried again after the next
+        // commit and quiet round; meanwhile the WAL keeps its size (passive
+        // checkpoints go on copying it back).
         conn.busy_timeout(Duration::from_millis(10))
             .map_err(|e| map(e, "be opened"))?;
         let dirty = Arc::new(AtomicBool::new(false));

@@ -70,51 +70,18 @@ const COMPRESS_FROM: usize = 48;
 /// The shipped dictionary of [`TYPED_ZSTD`].
 const DICTIONARY: &[u8] = include_bytes!("frame/agui-events-v1.zdict");
 
-/// The stored type codes, index + 1 (0 is "another type"). Part of the
-/// stored format: append only, never reorder.
-const TYPE_CODES: [&str; 31] = [
-    "RUN_STARTED",
-    "RUN_FINISHED",
-    "RUN_ERROR",
-    "STEP_STARTED",
-    "STEP_FINISHED",
-    "TEXT_MESSAGE_START",
-    "TEXT_MESSAGE_CONTENT",
-    "TEXT_MESSAGE_END",
-    "TEXT_MESSAGE_CHUNK",
-    "TOOL_CALL_START",
-    "TOOL_CALL_ARGS",
-    "TOOL_CALL_END",
-    "TOOL_CALL_CHUNK",
-    "TOOL_CALL_RESULT",
-    "STATE_SNAPSHOT",
-    "STATE_DELTA",
-    "MESSAGES_SNAPSHOT",
-    "ACTIVITY_SNAPSHOT",
-    "ACTIVITY_DELTA",
-    "RAW",
-    "CUSTOM",
-    "REASONING_START",
-    "REASONING_MESSAGE_START",
-    "REASONING_MESSAGE_CONTENT",
-    "REASONING_MESSAGE_END",
-    "REASONING_MESSAGE_CHUNK",
-    "REASONING_END",
-    "REASONING_ENCRYPTED_VALUE",
-    "SUBAGENT_STARTED",
-    "SUBAGENT_FINISHED",
-    "SUBAGENT_ERROR",
-];
-
-/// The stored code of an event type: its place in [`EventType::KNOWN`] + 1,
-/// which a test holds equal to the fixed table above; 0 for an unknown type.
+/// The stored code of an event type: its place in [`EventType::KNOWN`] + 1;
+/// 0 for an unknown type. Part of the stored format: the test
+/// `the_type_codes_are_the_protocol_order_and_never_move` holds every code
+/// to a fixed table, so a type added to the protocol may only take the next
+/// code.
 pub fn type_code(ty: &EventType) -> u8 {
     match ty {
         EventType::Unknown(_) => 0,
         known => EventType::KNOWN
             .iter()
             .position(|k| k == known)
-            .filter(|&i| i < TYPE_CODES.len())
+            .filter(|&i| i < usize::from(u8::MAX))
             .map_or(0, |i| i as u8 + 1),
     }
 }
@@ -289,7 +256,7 @@ pub fn decode(
         };
         let text = std::str::from_utf8(text).map_err(|_| damaged("not UTF-8"))?;
         let event = match code {
-            Some(c @ 1..=31) => {
+            Some(c) if c > 0 && usize::from(c) <= EventType::KNOWN.len() => {
                 Event::from_checked_storage(text, EventType::KNOWN[usize::from(c) - 1].clone())
             }
             Some(0) | None => Event::from_json(text).map_err(|_| damaged("not an event"))?,
@@ -354,6 +321,42 @@ mod tests {
             n as u64,
         )
     }
+
+    /// The stored type codes, index + 1, as written since codec 2: append
+    /// only, never reorder.
+    const TYPE_CODES: [&str; 31] = [
+        "RUN_STARTED",
+        "RUN_FINISHED",
+        "RUN_ERROR",
+        "STEP_STARTED",
+        "STEP_FINISHED",
+        "TEXT_MESSAGE_START",
+        "TEXT_MESSAGE_CONTENT",
+        "TEXT_MESSAGE_END",
+        "TEXT_MESSAGE_CHUNK",
+        "TOOL_CALL_START",
+        "TOOL_CALL_ARGS",
+        "TOOL_CALL_END",
+        "TOOL_CALL_CHUNK",
+        "TOOL_CALL_RESULT",
+        "STATE_SNAPSHOT",
+        "STATE_DELTA",
+        "MESSAGES_SNAPSHOT",
+        "ACTIVITY_SNAPSHOT",
+        "ACTIVITY_DELTA",
+        "RAW",
+        "CUSTOM",
+        "REASONING_START",
+        "REASONING_MESSAGE_START",
+        "REASONING_MESSAGE_CONTENT",
+        "REASONING_MESSAGE_END",
+        "REASONING_MESSAGE_CHUNK",
+        "REASONING_END",
+        "REASONING_ENCRYPTED_VALUE",
+        "SUBAGENT_STARTED",
+        "SUBAGENT_FINISHED",
+        "SUBAGENT_ERROR",
+    ];
 
     #[test]
     fn the_type_codes_are_the_protocol_order_and_never_move() {
