@@ -4,7 +4,7 @@ use std::fs::File;
 use std::io::{self, BufRead, BufReader, BufWriter, Write};
 use std::path::Path;
 
-use agui_codec::{DecodeError, DecodeOptions, Format, Split, ThreadedReader};
+use agui_codec::{DecodeError, DecodeOptions, EventChunk, Format, Split, ThreadedReader};
 use agui_protocol::Event;
 use anyhow::{Context, bail};
 
@@ -42,7 +42,14 @@ pub const SPLIT_ENV: &str = "AGUI_DECODE_SPLIT";
 /// into chunks of about that many bytes, and says so on standard error
 /// (`agui: AGUI_DECODE_SPLIT: ...`) for each file it splits.
 pub fn read_events(path: Option<&Path>, options: DecodeOptions) -> anyhow::Result<Events> {
-    decode(path, options, Split::default())
+    decode(path, options, Split::default(), false)
+}
+
+/// Like [`read_events`], for a caller that takes events as chunks
+/// ([`Events::next_chunk`]) and never keeps one: the events of a split file
+/// are then slices of the buffers it was read into, never copied.
+pub fn read_event_chunks(path: Option<&Path>, options: DecodeOptions) -> anyhow::Result<Events> {
+    decode(path, options, Split::default(), true)
 }
 
 /// Like [`read_events`], but a big file too is decoded on one background
@@ -61,14 +68,23 @@ pub fn read_events_on_one_thread(
         threshold: u64::MAX,
         ..Split::default()
     };
-    decode(path, options, one)
+    decode(path, options, one, false)
 }
 
-fn decode(path: Option<&Path>, options: DecodeOptions, default: Split) -> anyhow::Result<Events> {
-    let split = split_override()?;
+fn decode(
+    path: Option<&Path>,
+    options: DecodeOptions,
+    default: Split,
+    chunked: bool,
+) -> anyhow::Result<Events> {
+    let forced = split_override()?;
     let Some(path) = path.filter(|p| p.as_os_str() != "-") else {
-        let reader = ThreadedReader::from_read(io::stdin(), options)
-            .context("cannot start reading standard input")?;
+        let reader = if chunked {
+            ThreadedReader::from_read_chunked(io::stdin(), options)
+        } else {
+            ThreadedReader::from_read(io::stdin(), options)
+        }
+        .context("cannot start reading standard input")?;
         return Ok(Events {
             reader: Some(reader),
             stdin: true,
@@ -78,11 +94,14 @@ fn decode(path: Option<&Path>, options: DecodeOptions, default: Split) -> anyhow
     let file = File::open(path).with_context(cannot_open)?;
     let reader = if file.metadata().is_ok_and(|m| m.is_file()) {
         drop(file);
-        let reader = ThreadedReader::open_with(path, options, split.unwrap_or(default))
-            .with_context(cannot_open)?;
-        if let Some(split) = split
-            && reader.is_parallel()
-        {
+        let split = forced.unwrap_or(default);
+        let reader = if chunked {
+            ThreadedReader::open_chunked(path, options, split)
+        } else {
+            ThreadedReader::open_with(path, options, split)
+        }
+        .with_context(cannot_open)?;
+        if forced.is_some() && reader.is_parallel() {
             eprintln!(
                 "agui: {SPLIT_ENV}: {} decoded in chunks of {} bytes on {} threads",
                 path.display(),
@@ -94,7 +113,12 @@ fn decode(path: Option<&Path>, options: DecodeOptions, default: Split) -> anyhow
     } else {
         // Read as a stream, as a pipe must be; reading errors (a directory)
         // come out of the decoder as they always did.
-        ThreadedReader::from_read(file, options).with_context(cannot_open)?
+        if chunked {
+            ThreadedReader::from_read_chunked(file, options)
+        } else {
+            ThreadedReader::from_read(file, options)
+        }
+        .with_context(cannot_open)?
     };
     Ok(Events {
         reader: Some(reader),
@@ -139,6 +163,12 @@ impl Events {
     /// The next batch of events, an error, or `None` at the end.
     pub fn next_batch(&mut self) -> Option<Result<Vec<Event>, DecodeError>> {
         self.reader().next_batch()
+    }
+
+    /// The next chunk of events (lent until the next call), an error, or
+    /// `None` at the end.
+    pub fn next_chunk(&mut self) -> Option<Result<&EventChunk, DecodeError>> {
+        self.reader().next_chunk()
     }
 
     /// The input's format: given, detected, or (for input that began with

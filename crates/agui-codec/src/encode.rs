@@ -9,7 +9,7 @@
 
 use std::io::{self, Write};
 
-use agui_protocol::Event;
+use agui_protocol::{Event, EventRef};
 use bytes::Bytes;
 
 use crate::Format;
@@ -84,17 +84,21 @@ impl<W: Write> Writer<W> {
     }
 
     /// Writes one event.
-    pub fn write_event(&mut self, event: &Event) -> io::Result<()> {
-        self.write_inner(event, None)
+    pub fn write_event<'e>(&mut self, event: impl Into<EventRef<'e>>) -> io::Result<()> {
+        self.write_inner(event.into(), None)
     }
 
     /// Writes one event with a sequence number: SSE frames get an `id: <seq>`
     /// line; the other formats have no place for it and ignore it.
-    pub fn write_event_with_id(&mut self, event: &Event, seq: u64) -> io::Result<()> {
-        self.write_inner(event, Some(seq))
+    pub fn write_event_with_id<'e>(
+        &mut self,
+        event: impl Into<EventRef<'e>>,
+        seq: u64,
+    ) -> io::Result<()> {
+        self.write_inner(event.into(), Some(seq))
     }
 
-    fn write_inner(&mut self, event: &Event, id: Option<u64>) -> io::Result<()> {
+    fn write_inner(&mut self, event: EventRef<'_>, id: Option<u64>) -> io::Result<()> {
         let json = event.json().as_bytes();
         match self.format {
             Format::Json => {

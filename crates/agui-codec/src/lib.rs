@@ -37,6 +37,7 @@
 //! default) is an error.
 
 mod buffer;
+mod chunk;
 mod encode;
 mod error;
 mod json;
@@ -48,8 +49,9 @@ mod stream;
 mod testutil;
 mod threaded;
 
-use agui_protocol::Event;
+use agui_protocol::{Checked, Event};
 
+pub use chunk::EventChunk;
 pub use encode::{
     SSE_KEEP_ALIVE, Writer, encode_ndjson_line, encode_sse_frame, write_ndjson_line,
     write_sse_frame,
@@ -230,11 +232,16 @@ pub trait PushDecoder {
 
 /// Reads one complete frame's bytes as an event.
 pub(crate) fn parse_event(bytes: &[u8], at: Position) -> Result<Event, DecodeError> {
+    check_event(bytes, at).map(Checked::into_event)
+}
+
+/// Like [`parse_event`], borrowing the event's text where it can.
+pub(crate) fn check_event(bytes: &[u8], at: Position) -> Result<Checked<'_>, DecodeError> {
     let text = std::str::from_utf8(bytes).map_err(|e| DecodeError::InvalidUtf8 {
         at,
         bad_byte: at.byte + e.valid_up_to() as u64,
     })?;
-    Event::from_json(text).map_err(|source| DecodeError::Envelope { at, source })
+    Event::check(text).map_err(|source| DecodeError::Envelope { at, source })
 }
 
 /// The format-detecting event decoder (or one for a fixed format).

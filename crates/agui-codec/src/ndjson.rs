@@ -33,16 +33,6 @@ impl NdjsonDecoder {
         }
     }
 
-    /// A decoder for the rest of a stream cut at a line start: a byte order
-    /// mark there is data, not the stream's mark (which only the first
-    /// bytes may hold).
-    pub(crate) fn continuing(options: &DecodeOptions) -> NdjsonDecoder {
-        NdjsonDecoder {
-            bom_done: true,
-            ..NdjsonDecoder::new(options)
-        }
-    }
-
     fn at(&self) -> Position {
         Position {
             index: self.index,
@@ -60,6 +50,131 @@ impl NdjsonDecoder {
 
 fn is_blank(line: &[u8]) -> bool {
     line.iter().all(|b| matches!(b, b' ' | b'\t' | b'\r'))
+}
+
+/// What one whole line (without its `\n`) is.
+enum LineKind<'a> {
+    /// Longer than the maximum event size.
+    TooLarge,
+    /// Spaces, tabs and `\r` only: skipped, and takes no event index.
+    Blank,
+    /// An event's text (a final `\r` dropped).
+    Event(&'a [u8]),
+}
+
+/// The line rules that [`NdjsonDecoder`] and [`Lines`] share.
+fn classify(line: &[u8], max: usize) -> LineKind<'_> {
+    let line = match line {
+        [rest @ .., b'\r'] => rest,
+        _ => line,
+    };
+    // The limit applies to blank lines too, so that the outcome does not
+    // depend on whether a line arrived whole or in pieces.
+    if line.len() > max {
+        LineKind::TooLarge
+    } else if is_blank(line) {
+        LineKind::Blank
+    } else {
+        LineKind::Event(line)
+    }
+}
+
+/// A non-blank line of a piece of NDJSON held whole, or the error that ends
+/// the piece.
+pub(crate) enum Line {
+    /// An event's text is `piece[start..end]`; `at` is its position.
+    Event {
+        start: usize,
+        end: usize,
+        at: Position,
+    },
+    /// The line is longer than the maximum event size (decoding ends).
+    TooLarge(DecodeError),
+}
+
+/// The lines of a piece of NDJSON held whole (it starts at a line start and
+/// ends at a line end or at the stream's end), by the same rules as
+/// [`NdjsonDecoder`]: a byte order mark at the stream's start is skipped,
+/// `\r\n` ends a line too, blank lines take no event index, a line over the
+/// maximum size ends decoding.
+pub(crate) struct Lines {
+    /// Offset in the piece of the next line.
+    pos: usize,
+    /// Offset of the piece in the stream.
+    base: u64,
+    /// The piece is the stream's start (its byte order mark is not data).
+    first: bool,
+    max: usize,
+    index: u64,
+    line: u64,
+    done: bool,
+}
+
+impl Lines {
+    pub(crate) fn new(base: u64, first: bool, max: usize) -> Lines {
+        Lines {
+            pos: 0,
+            base,
+            first,
+            max,
+            index: 0,
+            line: 1,
+            done: false,
+        }
+    }
+
+    /// The next line; `bytes` holds the piece from byte `offset` on (the
+    /// caller may move what remains of the piece elsewhere between calls).
+    pub(crate) fn next_in(&mut self, bytes: &[u8], offset: usize) -> Option<Line> {
+        if self.done {
+            return None;
+        }
+        if std::mem::take(&mut self.first)
+            && self.pos == 0
+            && offset == 0
+            && bytes.starts_with(b"\xEF\xBB\xBF")
+        {
+            self.pos = 3;
+        }
+        loop {
+            let rest = &bytes[(self.pos - offset).min(bytes.len())..];
+            if rest.is_empty() {
+                self.done = true;
+                return None;
+            }
+            let (line_len, consumed) = match memchr::memchr(b'\n', rest) {
+                Some(i) => (i, i + 1),
+                None => (rest.len(), rest.len()),
+            };
+            let at = Position {
+                index: self.index,
+                line: self.line,
+                byte: self.base + self.pos as u64,
+            };
+            let start = self.pos;
+            let kind = classify(&rest[..line_len], self.max);
+            self.pos += consumed;
+            self.line += u64::from(consumed > line_len);
+            match kind {
+                LineKind::TooLarge => {
+                    self.done = true;
+                    let limit = self.max;
+                    return Some(Line::TooLarge(DecodeError::TooLarge { at, limit }));
+                }
+                LineKind::Blank => continue,
+                LineKind::Event(line) => {
+                    self.index += 1;
+                    let end = start + line.len();
+                    return Some(Line::Event { start, end, at });
+                }
+            }
+        }
+    }
+
+    /// How many event indexes and line ends the piece held so far.
+    pub(crate) fn counts(&self) -> (u64, u64) {
+        (self.index, self.line - 1)
+    }
 }
 
 impl PushDecoder for NdjsonDecoder {
@@ -106,22 +221,19 @@ impl PushDecoder for NdjsonDecoder {
                     return None;
                 }
             };
-            let mut line = &bytes[..line_len];
-            if let [rest @ .., b'\r'] = line {
-                line = rest;
-            }
             self.scanned = 0;
-            // The limit applies to blank lines too, so that the outcome does
-            // not depend on whether a line arrived whole or in pieces.
-            if line.len() > self.max {
-                let at = self.at();
-                let limit = self.max;
-                return self.fail(DecodeError::TooLarge { at, limit });
-            }
-            if is_blank(line) {
-                self.buf.consume_counted(consumed, 1);
-                continue;
-            }
+            let line = match classify(&bytes[..line_len], self.max) {
+                LineKind::TooLarge => {
+                    let at = self.at();
+                    let limit = self.max;
+                    return self.fail(DecodeError::TooLarge { at, limit });
+                }
+                LineKind::Blank => {
+                    self.buf.consume_counted(consumed, 1);
+                    continue;
+                }
+                LineKind::Event(line) => line,
+            };
             let at = self.at();
             let result = parse_event(line, at);
             self.index += 1;

@@ -12,9 +12,17 @@
 //! outcome however its input is split, a fuzzed property) and its positions
 //! are shifted by what the chunks before it held.
 //!
-//! Memory: each thread reads its chunk in pieces of [`PIECE`] bytes and holds
-//! at most [`QUEUE`] batches of [`BATCH`] events ahead of the caller, so the
-//! reader's memory does not grow with the file.
+//! A split file's chunk is read into one buffer and decoded in place
+//! ([`EventChunk`]: the events are slices of that buffer), so decoding costs
+//! no allocation per event. A reader opened with
+//! [`ThreadedReader::open_chunked`] hands those chunks over as they are
+//! ([`ThreadedReader::next_chunk`]) and takes their buffers back for the
+//! next read; one opened with [`ThreadedReader::open`] hands over owned
+//! [`Event`]s, copied on the decoding thread.
+//!
+//! Memory: each thread holds the chunk it decodes and at most [`QUEUE`]
+//! more ahead of the caller (or, on the sequential path, batches of
+//! [`BATCH`] events), so the reader's memory does not grow with the file.
 
 use std::fs::File;
 use std::io::{self, BufReader, Read};
@@ -25,22 +33,37 @@ use std::thread::JoinHandle;
 
 use agui_protocol::Event;
 
-use crate::ndjson::NdjsonDecoder;
+use crate::chunk::{Piece, decode_ndjson};
 use crate::{
-    DecodeError, DecodeOptions, Detection, Format, Position, PushDecoder, Reader, detect_format,
+    DecodeError, DecodeOptions, Detection, EventChunk, Format, Position, Reader, detect_format,
 };
 
-/// Events per batch handed to the caller.
+/// Events per batch handed to the caller on the sequential path.
 const BATCH: usize = 1024;
-/// Batches a decoding thread may hold ahead of the caller.
-const QUEUE: usize = 4;
+/// Messages (batches, chunks) a decoding thread may hold ahead of the
+/// caller.
+const QUEUE: usize = 1;
 /// Bytes read at once.
 const PIECE: usize = 1 << 18;
+/// Bytes first read past a chunk's nominal end to finish its last line
+/// (then twice as many each time, up to [`PIECE`]).
+const TAIL: usize = 1 << 14;
+
+/// How decoded events are handed to the caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Handover {
+    /// Owned events, copied on the decoding thread.
+    Events,
+    /// Chunks of events that are slices of one buffer.
+    Chunks,
+}
 
 /// What a decoding thread sends, in order.
 enum Msg {
     /// Decoded events.
     Events(Vec<Event>),
+    /// Decoded events, slices of one buffer.
+    Chunk(EventChunk),
     /// A decoding error; positions are relative to the chunk for `index`
     /// and `line`, absolute for bytes.
     Error(DecodeError),
@@ -66,6 +89,11 @@ pub struct ThreadedReader {
     base_index: u64,
     base_line: u64,
     batch: std::vec::IntoIter<Event>,
+    /// The chunk lent by [`ThreadedReader::next_chunk`], and the thread it
+    /// came from.
+    lent: Option<(EventChunk, usize)>,
+    /// Where each decoding thread takes used chunks back (split files only).
+    spare: Vec<mpsc::Sender<EventChunk>>,
     done: bool,
 }
 
@@ -123,6 +151,26 @@ impl ThreadedReader {
         options: DecodeOptions,
         split: Split,
     ) -> io::Result<ThreadedReader> {
+        ThreadedReader::start(path, options, split, Handover::Events)
+    }
+
+    /// Like [`ThreadedReader::open_with`], for a caller that takes events as
+    /// [`EventChunk`]s ([`ThreadedReader::next_chunk`]): a split file's
+    /// events are then never copied.
+    pub fn open_chunked(
+        path: &Path,
+        options: DecodeOptions,
+        split: Split,
+    ) -> io::Result<ThreadedReader> {
+        ThreadedReader::start(path, options, split, Handover::Chunks)
+    }
+
+    fn start(
+        path: &Path,
+        options: DecodeOptions,
+        split: Split,
+        handover: Handover,
+    ) -> io::Result<ThreadedReader> {
         let file = File::open(path)?;
         let len = file.metadata()?.len();
         let mut format = options.format;
@@ -144,20 +192,29 @@ impl ThreadedReader {
             let threads = split.threads.min(chunks as usize).max(1);
             let mut channels = Vec::with_capacity(threads);
             let mut workers = Vec::with_capacity(threads);
+            let mut spare = Vec::with_capacity(threads);
             for first in 0..threads {
                 let (tx, rx) = mpsc::sync_channel(QUEUE);
+                let (spare_tx, spare_rx) = mpsc::channel();
                 let file = Arc::clone(&file);
                 let worker = std::thread::Builder::new()
                     .name(format!("agui-decode-{first}"))
                     .spawn(move || {
                         let mut k = first as u64;
+                        // A chunk whose events were copied out, for reuse.
+                        let mut keep = None;
                         while k < chunks {
                             let span = ChunkSpan {
                                 index: k,
                                 size: split.chunk,
                                 len,
                             };
-                            if decode_chunk(&file, span, &options, &tx).is_err() {
+                            let to = Sink {
+                                tx: &tx,
+                                spare: &spare_rx,
+                                handover,
+                            };
+                            if decode_chunk(&file, span, &options, &to, &mut keep).is_err() {
                                 return;
                             }
                             k += threads as u64;
@@ -165,12 +222,14 @@ impl ThreadedReader {
                     })?;
                 channels.push(rx);
                 workers.push(worker);
+                spare.push(spare_tx);
             }
             let mut reader = ThreadedReader::with_channels(format, channels, workers);
             reader.chunks = chunks as usize;
+            reader.spare = spare;
             return Ok(reader);
         }
-        let mut reader = ThreadedReader::from_read(file, options)?;
+        let mut reader = ThreadedReader::sequential(file, options, handover)?;
         reader.format = format;
         Ok(reader)
     }
@@ -181,10 +240,27 @@ impl ThreadedReader {
         source: R,
         options: DecodeOptions,
     ) -> io::Result<ThreadedReader> {
+        ThreadedReader::sequential(source, options, Handover::Events)
+    }
+
+    /// Like [`ThreadedReader::from_read`], for a caller that takes events as
+    /// [`EventChunk`]s.
+    pub fn from_read_chunked<R: Read + Send + 'static>(
+        source: R,
+        options: DecodeOptions,
+    ) -> io::Result<ThreadedReader> {
+        ThreadedReader::sequential(source, options, Handover::Chunks)
+    }
+
+    fn sequential<R: Read + Send + 'static>(
+        source: R,
+        options: DecodeOptions,
+        handover: Handover,
+    ) -> io::Result<ThreadedReader> {
         let (tx, rx) = mpsc::sync_channel(QUEUE);
         let worker = std::thread::Builder::new()
             .name("agui-decode".to_owned())
-            .spawn(move || decode_sequential(source, options, &tx))?;
+            .spawn(move || decode_sequential(source, options, handover, &tx))?;
         Ok(ThreadedReader::with_channels(
             options.format,
             vec![rx],
@@ -206,6 +282,8 @@ impl ThreadedReader {
             base_index: 0,
             base_line: 1,
             batch: Vec::new().into_iter(),
+            lent: None,
+            spare: Vec::new(),
             done: false,
         }
     }
@@ -221,17 +299,82 @@ impl ThreadedReader {
         self.channels.len() > 1
     }
 
-    /// The next batch of events (at most [`BATCH`], at least one), or an
-    /// error, or `None` at the end. Batches are how the reader hands events
-    /// over; taking them whole saves a move per event.
+    /// The next batch of events (at least one), or an error, or `None` at
+    /// the end. Batches are how the reader hands events over; taking them
+    /// whole saves a move per event.
     pub fn next_batch(&mut self) -> Option<Result<Vec<Event>, DecodeError>> {
         if self.batch.len() > 0 {
             return Some(Ok(std::mem::take(&mut self.batch).collect()));
         }
-        self.receive()
+        match self.receive()? {
+            Ok(Batch::Events(events)) => Some(Ok(events)),
+            Ok(Batch::Chunk(chunk)) => {
+                let events = chunk.to_events();
+                self.give_back(chunk);
+                Some(Ok(events))
+            }
+            Err(err) => Some(Err(err)),
+        }
     }
 
-    fn receive(&mut self) -> Option<Result<Vec<Event>, DecodeError>> {
+    /// The next chunk of events (at least one), or an error, or `None` at
+    /// the end. The chunk is lent until the next call, which gives its
+    /// buffers back to the thread that decoded it. A reader opened with
+    /// [`ThreadedReader::open_chunked`] or
+    /// [`ThreadedReader::from_read_chunked`] hands over the chunks it
+    /// decoded; any other copies its events into one.
+    pub fn next_chunk(&mut self) -> Option<Result<&EventChunk, DecodeError>> {
+        let chunk = if self.batch.len() > 0 {
+            let batch = std::mem::take(&mut self.batch);
+            self.fill(batch)
+        } else {
+            match self.receive()? {
+                Ok(Batch::Events(events)) => self.fill(events.into_iter()),
+                Ok(Batch::Chunk(chunk)) => {
+                    let from = self.source_thread();
+                    self.give_back_lent();
+                    self.lent.insert((chunk, from))
+                }
+                Err(err) => return Some(Err(err)),
+            }
+        };
+        Some(Ok(&chunk.0))
+    }
+
+    /// The lent chunk, refilled with copies of `events`.
+    fn fill(&mut self, events: impl Iterator<Item = Event>) -> &mut (EventChunk, usize) {
+        let lent = self
+            .lent
+            .get_or_insert_with(|| (EventChunk::new(), usize::MAX));
+        lent.0.clear();
+        for event in events {
+            lent.0.push(event.as_event_ref());
+        }
+        lent
+    }
+
+    /// The decoding thread of the chunk last received.
+    fn source_thread(&self) -> usize {
+        self.chunk % self.channels.len().max(1)
+    }
+
+    /// Gives the lent chunk's buffers back to its decoding thread.
+    fn give_back_lent(&mut self) {
+        if let Some((chunk, from)) = self.lent.take()
+            && let Some(spare) = self.spare.get(from)
+        {
+            let _ = spare.send(chunk);
+        }
+    }
+
+    /// Gives a chunk's buffers back to the thread of the chunk last received.
+    fn give_back(&mut self, chunk: EventChunk) {
+        if let Some(spare) = self.spare.get(self.source_thread()) {
+            let _ = spare.send(chunk);
+        }
+    }
+
+    fn receive(&mut self) -> Option<Result<Batch, DecodeError>> {
         loop {
             if self.done {
                 return None;
@@ -250,7 +393,8 @@ impl ThreadedReader {
                 }));
             };
             match msg {
-                Msg::Events(events) => return Some(Ok(events)),
+                Msg::Events(events) => return Some(Ok(Batch::Events(events))),
+                Msg::Chunk(chunk) => return Some(Ok(Batch::Chunk(chunk))),
                 Msg::Format(format) => self.format = self.format.or(format),
                 Msg::Error(err) => {
                     let err = err.shifted(self.base_index, self.base_line - 1, 0);
@@ -272,6 +416,12 @@ impl ThreadedReader {
     }
 }
 
+/// What [`ThreadedReader::receive`] got.
+enum Batch {
+    Events(Vec<Event>),
+    Chunk(EventChunk),
+}
+
 impl Iterator for ThreadedReader {
     type Item = Result<Event, DecodeError>;
 
@@ -280,7 +430,7 @@ impl Iterator for ThreadedReader {
             if let Some(event) = self.batch.next() {
                 return Some(Ok(event));
             }
-            match self.receive()? {
+            match self.next_batch()? {
                 Ok(events) => self.batch = events.into_iter(),
                 Err(err) => return Some(Err(err)),
             }
@@ -315,10 +465,29 @@ fn read_at_most(file: &File, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
 }
 
 /// The whole source through one [`Reader`] (any format, detected or given).
-fn decode_sequential<R: Read>(source: R, options: DecodeOptions, tx: &SyncSender<Msg>) {
+fn decode_sequential<R: Read>(
+    source: R,
+    options: DecodeOptions,
+    handover: Handover,
+    tx: &SyncSender<Msg>,
+) {
     let mut reader = Reader::with_options(BufReader::with_capacity(PIECE, source), options);
     let mut batch = Vec::with_capacity(BATCH);
     let mut format_sent = false;
+    let send = |batch: &mut Vec<Event>| {
+        let events = std::mem::replace(batch, Vec::with_capacity(BATCH));
+        tx.send(match handover {
+            Handover::Events => Msg::Events(events),
+            Handover::Chunks => {
+                let mut chunk = EventChunk::new();
+                for event in &events {
+                    chunk.push(event.as_event_ref());
+                }
+                Msg::Chunk(chunk)
+            }
+        })
+        .is_ok()
+    };
     while let Some(item) = reader.next() {
         if !format_sent && reader.format().is_some() {
             format_sent = true;
@@ -329,21 +498,12 @@ fn decode_sequential<R: Read>(source: R, options: DecodeOptions, tx: &SyncSender
         match item {
             Ok(event) => {
                 batch.push(event);
-                if batch.len() == BATCH
-                    && tx
-                        .send(Msg::Events(std::mem::replace(
-                            &mut batch,
-                            Vec::with_capacity(BATCH),
-                        )))
-                        .is_err()
-                {
+                if batch.len() == BATCH && !send(&mut batch) {
                     return;
                 }
             }
             Err(err) => {
-                if (!batch.is_empty() && tx.send(Msg::Events(std::mem::take(&mut batch))).is_err())
-                    || tx.send(Msg::Error(err)).is_err()
-                {
+                if (!batch.is_empty() && !send(&mut batch)) || tx.send(Msg::Error(err)).is_err() {
                     return;
                 }
             }
@@ -352,7 +512,7 @@ fn decode_sequential<R: Read>(source: R, options: DecodeOptions, tx: &SyncSender
     if !format_sent {
         let _ = tx.send(Msg::Format(reader.format()));
     }
-    if !batch.is_empty() && tx.send(Msg::Events(batch)).is_err() {
+    if !batch.is_empty() && !send(&mut batch) {
         return;
     }
     let _ = tx.send(Msg::End {
@@ -369,19 +529,29 @@ struct ChunkSpan {
     len: u64,
 }
 
-/// The receiver is gone: stop.
+/// Where a decoding thread of a split file sends its chunks, and where it
+/// takes used chunks back.
+struct Sink<'a> {
+    tx: &'a SyncSender<Msg>,
+    spare: &'a Receiver<EventChunk>,
+    handover: Handover,
+}
+
+/// The receiver is gone, or a fatal error ended decoding: stop.
 struct Hangup;
 
 /// Decodes one NDJSON chunk: from the line start at or after `index * size`
 /// to the line start at or after `(index + 1) * size` (a line start: offset
-/// 0, or right after a `\n`).
+/// 0, or right after a `\n`). The chunk is read into one buffer and its
+/// events are slices of it.
 fn decode_chunk(
     file: &File,
     span: ChunkSpan,
     options: &DecodeOptions,
-    tx: &SyncSender<Msg>,
+    to: &Sink<'_>,
+    keep: &mut Option<EventChunk>,
 ) -> Result<(), Hangup> {
-    let send = |msg: Msg| tx.send(msg).map_err(|_| Hangup);
+    let send = |msg: Msg| to.tx.send(msg).map_err(|_| Hangup);
     let io_error = |source: io::Error, byte: u64| {
         send(Msg::Error(DecodeError::Io {
             at: Position {
@@ -405,76 +575,97 @@ fn decode_chunk(
     // line end at or after `limit - 1`, i.e. at the next line start at or
     // after `limit`.
     let limit = (nominal + span.size).min(span.len);
-    let mut decoder = if span.index == 0 {
-        NdjsonDecoder::new(options)
-    } else {
-        NdjsonDecoder::continuing(options)
+    let spare = keep.take().or_else(|| to.spare.try_recv().ok());
+    // The buffer keeps its length: `read_chunk` overwrites what it reads
+    // and cuts the rest, so a reused buffer is not zeroed again.
+    let (mut buf, spare) = spare.unwrap_or_default().into_buffer();
+    if start >= limit {
+        buf.clear();
+    } else if let Err(e) = read_chunk(
+        file,
+        start,
+        limit,
+        span.len,
+        options.max_event_size,
+        &mut buf,
+    ) {
+        return io_error(e, start);
+    }
+    let mut spare_events = None;
+    let counts = decode_ndjson(
+        buf,
+        start,
+        span.index == 0,
+        options.max_event_size,
+        spare,
+        &mut |piece| {
+            let msg = match piece {
+                Piece::Events(chunk) => match to.handover {
+                    Handover::Chunks => Msg::Chunk(chunk),
+                    Handover::Events => {
+                        let events = chunk.to_events();
+                        spare_events = Some(chunk);
+                        Msg::Events(events)
+                    }
+                },
+                Piece::Error(err) => Msg::Error(err),
+            };
+            to.tx.send(msg).is_ok()
+        },
+    );
+    *keep = spare_events;
+    let Some((events, lines)) = counts else {
+        return Err(Hangup);
     };
-    let mut batch = Vec::with_capacity(BATCH);
-    let drain = |decoder: &mut NdjsonDecoder, batch: &mut Vec<Event>| -> Result<(), Hangup> {
-        while let Some(item) = decoder.pull() {
-            match item {
-                Ok(event) => {
-                    batch.push(event);
-                    if batch.len() == BATCH {
-                        send(Msg::Events(std::mem::replace(
-                            batch,
-                            Vec::with_capacity(BATCH),
-                        )))?;
-                    }
-                }
-                Err(err) => {
-                    if !batch.is_empty() {
-                        send(Msg::Events(std::mem::take(batch)))?;
-                    }
-                    let fatal = !err.is_recoverable();
-                    send(Msg::Error(err.shifted(0, 0, start)))?;
-                    if fatal {
-                        return Err(Hangup);
-                    }
-                }
-            }
+    send(Msg::End { events, lines })
+}
+
+/// Reads the chunk from `start` (a line start) into `buf`: up to `limit`,
+/// then on to the first line end at or after `limit - 1` (or the file's
+/// end at `len`). A line that runs on for more than `max + 1` bytes past
+/// the last line end is read no further: it is too large, which decoding
+/// reports.
+fn read_chunk(
+    file: &File,
+    start: u64,
+    limit: u64,
+    len: u64,
+    max: usize,
+    buf: &mut Vec<u8>,
+) -> io::Result<()> {
+    let want = (limit - start) as usize;
+    // Room for the tail of the last line too, so the buffer need not grow.
+    buf.reserve_exact((want + TAIL).saturating_sub(buf.len()));
+    buf.resize(want, 0);
+    let n = read_at_most(file, start, buf)?;
+    buf.truncate(n);
+    let mut pos = start + n as u64;
+    if n < want || buf.last() == Some(&b'\n') {
+        return Ok(());
+    }
+    // Where the last line of what was read starts.
+    let line_start = memchr::memrchr(b'\n', buf).map_or(0, |i| i + 1);
+    let mut step = TAIL;
+    while pos < len {
+        let have = buf.len();
+        let piece = (len - pos).min(step as u64) as usize;
+        step = (step * 2).min(PIECE);
+        buf.resize(have + piece, 0);
+        let got = read_at_most(file, pos, &mut buf[have..])?;
+        buf.truncate(have + got);
+        if got == 0 {
+            break;
         }
-        Ok(())
-    };
-    if start < limit {
-        let mut buf = vec![0u8; PIECE];
-        let mut pos = start;
-        loop {
-            let want = (span.len - pos).min(PIECE as u64) as usize;
-            let n = match read_at_most(file, pos, &mut buf[..want]) {
-                Ok(n) => n,
-                Err(e) => return io_error(e, pos),
-            };
-            let piece = &buf[..n];
-            // Where this chunk's last line ends within the piece, if it does.
-            let search_from = limit.saturating_sub(1).saturating_sub(pos) as usize;
-            let end = if search_from < n {
-                memchr::memchr(b'\n', &piece[search_from..]).map(|i| search_from + i + 1)
-            } else {
-                None
-            };
-            // No line end found: the chunk runs on, up to the end of the file.
-            let end = end.or((pos + n as u64 >= span.len).then_some(n));
-            let take = end.unwrap_or(n);
-            decoder.push(&piece[..take]);
-            drain(&mut decoder, &mut batch)?;
-            pos += take as u64;
-            if end.is_some() || n == 0 {
-                break;
-            }
+        if let Some(i) = memchr::memchr(b'\n', &buf[have..]) {
+            buf.truncate(have + i + 1);
+            break;
+        }
+        pos += got as u64;
+        if buf.len() - line_start > max.saturating_add(1) {
+            break;
         }
     }
-    decoder.finish();
-    drain(&mut decoder, &mut batch)?;
-    if !batch.is_empty() {
-        send(Msg::Events(batch))?;
-    }
-    let at = decoder.position();
-    send(Msg::End {
-        events: at.index,
-        lines: at.line - 1,
-    })
+    Ok(())
 }
 
 /// The first line start at or after `offset`: `offset` itself when the byte

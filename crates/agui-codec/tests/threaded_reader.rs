@@ -21,6 +21,21 @@ fn outcome(
         .collect()
 }
 
+/// Everything a chunked reader yields, in the same form.
+fn chunked_outcome(mut reader: ThreadedReader) -> Vec<Result<String, String>> {
+    let mut got = Vec::new();
+    while let Some(item) = reader.next_chunk() {
+        match item {
+            Ok(chunk) => {
+                assert!(!chunk.is_empty(), "an empty chunk was handed over");
+                got.extend(chunk.iter().map(|e| Ok(e.json().to_owned())));
+            }
+            Err(e) => got.push(Err(e.to_string())),
+        }
+    }
+    got
+}
+
 fn reference(path: &Path, options: DecodeOptions) -> Vec<Result<String, String>> {
     let file = std::fs::File::open(path).unwrap();
     outcome(Reader::with_options(std::io::BufReader::new(file), options))
@@ -49,11 +64,42 @@ fn check(bytes: &[u8], options: DecodeOptions, chunks: &[u64]) {
                 "chunk {chunk}, {threads} threads, input {:?}",
                 String::from_utf8_lossy(&bytes[..bytes.len().min(300)])
             );
+            // Handed over as chunks of slices: the same, in the same order.
+            let reader =
+                ThreadedReader::open_chunked(&path, options, split(chunk, threads)).unwrap();
+            assert_eq!(
+                chunked_outcome(reader),
+                expected,
+                "chunked, chunk {chunk}, {threads} threads, input {:?}",
+                String::from_utf8_lossy(&bytes[..bytes.len().min(300)])
+            );
+            // Owned batches from a chunked reader, and chunks from an owned one.
+            let mut reader =
+                ThreadedReader::open_chunked(&path, options, split(chunk, threads)).unwrap();
+            let mut batches = Vec::new();
+            while let Some(item) = reader.next_batch() {
+                match item {
+                    Ok(events) => batches.extend(events.iter().map(|e| Ok(e.json().to_owned()))),
+                    Err(e) => batches.push(Err(e.to_string())),
+                }
+            }
+            assert_eq!(batches, expected, "batches of a chunked reader");
+            let reader = ThreadedReader::open_with(&path, options, split(chunk, threads)).unwrap();
+            assert_eq!(
+                chunked_outcome(reader),
+                expected,
+                "chunks of an owned reader"
+            );
         }
     }
     // The default policy (sequential below the threshold) too.
     assert_eq!(
         outcome(ThreadedReader::open(&path, options).unwrap()),
+        expected
+    );
+    let source = std::fs::File::open(&path).unwrap();
+    assert_eq!(
+        chunked_outcome(ThreadedReader::from_read_chunked(source, options).unwrap()),
         expected
     );
 }
@@ -104,6 +150,13 @@ fn damage_is_reported_at_the_same_place() {
         )
         .into_bytes(),
         b"{\"type\":\"A\"}\n{\"type\":\"A\"\n{\"type\":\"A\"}\n".to_vec(),
+        // A line break inside a line (`\r`): the event is re-written on one
+        // line, so it is not a slice of the buffer.
+        b"{\"type\":\"A\"}\n{\"type\":\r\"B\"}\n{\"type\":1}\n{\"type\":\r\"C\"}\n{\"type\":\"D\"}\n"
+            .to_vec(),
+        // Invalid UTF-8 among good lines, before and after other damage.
+        b"{\"type\":\"A\"}\n{\"type\":\"\xc3\"}\n{\"type\":\"B\"}\n{\"type\":2}\n{\"type\":\"\xe9\"}\n{\"type\":\"C\"}\n"
+            .to_vec(),
     ];
     for bytes in &cases {
         check(bytes, DecodeOptions::default(), &[1, 2, 3, 5, 8, 13, 64]);
@@ -165,6 +218,7 @@ proptest! {
             Just("  \r".to_owned()),
             Just("{\"type\":".to_owned()),
             Just("\u{feff}{\"type\":\"B\"}".to_owned()),
+            Just("{\"type\":\r\"R\"}".to_owned()),
             "[a-z{}\":,]{0,30}",
         ], 0..40),
         crlf in any::<bool>(),

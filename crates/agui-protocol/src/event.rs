@@ -68,6 +68,134 @@ pub enum EnvelopeError {
 /// JSON library accepts, so every `Event` can be read as a value.
 pub const MAX_DEPTH: usize = 127;
 
+/// One event borrowed from a buffer that holds it: its exact JSON text and
+/// its `type`. Decoders that hand out many events as slices of one buffer
+/// yield these; [`Event::as_event_ref`] borrows an owned event the same way,
+/// so code that only reads events takes an `EventRef` and serves both.
+///
+/// An `EventRef` only comes from text that was validated as an event (by
+/// [`Event::check`] or an owned [`Event`]), so [`EventRef::to_event`] copies
+/// it without validating it again.
+#[derive(Clone, Copy)]
+pub struct EventRef<'a> {
+    json: &'a str,
+    ty: &'a EventType,
+}
+
+/// The outcome of [`Event::check`]: valid event text, borrowed where it could
+/// be kept as it is.
+#[derive(Debug, Clone)]
+pub enum Checked<'a> {
+    /// The event is `json`, a slice of the checked text (surrounding
+    /// whitespace dropped).
+    Slice {
+        /// The exact text of the event.
+        json: &'a str,
+        /// Its `type`.
+        ty: EventType,
+    },
+    /// The text spanned lines; this is its one-line form.
+    Rewritten(Event),
+}
+
+impl<'a> Checked<'a> {
+    /// The event's text.
+    pub fn json(&self) -> &str {
+        match self {
+            Checked::Slice { json, .. } => json,
+            Checked::Rewritten(event) => event.json(),
+        }
+    }
+
+    /// The event's `type`.
+    pub fn event_type(&self) -> &EventType {
+        match self {
+            Checked::Slice { ty, .. } => ty,
+            Checked::Rewritten(event) => &event.ty,
+        }
+    }
+
+    /// The event as an owned [`Event`] (a copy of a slice, never validated
+    /// again).
+    pub fn into_event(self) -> Event {
+        match self {
+            Checked::Slice { json, ty } => Event {
+                json: json.into(),
+                ty,
+            },
+            Checked::Rewritten(event) => event,
+        }
+    }
+}
+
+impl<'a> EventRef<'a> {
+    /// An event of `ty` whose text is `json`.
+    ///
+    /// The caller guarantees that `json` and `ty` are exactly
+    /// [`Event::json`] and [`Event::event_type`] of a valid event: a slice
+    /// [`Event::check`] returned, or text copied from one. Debug builds check
+    /// it.
+    pub fn from_checked(json: &'a str, ty: &'a EventType) -> EventRef<'a> {
+        debug_assert!(
+            Event::from_json(json).is_ok_and(|e| e.json() == json && &e.ty == ty),
+            "borrowed event text is not a valid envelope of its type: {json}"
+        );
+        EventRef { json, ty }
+    }
+
+    /// The exact JSON text of the event (one line).
+    pub fn json(&self) -> &'a str {
+        self.json
+    }
+
+    /// The event's `type`.
+    pub fn event_type(&self) -> &'a EventType {
+        self.ty
+    }
+
+    /// The event's `type` as written on the wire.
+    pub fn type_name(&self) -> &'a str {
+        self.ty.as_str()
+    }
+
+    /// Size of the JSON text in bytes.
+    pub fn len_bytes(&self) -> usize {
+        self.json.len()
+    }
+
+    /// Parses a borrowed view of the event (see [`Event::view`]).
+    pub fn view<T: Deserialize<'a>>(&self) -> Result<T, serde_json::Error> {
+        serde_json::from_str(self.json)
+    }
+
+    /// The event as an owned [`Event`]: a copy of the text, not validated
+    /// again.
+    pub fn to_event(&self) -> Event {
+        Event {
+            json: self.json.into(),
+            ty: self.ty.clone(),
+        }
+    }
+}
+
+impl<'a> From<&'a Event> for EventRef<'a> {
+    fn from(event: &'a Event) -> EventRef<'a> {
+        event.as_event_ref()
+    }
+}
+
+impl fmt::Debug for EventRef<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.json)
+    }
+}
+
+impl fmt::Display for EventRef<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.json)
+    }
+}
+
 impl Event {
     /// Reads one event from its JSON text.
     ///
@@ -76,14 +204,19 @@ impl Event {
     /// except that text spanning several lines is re-written on one line
     /// (insignificant whitespace only, so the JSON value is unchanged).
     pub fn from_json(text: &str) -> Result<Event, EnvelopeError> {
+        Ok(Event::check(text)?.into_event())
+    }
+
+    /// Validates `text` as [`Event::from_json`] does, without copying it:
+    /// the event borrows `text` unless its text spans lines (then it is
+    /// re-written on one line, as `from_json` does). This is what decoders
+    /// that hand out events as slices of their read buffer are built on.
+    pub fn check(text: &str) -> Result<Checked<'_>, EnvelopeError> {
         let text = trim(text);
         if let Some(ty) = fast_type(text) {
-            return Ok(Event {
-                json: text.into(),
-                ty,
-            });
+            return Ok(Checked::Slice { json: text, ty });
         }
-        Event::from_json_reference(text)
+        check_reference(text)
     }
 
     /// The reference path of [`Event::from_json`]: `serde_json` validates and
@@ -93,15 +226,7 @@ impl Event {
     /// differential tests and the fuzz target that compare the two.
     #[doc(hidden)]
     pub fn from_json_reference(text: &str) -> Result<Event, EnvelopeError> {
-        let text = trim(text);
-        let ty = read_type(text)?;
-        let shape = Shape::of(text)?;
-        let json: Arc<str> = if shape.line_breaks {
-            one_line(text).into()
-        } else {
-            text.into()
-        };
-        Ok(Event { json, ty })
+        Ok(check_reference(trim(text))?.into_event())
     }
 
     /// Like [`Event::from_json`], for owned text (avoids a copy when possible).
@@ -189,6 +314,14 @@ impl Event {
         &self.json
     }
 
+    /// The event borrowed as an [`EventRef`] (no copy).
+    pub fn as_event_ref(&self) -> EventRef<'_> {
+        EventRef {
+            json: &self.json,
+            ty: &self.ty,
+        }
+    }
+
     /// The JSON text as a shared string (no copy).
     pub fn shared_json(&self) -> Arc<str> {
         self.json.clone()
@@ -251,6 +384,22 @@ impl<'de> Deserialize<'de> for Event {
 /// Drops the whitespace JSON allows around a value.
 fn trim(text: &str) -> &str {
     text.trim_matches(|c| matches!(c, ' ' | '\t' | '\n' | '\r'))
+}
+
+/// The reference path of [`Event::check`] on trimmed text: `serde_json`
+/// validates and finds the `type`, then a byte pass checks depth, line
+/// breaks and the escapes a full parse must judge.
+fn check_reference(text: &str) -> Result<Checked<'_>, EnvelopeError> {
+    let ty = read_type(text)?;
+    let shape = Shape::of(text)?;
+    Ok(if shape.line_breaks {
+        Checked::Rewritten(Event {
+            json: one_line(text).into(),
+            ty,
+        })
+    } else {
+        Checked::Slice { json: text, ty }
+    })
 }
 
 /// The fast path: the `type` of `text` when the one-pass scanner vouches

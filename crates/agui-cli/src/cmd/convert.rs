@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use agui_codec::{DecodeOptions, Format, Writer};
+use agui_protocol::EventRef;
 use agui_protocol::chunks::ChunkExpander;
 use anyhow::Context;
 
@@ -47,7 +48,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         format: args.from,
         max_event_size: args.max_event_size,
     };
-    let reader = crate::io::read_events(args.input.as_deref(), options)?;
+    let mut reader = crate::io::read_event_chunks(args.input.as_deref(), options)?;
     let size = args
         .input
         .as_deref()
@@ -56,10 +57,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .map(|m| m.len());
     let bar = crate::progress::bar(size, crate::progress::Unit::Bytes, "convert");
     let mut read = 0u64;
+    let mut index = 0u64;
     let mut writer = Writer::new(crate::io::stdout(), args.to);
     let mut expander = args.expand_chunks.then(ChunkExpander::new);
     let mut next_id = args.sse_ids;
-    let mut write = |writer: &mut Writer<_>, event: &agui_protocol::Event| match next_id.as_mut() {
+    let mut write = |writer: &mut Writer<_>, event: EventRef<'_>| match next_id.as_mut() {
         Some(id) => {
             let seq = *id;
             *id = id.saturating_add(1);
@@ -67,9 +69,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         None => writer.write_event(event),
     };
-    for (index, item) in reader.enumerate() {
-        let event = match item {
-            Ok(event) => event,
+    while let Some(item) = reader.next_chunk() {
+        let chunk = match item {
+            Ok(chunk) => chunk,
             Err(err) => {
                 bar.finish_and_clear();
                 // Keep what was converted so far, then report.
@@ -77,21 +79,22 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 return Err(err).with_context(|| format!("cannot decode {name}"));
             }
         };
-        read += event.len_bytes() as u64 + 1;
-        if index % 4096 == 0 {
-            bar.set_position(read);
-        }
-        match expander.as_mut() {
-            None => write(&mut writer, &event)?,
-            Some(expander) => {
-                let expanded = expander
-                    .push(&event)
-                    .with_context(|| format!("{name}: event {index}: cannot expand chunks"))?;
-                for event in &expanded {
-                    write(&mut writer, event)?;
+        for event in chunk.iter() {
+            read += event.len_bytes() as u64 + 1;
+            match expander.as_mut() {
+                None => write(&mut writer, event)?,
+                Some(expander) => {
+                    let expanded = expander
+                        .push(&event.to_event())
+                        .with_context(|| format!("{name}: event {index}: cannot expand chunks"))?;
+                    for event in &expanded {
+                        write(&mut writer, event.as_event_ref())?;
+                    }
                 }
             }
+            index += 1;
         }
+        bar.set_position(read);
     }
     // As the official transformChunks, items still open at the end are left
     // open (no synthesized END events).

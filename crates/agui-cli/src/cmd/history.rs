@@ -104,7 +104,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let format = args.to.or(input_format).unwrap_or(Format::Ndjson);
         let mut writer = Writer::new(io::stdout(), format);
         for (_, event) in &branch.events {
-            writer.write_event(event)?;
+            writer.write_event(event.as_event_ref())?;
         }
         writer.finish()?.flush()?;
     }

@@ -1,0 +1,335 @@
+//! [`EventChunk`]: many events as slices of one buffer.
+//!
+//! A decoder that reads a piece of NDJSON into one buffer validates every
+//! line in place and records where each event's text starts and ends, so a
+//! piece of thousands of events costs one buffer and one table, not an
+//! allocation per event. Readers hand such chunks over whole; code that only
+//! reads events (writing, verifying) takes each one as an [`EventRef`] and
+//! never copies it, and code that keeps events makes owned [`Event`]s from
+//! them with [`EventRef::to_event`] (a copy, not validated again).
+
+use agui_protocol::{Checked, Event, EventRef, EventType};
+
+use crate::ndjson::{Line, Lines};
+use crate::{DecodeError, check_event};
+
+/// Events held as slices of one text buffer (or, for the rare event whose
+/// text had to be re-written, on their own).
+#[derive(Debug, Default, Clone)]
+pub struct EventChunk {
+    text: String,
+    spans: Vec<Span>,
+}
+
+#[derive(Debug, Clone)]
+enum Span {
+    /// `text[start..start + len]`, validated as an event of type `ty`.
+    Slice {
+        start: usize,
+        len: usize,
+        ty: EventType,
+    },
+    /// An event whose text is not a slice of `text`.
+    Owned(Event),
+}
+
+impl EventChunk {
+    /// An empty chunk.
+    pub fn new() -> EventChunk {
+        EventChunk::default()
+    }
+
+    /// How many events the chunk holds.
+    pub fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    /// True when the chunk holds no event.
+    pub fn is_empty(&self) -> bool {
+        self.spans.is_empty()
+    }
+
+    /// Event `i`, borrowed.
+    pub fn get(&self, i: usize) -> Option<EventRef<'_>> {
+        self.spans.get(i).map(|span| self.event(span))
+    }
+
+    /// The events in order, borrowed.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = EventRef<'_>> + '_ {
+        self.spans.iter().map(|span| self.event(span))
+    }
+
+    /// Appends a copy of `event`.
+    pub fn push(&mut self, event: EventRef<'_>) {
+        let start = self.text.len();
+        self.text.push_str(event.json());
+        self.spans.push(Span::Slice {
+            start,
+            len: event.len_bytes(),
+            ty: event.event_type().clone(),
+        });
+    }
+
+    /// Owned copies of the events.
+    pub fn to_events(&self) -> Vec<Event> {
+        self.iter().map(|e| e.to_event()).collect()
+    }
+
+    /// Empties the chunk, keeping its buffers for reuse.
+    pub fn clear(&mut self) {
+        self.text.clear();
+        self.spans.clear();
+    }
+
+    fn event<'a>(&'a self, span: &'a Span) -> EventRef<'a> {
+        match span {
+            // Every slice span covers text `Event::check` accepted as an
+            // event of `ty` (see `decode_ndjson`) or text copied from an
+            // `EventRef` (`push`).
+            Span::Slice { start, len, ty } => {
+                EventRef::from_checked(&self.text[*start..*start + *len], ty)
+            }
+            Span::Owned(event) => event.as_event_ref(),
+        }
+    }
+
+    /// Appends a checked event: a copy of a slice, or the re-written event.
+    fn add(&mut self, checked: Checked<'_>) {
+        match checked {
+            Checked::Slice { json, ty } => self.push(EventRef::from_checked(json, &ty)),
+            Checked::Rewritten(event) => self.spans.push(Span::Owned(event)),
+        }
+    }
+
+    /// The buffer back, for the next read (the chunk is left empty).
+    pub(crate) fn into_buffer(mut self) -> (Vec<u8>, EventChunk) {
+        let text = std::mem::take(&mut self.text);
+        self.spans.clear();
+        (text.into_bytes(), self)
+    }
+}
+
+/// What decoding one piece of NDJSON gave: chunks of events with the errors
+/// between them, in stream order.
+pub(crate) enum Piece {
+    Events(EventChunk),
+    Error(DecodeError),
+}
+
+/// Decodes `bytes`, a piece of an NDJSON stream that starts at a line start
+/// (at byte `base` of the stream; `first` when it is the stream's start,
+/// where a byte order mark is skipped) and ends at a line end or at the
+/// stream's end; calls `out` with the events and errors in order.
+///
+/// Positions in errors count events from 0 and lines from 1 at the piece's
+/// start, and bytes from the stream's start, as a chunk of
+/// [`crate::ThreadedReader`] reports them. Returns how many event indexes
+/// and line ends the piece held, or `None` when `out` asked to stop (it
+/// returned `false`) or a fatal error ended decoding. The buffers of `spare`
+/// are reused.
+pub(crate) fn decode_ndjson(
+    bytes: Vec<u8>,
+    base: u64,
+    first: bool,
+    max: usize,
+    spare: EventChunk,
+    out: &mut dyn FnMut(Piece) -> bool,
+) -> Option<(u64, u64)> {
+    match String::from_utf8(bytes) {
+        // The usual case: the whole piece is UTF-8, so every event is a
+        // slice of it.
+        Ok(text) => decode_text(text, base, first, max, spare, out),
+        // Some line is not: decode line by line, copying events out.
+        Err(e) => decode_bytes(e.as_bytes(), base, first, max, spare, out),
+    }
+}
+
+fn decode_text(
+    text: String,
+    base: u64,
+    first: bool,
+    max: usize,
+    mut chunk: EventChunk,
+    out: &mut dyn FnMut(Piece) -> bool,
+) -> Option<(u64, u64)> {
+    chunk.clear();
+    let mut lines = Lines::new(base, first, max);
+    // The piece from byte `offset` on. Until the first error, the chunk's
+    // events are slices of it, and it becomes the chunk's buffer when the
+    // chunk is handed over; after an error, the rest of the piece is copied
+    // into new chunks (the events before it left with the buffer).
+    let mut piece = text;
+    let mut offset = 0;
+    let mut copying = false;
+    let handed_over = |chunk: &mut EventChunk, piece: &mut String, copying: bool| {
+        if !copying {
+            chunk.text = std::mem::take(piece);
+        }
+    };
+    loop {
+        let (start, end, at) = match lines.next_in(piece.as_bytes(), offset) {
+            None => break,
+            Some(Line::Event { start, end, at }) => (start, end, at),
+            Some(Line::TooLarge(err)) => {
+                handed_over(&mut chunk, &mut piece, copying);
+                flush(&mut chunk, out);
+                out(Piece::Error(err));
+                return None;
+            }
+        };
+        match Event::check(&piece[start - offset..end - offset]) {
+            Ok(Checked::Slice { json, ty }) if !copying => {
+                let start = json.as_ptr() as usize - piece.as_ptr() as usize;
+                let len = json.len();
+                chunk.spans.push(Span::Slice { start, len, ty });
+            }
+            Ok(checked) => chunk.add(checked),
+            Err(source) => {
+                if !copying {
+                    let rest = piece[end..].to_owned();
+                    chunk.text = std::mem::replace(&mut piece, rest);
+                    offset = end;
+                    copying = true;
+                }
+                let err = DecodeError::Envelope { at, source };
+                if !flush(&mut chunk, out) || !out(Piece::Error(err)) {
+                    return None;
+                }
+            }
+        }
+    }
+    handed_over(&mut chunk, &mut piece, copying);
+    if !flush(&mut chunk, out) {
+        return None;
+    }
+    Some(lines.counts())
+}
+
+fn decode_bytes(
+    bytes: &[u8],
+    base: u64,
+    first: bool,
+    max: usize,
+    mut chunk: EventChunk,
+    out: &mut dyn FnMut(Piece) -> bool,
+) -> Option<(u64, u64)> {
+    chunk.clear();
+    let mut lines = Lines::new(base, first, max);
+    loop {
+        match lines.next_in(bytes, 0) {
+            None => break,
+            Some(Line::Event { start, end, at }) => match check_event(&bytes[start..end], at) {
+                Ok(checked) => chunk.add(checked),
+                Err(err) => {
+                    if !flush(&mut chunk, out) || !out(Piece::Error(err)) {
+                        return None;
+                    }
+                }
+            },
+            Some(Line::TooLarge(err)) => {
+                flush(&mut chunk, out);
+                out(Piece::Error(err));
+                return None;
+            }
+        }
+    }
+    if !flush(&mut chunk, out) {
+        return None;
+    }
+    Some(lines.counts())
+}
+
+/// Hands the events gathered so far to `out` (nothing when there are none).
+fn flush(chunk: &mut EventChunk, out: &mut dyn FnMut(Piece) -> bool) -> bool {
+    if chunk.is_empty() {
+        return true;
+    }
+    let full = std::mem::take(chunk);
+    out(Piece::Events(full))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{DecodeOptions, NdjsonDecoder, PushDecoder};
+
+    /// Events and error messages, as `NdjsonDecoder` gives them.
+    fn reference(input: &[u8], max: usize) -> Vec<Result<String, String>> {
+        let mut d = NdjsonDecoder::new(&DecodeOptions::default().with_max_event_size(max));
+        d.push(input);
+        d.finish();
+        std::iter::from_fn(|| d.pull())
+            .map(|r| r.map(|e| e.json().to_owned()).map_err(|e| e.to_string()))
+            .collect()
+    }
+
+    fn chunked(input: &[u8], max: usize) -> Vec<Result<String, String>> {
+        let mut got = Vec::new();
+        decode_ndjson(input.to_vec(), 0, true, max, EventChunk::new(), &mut |p| {
+            match p {
+                Piece::Events(c) => got.extend(c.iter().map(|e| Ok(e.json().to_owned()))),
+                Piece::Error(e) => got.push(Err(e.to_string())),
+            }
+            true
+        });
+        got
+    }
+
+    #[test]
+    fn a_piece_decodes_as_the_push_decoder_does() {
+        let cases: &[&[u8]] = &[
+            b"",
+            b"\n\r\n \n",
+            b"{\"type\":\"A\"}\n\n  \t\r\n{\"type\":\"B\",\"x\":1.10}\r\n{\"type\":\"C\"}",
+            b"\xEF\xBB\xBF{\"type\":\"A\"}\n",
+            b"\xEF\xBB",
+            b"{\"type\":\"A\"}\n\n{\"type\":1}\n{\"type\":\"B\"} x\n\xff\xfe\n[]\n{\"type\":\"C\"}\n",
+            b"{\"type\":\"A\"}\n{\"type\":\"BBBBBB\"}\n{\"type\":\"C\"}\n",
+            b"  {\"type\":\"A\"}  \n{\"type\":\r\"B\"}\n{\"type\":\"C\"}\n",
+            b"{\"type\":\"A\"}\n{\"type\":2}\n{\"type\":\"D\"}\n{\"type\":\"E\"\n{\"type\":\"F\"}\n",
+            b"                    \n{\"type\":\"A\"}\n",
+        ];
+        for max in [12, 16, 1 << 20] {
+            for input in cases {
+                assert_eq!(
+                    chunked(input, max),
+                    reference(input, max),
+                    "{:?} max {max}",
+                    String::from_utf8_lossy(input)
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn events_are_slices_of_the_piece_and_copies_equal_them() {
+        let input = b"{\"type\":\"A\",\"n\":1}\n{\"type\":\"X_CUSTOM\"}\n";
+        let mut chunks = Vec::new();
+        decode_ndjson(
+            input.to_vec(),
+            0,
+            true,
+            1 << 20,
+            EventChunk::new(),
+            &mut |p| {
+                if let Piece::Events(c) = p {
+                    chunks.push(c);
+                }
+                true
+            },
+        );
+        assert_eq!(chunks.len(), 1);
+        let chunk = &chunks[0];
+        assert_eq!(chunk.len(), 2);
+        assert_eq!(chunk.get(1).unwrap().type_name(), "X_CUSTOM");
+        let owned = chunk.to_events();
+        assert_eq!(owned[0].json(), r#"{"type":"A","n":1}"#);
+        assert_eq!(owned[0].event_type(), &EventType::from_wire("A"));
+        let mut copy = EventChunk::new();
+        for e in chunk.iter() {
+            copy.push(e);
+        }
+        let texts = |c: &EventChunk| c.iter().map(|e| e.json().to_owned()).collect::<Vec<_>>();
+        assert_eq!(texts(&copy), texts(chunk));
+    }
+}
