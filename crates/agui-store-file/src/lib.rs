@@ -116,7 +116,7 @@ use std::thread::JoinHandle;
 
 use agui_store::cursor::{filter_runs, thread_page};
 use agui_store::frame;
-use agui_store::index::{BatchPlan, find_run};
+use agui_store::index::BatchPlan;
 use agui_store::{
     AppendRequest, Appended, Backend, Committed, Durability, EventPage, Result, RunFilter, RunPage,
     RunRecord, StoreError, StoreStats, StoredEvent, ThreadFilter, ThreadInfo, ThreadPage,
@@ -956,7 +956,7 @@ impl Backend for FileStore {
         let t = st
             .thread(tenant, thread)
             .ok_or_else(|| StoreError::not_found("thread"))?;
-        find_run(&t.runs, &t.run_pos, run_id).cloned()
+        t.runs.get(run_id).cloned()
     }
 
     async fn list_runs(&self, tenant: &str, filter: &RunFilter) -> Result<RunPage> {

@@ -6,8 +6,8 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use agui_protocol::Event;
-use agui_store::index::{BatchPlan, ThreadHead, interrupt_running, plan_batch};
-use agui_store::{Result, RunRecord, RunStatus, StoreError, ThreadInfo, Timestamp};
+use agui_store::index::{BatchPlan, RunTable, ThreadHead, plan_batch};
+use agui_store::{Result, RunStatus, StoreError, ThreadInfo, Timestamp};
 
 use crate::record::{self, Reader};
 use crate::segment::Loc;
@@ -28,8 +28,7 @@ pub struct ThreadState {
     pub created_at: Timestamp,
     pub bytes: u64,
     pub batches: Vec<BatchLoc>,
-    pub runs: Vec<RunRecord>,
-    pub run_pos: HashMap<String, usize>,
+    pub runs: RunTable,
     pub checkpoints: HashMap<String, Loc>,
     /// Channels by agent (small: kept in memory, replayed from the log).
     pub channels: BTreeMap<String, agui_store::Channel>,
@@ -105,7 +104,7 @@ impl State {
         let t = self.thread(tenant, thread);
         let head = t.map(|t| t.head.clone()).unwrap_or_default();
         plan_batch(&head, events, agent, now, |id| {
-            Ok(t.is_some_and(|t| t.run_pos.contains_key(id)))
+            Ok(t.is_some_and(|t| t.runs.contains(id)))
         })
     }
 
@@ -129,8 +128,7 @@ impl State {
                 created_at: plan.received_at,
                 bytes: 0,
                 batches: Vec::new(),
-                runs: Vec::new(),
-                run_pos: HashMap::new(),
+                runs: RunTable::new(),
                 checkpoints: HashMap::new(),
                 channels: BTreeMap::new(),
             });
@@ -144,7 +142,7 @@ impl State {
             received_at: plan.received_at,
             loc,
         });
-        plan.apply_runs(thread, &mut t.runs, &mut t.run_pos);
+        t.runs.apply(thread, plan);
         if let Some(a) = agent {
             t.agent = Some(a.to_owned());
         }
@@ -159,7 +157,7 @@ impl State {
         let t = self
             .thread(tenant, thread)
             .ok_or_else(|| StoreError::not_found("thread"))?;
-        if t.run_pos.contains_key(run) {
+        if t.runs.contains(run) {
             Ok(())
         } else {
             Err(StoreError::not_found("run"))
@@ -168,7 +166,7 @@ impl State {
 
     pub fn set_checkpoint(&mut self, tenant: &str, thread: &str, run: &str, loc: Option<Loc>) {
         if let Some(t) = self.thread_mut(tenant, thread) {
-            if !t.run_pos.contains_key(run) {
+            if !t.runs.contains(run) {
                 return;
             }
             match loc {
@@ -215,9 +213,7 @@ impl State {
         };
         ten.by_activity
             .remove(&(Reverse(t.updated_at()), from.to_owned()));
-        for r in &mut t.runs {
-            r.thread_id = to.to_owned();
-        }
+        t.runs.rename(to);
         ten.by_activity
             .insert((Reverse(t.updated_at()), to.to_owned()));
         ten.threads.insert(to.to_owned(), t);
@@ -241,7 +237,7 @@ impl State {
             .values_mut()
             .flat_map(|t| t.threads.values_mut())
         {
-            n += interrupt_running(&mut t.runs, &mut t.head, at);
+            n += t.runs.interrupt_running(&mut t.head, at);
         }
         n
     }

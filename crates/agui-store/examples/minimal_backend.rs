@@ -8,8 +8,8 @@
 //! backends:
 //!
 //! - `index::plan_batch` decides what a batch does (sequence numbers, receive
-//!   time, run updates); `BatchPlan::apply_runs`, `index::find_run` and
-//!   `index::interrupt_running` apply that to a run index held in memory.
+//!   time, run updates); `index::RunTable` holds a thread's runs in memory
+//!   and applies those updates (the memory and file backends use it too).
 //! - `cursor::{filter_runs, page_threads}` page runs and threads with the
 //!   shared opaque cursors; `EventPage::new` cuts event pages.
 //!
@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use agui_store::cursor::{filter_runs, page_threads};
-use agui_store::index::{ThreadHead, find_run, interrupt_running, plan_batch};
+use agui_store::index::{RunTable, ThreadHead, plan_batch};
 use agui_store::{
     AppendRequest, Appended, Backend, Channel, Committed, EventPage, Result, RunFilter, RunPage,
     RunRecord, Store, StoreError, StoreStats, StoredEvent, ThreadFilter, ThreadInfo, ThreadPage,
@@ -50,8 +50,7 @@ struct Thread {
     /// The log, in sequence order (`events[i].seq == i + 1`).
     events: Vec<StoredEvent>,
     /// The run index in log order, and run id → place in `runs`.
-    runs: Vec<RunRecord>,
-    run_pos: HashMap<String, usize>,
+    runs: RunTable,
     /// What `plan_batch` needs to know: last sequence number, last receive
     /// time, last run and its status.
     head: ThreadHead,
@@ -69,8 +68,7 @@ impl Thread {
     fn new(created_at: Timestamp) -> Thread {
         Thread {
             events: Vec::new(),
-            runs: Vec::new(),
-            run_pos: HashMap::new(),
+            runs: RunTable::new(),
             head: ThreadHead::default(),
             agent: None,
             created_at,
@@ -165,13 +163,13 @@ impl Backend for MinimalBackend {
         // Checks the batch and says what it does; `run_exists` is a lookup in
         // the thread's run index (a real backend: one query by run id).
         let plan = plan_batch(&head, &req.events, req.agent.as_deref(), now, |run_id| {
-            Ok(existing.is_some_and(|t| t.run_pos.contains_key(run_id)))
+            Ok(existing.is_some_and(|t| t.runs.contains(run_id)))
         })?;
         let t = data
             .entry(key(tenant, thread))
             .or_insert_with(|| Thread::new(plan.received_at));
         t.events.extend(plan.stored(req.events));
-        plan.apply_runs(thread, &mut t.runs, &mut t.run_pos);
+        t.runs.apply(thread, &plan);
         if req.agent.is_some() {
             t.agent = req.agent;
         }
@@ -207,9 +205,7 @@ impl Backend for MinimalBackend {
 
     /// A real backend: one query by (tenant, thread, run id).
     async fn run(&self, tenant: &str, thread: &str, run_id: &str) -> Result<RunRecord> {
-        self.with_thread(tenant, thread, |t| {
-            find_run(&t.runs, &t.run_pos, run_id).cloned()
-        })
+        self.with_thread(tenant, thread, |t| t.runs.get(run_id).cloned())
     }
 
     /// A real backend: one query over its run table with the filter's terms
@@ -269,9 +265,7 @@ impl Backend for MinimalBackend {
         let mut t = data
             .remove(&key(tenant, from))
             .ok_or_else(|| StoreError::not_found("thread"))?;
-        for run in &mut t.runs {
-            run.thread_id = to.to_owned();
-        }
+        t.runs.rename(to);
         data.insert(key(tenant, to), t);
         Ok(())
     }
@@ -302,7 +296,7 @@ impl Backend for MinimalBackend {
         blob: Vec<u8>,
     ) -> Result<()> {
         self.with_thread(tenant, thread, |t| {
-            if !t.run_pos.contains_key(run_id) {
+            if !t.runs.contains(run_id) {
                 return Err(StoreError::not_found("run"));
             }
             t.checkpoints.insert(run_id.to_owned(), blob);
@@ -317,7 +311,7 @@ impl Backend for MinimalBackend {
         let now = Timestamp::now();
         Ok(data
             .values_mut()
-            .map(|t| interrupt_running(&mut t.runs, &mut t.head, now))
+            .map(|t| t.runs.interrupt_running(&mut t.head, now))
             .sum())
     }
 

@@ -109,58 +109,95 @@ impl BatchPlan {
             })
             .collect()
     }
+}
 
-    /// Applies the batch's run updates to a thread's run index held in
-    /// memory: `runs` in log order, `run_pos` from run id to its place in
-    /// `runs`. New runs are appended; an update of a run not in the index
-    /// is skipped.
-    pub fn apply_runs(
-        &self,
-        thread: &str,
-        runs: &mut Vec<RunRecord>,
-        run_pos: &mut HashMap<String, usize>,
-    ) {
-        for u in &self.runs {
+/// A thread's runs held in memory: in log order, and found by id. The run
+/// table of the backends that keep their index in memory (the memory and
+/// file backends, and `examples/minimal_backend.rs`); the SQL backends keep
+/// the same records in a table.
+#[derive(Debug, Clone, Default)]
+pub struct RunTable {
+    runs: Vec<RunRecord>,
+    pos: HashMap<String, usize>,
+}
+
+impl RunTable {
+    /// An empty table.
+    pub fn new() -> RunTable {
+        RunTable::default()
+    }
+
+    /// How many runs the thread has.
+    pub fn len(&self) -> usize {
+        self.runs.len()
+    }
+
+    /// True when no run started.
+    pub fn is_empty(&self) -> bool {
+        self.runs.is_empty()
+    }
+
+    /// True when `run_id` is a run of the thread.
+    pub fn contains(&self, run_id: &str) -> bool {
+        self.pos.contains_key(run_id)
+    }
+
+    /// The run `run_id`; `NotFound` when absent.
+    pub fn get(&self, run_id: &str) -> Result<&RunRecord> {
+        let pos = self
+            .pos
+            .get(run_id)
+            .ok_or_else(|| StoreError::not_found("run"))?;
+        Ok(&self.runs[*pos])
+    }
+
+    /// The runs in log order.
+    pub fn iter(&self) -> std::slice::Iter<'_, RunRecord> {
+        self.runs.iter()
+    }
+
+    /// Applies a committed batch's run updates (of thread `thread`): new
+    /// runs are appended; an update of a run not in the table is skipped.
+    pub fn apply(&mut self, thread: &str, plan: &BatchPlan) {
+        for u in &plan.runs {
             if u.new {
-                run_pos.insert(u.run_id.clone(), runs.len());
-                runs.push(u.new_record(thread));
-            } else if let Some(&pos) = run_pos.get(&u.run_id) {
-                u.apply_to(&mut runs[pos]);
+                self.pos.insert(u.run_id.clone(), self.runs.len());
+                self.runs.push(u.new_record(thread));
+            } else if let Some(&pos) = self.pos.get(&u.run_id) {
+                u.apply_to(&mut self.runs[pos]);
             }
         }
     }
-}
 
-/// The run `run_id` of a thread's in-memory run index (`runs`, and
-/// `run_pos` from run id to its place in `runs`); `NotFound` when absent.
-pub fn find_run<'a>(
-    runs: &'a [RunRecord],
-    run_pos: &HashMap<String, usize>,
-    run_id: &str,
-) -> Result<&'a RunRecord> {
-    let pos = run_pos
-        .get(run_id)
-        .ok_or_else(|| StoreError::not_found("run"))?;
-    Ok(&runs[*pos])
-}
+    /// Marks every running run interrupted at `at` (and the head's last run,
+    /// when running); returns how many runs.
+    pub fn interrupt_running(&mut self, head: &mut ThreadHead, at: Timestamp) -> u64 {
+        let mut n = 0;
+        for r in self
+            .runs
+            .iter_mut()
+            .filter(|r| r.status == RunStatus::Running)
+        {
+            r.status = RunStatus::Interrupted;
+            r.finished_at = Some(at);
+            n += 1;
+        }
+        if let Some((_, s)) = head
+            .last_run
+            .as_mut()
+            .filter(|(_, s)| *s == RunStatus::Running)
+        {
+            *s = RunStatus::Interrupted;
+        }
+        n
+    }
 
-/// Marks every running run of a thread's in-memory run index interrupted
-/// at `at` (and its head's last run, when running); returns how many runs.
-pub fn interrupt_running(runs: &mut [RunRecord], head: &mut ThreadHead, at: Timestamp) -> u64 {
-    let mut n = 0;
-    for r in runs.iter_mut().filter(|r| r.status == RunStatus::Running) {
-        r.status = RunStatus::Interrupted;
-        r.finished_at = Some(at);
-        n += 1;
+    /// The thread was renamed to `to`.
+    pub fn rename(&mut self, to: &str) {
+        for r in &mut self.runs {
+            r.thread_id = to.to_owned();
+        }
     }
-    if let Some((_, s)) = head
-        .last_run
-        .as_mut()
-        .filter(|(_, s)| *s == RunStatus::Running)
-    {
-        *s = RunStatus::Interrupted;
-    }
-    n
 }
 
 impl RunUpdate {

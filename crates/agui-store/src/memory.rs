@@ -9,7 +9,7 @@ use async_trait::async_trait;
 
 use crate::cursor::{filter_runs, page_threads};
 use crate::error::{Result, StoreError};
-use crate::index::{ThreadHead, find_run, interrupt_running, plan_batch};
+use crate::index::{RunTable, ThreadHead, plan_batch};
 use crate::types::{
     AppendRequest, Appended, EventPage, RunFilter, RunPage, RunRecord, StoreStats, StoredEvent,
     ThreadFilter, ThreadInfo, ThreadPage, Timestamp, check_id, page_size,
@@ -40,8 +40,7 @@ struct State {
 
 struct Thread {
     events: Vec<StoredEvent>,
-    runs: Vec<RunRecord>,
-    run_pos: HashMap<String, usize>,
+    runs: RunTable,
     checkpoints: HashMap<String, Vec<u8>>,
     channels: BTreeMap<String, Channel>,
     agent: Option<String>,
@@ -153,15 +152,14 @@ impl Backend for MemoryStore {
             }
             let now = req.received_at.unwrap_or_else(Timestamp::now);
             let plan = plan_batch(&head, &req.events, req.agent.as_deref(), now, |id| {
-                Ok(existing.is_some_and(|t| t.run_pos.contains_key(id)))
+                Ok(existing.is_some_and(|t| t.runs.contains(id)))
             })?;
             let t = state
                 .threads
                 .entry(key(tenant, thread))
                 .or_insert_with(|| Thread {
                     events: Vec::new(),
-                    runs: Vec::new(),
-                    run_pos: HashMap::new(),
+                    runs: RunTable::new(),
                     checkpoints: HashMap::new(),
                     channels: BTreeMap::new(),
                     agent: None,
@@ -170,7 +168,7 @@ impl Backend for MemoryStore {
                     bytes: 0,
                 });
             t.events.extend(plan.stored(req.events));
-            plan.apply_runs(thread, &mut t.runs, &mut t.run_pos);
+            t.runs.apply(thread, &plan);
             if req.agent.is_some() {
                 t.agent = req.agent.clone();
             }
@@ -204,7 +202,7 @@ impl Backend for MemoryStore {
             .threads
             .get(&key(tenant, thread))
             .ok_or_else(|| StoreError::not_found("thread"))?;
-        find_run(&t.runs, &t.run_pos, run_id).cloned()
+        t.runs.get(run_id).cloned()
     }
 
     async fn list_runs(&self, tenant: &str, filter: &RunFilter) -> Result<RunPage> {
@@ -259,9 +257,7 @@ impl Backend for MemoryStore {
             .threads
             .remove(&key(tenant, from))
             .ok_or_else(|| StoreError::not_found("thread"))?;
-        for r in &mut t.runs {
-            r.thread_id = to.to_owned();
-        }
+        t.runs.rename(to);
         state.threads.insert(key(tenant, to), t);
         Ok(())
     }
@@ -319,7 +315,7 @@ impl Backend for MemoryStore {
             .threads
             .get_mut(&key(tenant, thread))
             .ok_or_else(|| StoreError::not_found("thread"))?;
-        if !t.run_pos.contains_key(run_id) {
+        if !t.runs.contains(run_id) {
             return Err(StoreError::not_found("run"));
         }
         t.checkpoints.insert(run_id.to_owned(), blob);
@@ -331,7 +327,7 @@ impl Backend for MemoryStore {
         let now = Timestamp::now();
         let mut n = 0;
         for t in state.threads.values_mut() {
-            n += interrupt_running(&mut t.runs, &mut t.head, now);
+            n += t.runs.interrupt_running(&mut t.head, now);
         }
         Ok(n)
     }
