@@ -109,6 +109,34 @@ impl EventChunk {
     }
 }
 
+/// Decodes an NDJSON stream held whole in memory, keeping its events as
+/// slices of `bytes`: one [`EventChunk`] while no line fails, and the events
+/// after each failed line in further chunks, with the errors between them.
+/// Events, errors and positions are those of [`crate::NdjsonDecoder`] on the
+/// same bytes; decoding ends after an error that is not recoverable (an
+/// event over the maximum size).
+pub fn decode_ndjson_buffer(
+    bytes: Vec<u8>,
+    options: &crate::DecodeOptions,
+) -> Vec<Result<EventChunk, DecodeError>> {
+    let mut out = Vec::new();
+    decode_ndjson(
+        bytes,
+        0,
+        true,
+        options.max_event_size,
+        EventChunk::new(),
+        &mut |piece| {
+            out.push(match piece {
+                Piece::Events(chunk) => Ok(chunk),
+                Piece::Error(err) => Err(err),
+            });
+            true
+        },
+    );
+    out
+}
+
 /// What decoding one piece of NDJSON gave: chunks of events with the errors
 /// between them, in stream order.
 pub(crate) enum Piece {

@@ -51,7 +51,7 @@ mod threaded;
 
 use agui_protocol::{Checked, Event};
 
-pub use chunk::EventChunk;
+pub use chunk::{EventChunk, decode_ndjson_buffer};
 pub use encode::{
     SSE_KEEP_ALIVE, Writer, encode_ndjson_line, encode_sse_frame, write_ndjson_line,
     write_sse_frame,

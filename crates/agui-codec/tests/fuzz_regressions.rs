@@ -8,6 +8,9 @@ use agui_codec::{Format, JsonArrayDecoder, NdjsonDecoder, SseEventDecoder};
 #[path = "../../../fuzz/fuzz_targets/common.rs"]
 mod fuzz_check;
 
+#[path = "../../../fuzz/fuzz_targets/decode_ndjson_chunks_check.rs"]
+mod chunks_check;
+
 fn inputs(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../fixtures/fuzz-regressions")
@@ -48,5 +51,16 @@ fn sse_regressions() {
     for (path, data) in inputs("decode_sse") {
         eprintln!("replaying {}", path.display());
         fuzz_check::check(SseEventDecoder::new, Format::Sse, &data);
+    }
+}
+
+#[test]
+fn ndjson_chunks_regressions() {
+    // The push decoder's inputs too: the chunk decoder must agree on them.
+    for target in ["decode_ndjson_chunks", "decode_ndjson"] {
+        for (path, data) in inputs(target) {
+            eprintln!("replaying {}", path.display());
+            chunks_check::check(&data);
+        }
     }
 }
