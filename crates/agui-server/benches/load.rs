@@ -6,7 +6,9 @@
 //! measures:
 //!
 //! 1. added latency per event: upstream → client directly versus through the
-//!    gateway (p50, p99), runs paced at one event per millisecond;
+//!    gateway (p50, p99), runs paced at one event per millisecond; then the
+//!    same for each run's `RUN_FINISHED` frame, over 200 short runs (the
+//!    run's end is where the store syncs);
 //! 2. events per second through the gateway with 100 and 1,000 concurrent
 //!    streams (every event stored before it is sent), checking none is lost;
 //! 3. attach fan-out: 1,000 subscribers on one live run, checking each gets
@@ -92,7 +94,9 @@ fn async_stream(
             }
             if i == n + 1 {
                 let s = frame(json!({"type":"TEXT_MESSAGE_END","messageId":format!("m-{run}")}))
-                    + &frame(json!({"type":"RUN_FINISHED","threadId":thread,"runId":run}));
+                    + &frame(
+                        json!({"type":"RUN_FINISHED","threadId":thread,"runId":run,"sentNs":now_ns()}),
+                    );
                 return Some((Ok(Bytes::from(s)), n + 2));
             }
             if interval_us > 0 {
@@ -208,6 +212,50 @@ async fn run_many(
     (frames, lat, t0.elapsed())
 }
 
+/// The latency of each run's `RUN_FINISHED` frame (upstream send to client
+/// arrival, in ns): `streams` clients each run `runs` paced runs of
+/// `events` events one after another, so every run ends on its own (its end
+/// is where the store syncs).
+async fn run_end_latency(
+    client: &reqwest::Client,
+    url: &str,
+    prefix: &str,
+    streams: usize,
+    runs: usize,
+    events: u64,
+) -> Vec<u64> {
+    let mut tasks = Vec::new();
+    for i in 0..streams {
+        let c = client.clone();
+        let url = url.to_owned();
+        let prefix = prefix.to_owned();
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::new();
+            for k in 0..runs {
+                let b = body(
+                    &format!("{prefix}-{i}-{k}"),
+                    &format!("{prefix}-r{i}-{k}"),
+                    events,
+                    1000,
+                );
+                let resp = c.post(&url).json(&b).send().await.expect("request failed");
+                let r = consume_ids(resp, None).await;
+                lat.extend(
+                    r.finished
+                        .iter()
+                        .map(|&(sent, now)| now.saturating_sub(sent)),
+                );
+            }
+            lat
+        }));
+    }
+    let mut lat = Vec::new();
+    for t in tasks {
+        lat.extend(t.await.unwrap());
+    }
+    lat
+}
+
 /// The mean store append time so far, from the gateway's `/metrics`.
 async fn append_mean(client: &reqwest::Client, addr: &str) -> String {
     let text = match client.get(format!("http://{addr}/metrics")).send().await {
@@ -236,6 +284,8 @@ struct Received {
     ids: Vec<u64>,
     unnumbered: u64,
     stamped: Vec<(u64, u64)>,
+    /// (send time, arrival time) of the stamped `RUN_FINISHED` frames.
+    finished: Vec<(u64, u64)>,
 }
 
 /// Reads an SSE response, keeping ids and timings; `first` is told the id of
@@ -278,7 +328,11 @@ async fn consume_ids(
             if let Some(at) = memchr::memmem::find(frame, b"\"sentNs\":")
                 && let Some(sent) = number(&frame[at + 9..])
             {
-                r.stamped.push((sent, now));
+                if memchr::memmem::find(frame, b"\"RUN_FINISHED\"").is_some() {
+                    r.finished.push((sent, now));
+                } else {
+                    r.stamped.push((sent, now));
+                }
             }
         }
         buf.drain(..start);
@@ -494,6 +548,12 @@ async fn main() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let up = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move {
+        // No Nagle: a stream's last small write (its RUN_FINISHED frame)
+        // would otherwise wait for the reader's delayed ACK (about 40 ms).
+        use axum::serve::ListenerExt;
+        let listener = listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         let _ = axum::serve(listener, Router::new().route("/", post(upstream))).await;
     });
     if let Some(replicas) = flag(&args, "--replicas") {
@@ -517,6 +577,21 @@ async fn main() {
     let (g50, g99) = (pct(&mut gateway, 0.5), pct(&mut gateway, 0.99));
     println!(
         "latency per event ({} events, {streams} streams at 1 event/ms each): direct p50 {d50:.3} ms p99 {d99:.3} ms; via gateway p50 {g50:.3} ms p99 {g99:.3} ms; added p50 {:.3} ms p99 {:.3} ms (goal p99 < 2 ms)",
+        gateway.len(),
+        g50 - d50,
+        g99 - d99
+    );
+
+    // 1b. The run's end: the client's RUN_FINISHED frame after the
+    // upstream's (the store syncs the run's end before it goes out).
+    let (streams, runs, events) = if quick { (4, 10, 10) } else { (8, 25, 20) };
+    let mut direct =
+        run_end_latency(&client, &format!("{up}/"), "end-d", streams, runs, events).await;
+    let mut gateway = run_end_latency(&client, &via, "end-g", streams, runs, events).await;
+    let (d50, d99) = (pct(&mut direct, 0.5), pct(&mut direct, 0.99));
+    let (g50, g99) = (pct(&mut gateway, 0.5), pct(&mut gateway, 0.99));
+    println!(
+        "RUN_FINISHED frame ({} runs of {events} events, {streams} clients in turn): direct p50 {d50:.3} ms p99 {d99:.3} ms; via gateway p50 {g50:.3} ms p99 {g99:.3} ms; added p50 {:.3} ms p99 {:.3} ms (goal p99 <= 1 ms)",
         gateway.len(),
         g50 - d50,
         g99 - d99
