@@ -168,6 +168,11 @@ impl<'a> EventRef<'a> {
         serde_json::from_str(self.json)
     }
 
+    /// Walks the event's top-level members, as [`Event::for_each_member`].
+    pub fn for_each_member(&self, f: impl FnMut(&'a str, &'a str)) -> bool {
+        scan::members_of_valid(self.json, f)
+    }
+
     /// The event as an owned [`Event`]: a copy of the text, not validated
     /// again.
     pub fn to_event(&self) -> Event {
@@ -312,6 +317,14 @@ impl Event {
     /// The exact JSON text of the event (one line).
     pub fn json(&self) -> &str {
         &self.json
+    }
+
+    /// Walks the event's top-level members: `f(key, raw_value)` for each, in
+    /// the order written (see [`crate::for_each_member`]), without
+    /// validating the text again (it was validated when the event was
+    /// made). `false` when a key has escapes: read the event another way.
+    pub fn for_each_member<'a>(&'a self, f: impl FnMut(&'a str, &'a str)) -> bool {
+        scan::members_of_valid(&self.json, f)
     }
 
     /// The event borrowed as an [`EventRef`] (no copy).

@@ -464,6 +464,128 @@ fn literal(text: &[u8], i: usize, word: &[u8]) -> Option<usize> {
     (text.get(i..i + word.len())? == word).then_some(i + word.len())
 }
 
+/// Walks the top-level members of text that is already known to be a valid
+/// event envelope (an [`Event`](crate::Event)'s text), without checking the
+/// grammar again: strings are skipped to their closing quote, containers by
+/// counting brackets outside strings, scalars to the next delimiter. Calls
+/// `f(key, raw_value)` as [`for_each_member`] does; returns `false` (and the
+/// caller reads the text another way) for a key with escapes, whose body is
+/// not the key itself. On text that is not a valid event it never panics,
+/// and its members mean nothing.
+pub(crate) fn members_of_valid<'a>(text: &'a str, mut f: impl FnMut(&'a str, &'a str)) -> bool {
+    let b = text.as_bytes();
+    if b.first() != Some(&b'{') {
+        return false;
+    }
+    let mut i = 1;
+    loop {
+        i = skip_space(b, i);
+        match b.get(i) {
+            Some(b'"') => {}
+            Some(b'}') => return true,
+            _ => return false,
+        }
+        let key_start = i + 1;
+        let Some((key_end, escaped)) = string_end(b, key_start) else {
+            return false;
+        };
+        if escaped {
+            return false;
+        }
+        i = skip_space(b, key_end + 1);
+        if b.get(i) != Some(&b':') {
+            return false;
+        }
+        let start = skip_space(b, i + 1);
+        let Some(end) = value_end(b, start) else {
+            return false;
+        };
+        // Every offset stands on an ASCII delimiter or the text's end, so
+        // these are char boundaries; `get` keeps this panic-free anyway.
+        match (text.get(key_start..key_end), text.get(start..end)) {
+            (Some(key), Some(value)) => f(key, value),
+            _ => return false,
+        }
+        i = skip_space(b, end);
+        match b.get(i) {
+            Some(b',') => i += 1,
+            Some(b'}') => return true,
+            _ => return false,
+        }
+    }
+}
+
+#[inline(always)]
+fn skip_space(b: &[u8], mut i: usize) -> usize {
+    while matches!(b.get(i), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+        i += 1;
+    }
+    i
+}
+
+/// The offset of the quote that closes a string whose body starts at `i`,
+/// and whether the body holds escapes (valid text assumed).
+#[inline]
+fn string_end(b: &[u8], mut i: usize) -> Option<(usize, bool)> {
+    let mut escaped = false;
+    loop {
+        // Eight bytes at a time up to the first special byte (in valid
+        // text, a quote or a backslash: strings hold no control byte).
+        while let Some(chunk) = b.get(i..i + 8) {
+            let mask = special_mask(u64::from_le_bytes(chunk.try_into().ok()?));
+            if mask != 0 {
+                i += (mask.trailing_zeros() / 8) as usize;
+                break;
+            }
+            i += 8;
+        }
+        match *b.get(i)? {
+            b'"' => return Some((i, escaped)),
+            b'\\' => {
+                escaped = true;
+                i += 2;
+            }
+            _ => i += 1,
+        }
+    }
+}
+
+/// The offset right after the value that starts at `i` (valid text assumed).
+#[inline]
+fn value_end(b: &[u8], i: usize) -> Option<usize> {
+    match *b.get(i)? {
+        b'"' => Some(string_end(b, i + 1)?.0 + 1),
+        b'{' | b'[' => {
+            let mut depth = 0usize;
+            let mut j = i;
+            loop {
+                match *b.get(j)? {
+                    b'"' => j = string_end(b, j + 1)?.0,
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return Some(j + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                j += 1;
+            }
+        }
+        _ => {
+            let mut j = i;
+            while !matches!(
+                b.get(j),
+                None | Some(b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r')
+            ) {
+                j += 1;
+            }
+            (j > i).then_some(j)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -610,5 +732,41 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn the_unchecked_walk_finds_what_the_scanner_finds() {
+        let texts = [
+            r#"{"type":"A"}"#,
+            r#"{}"#,
+            r#"{ "type" : "A" , "n" : -1.5e+3 , "s" : "x\"}{[" , "o" : { "a" : [ 1 , { "b" : "]" } ] } , "t" : true , "z" : null }"#,
+            r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"h\u00e9llo \\ \n"}"#,
+            r#"{"a":[],"b":{},"c":"","type":"B","d":[[[]]]}"#,
+        ];
+        for text in texts {
+            let mut scanned = Vec::new();
+            let mut walked = Vec::new();
+            let ok = for_each_member(text, |k, v| scanned.push((k, v)));
+            assert!(ok || text == "{}", "{text}");
+            assert!(members_of_valid(text, |k, v| walked.push((k, v))), "{text}");
+            assert_eq!(walked, scanned, "{text}");
+        }
+        // An escaped key: the caller reads the text another way.
+        assert!(!members_of_valid(r#"{"typ\u0065":"A"}"#, |_, _| {}));
+        // Not an object, or not valid: no panic, and no claim.
+        for text in [
+            "",
+            "[1]",
+            "{",
+            r#"{"a""#,
+            r#"{"a":"#,
+            r#"{"a":1"#,
+            r#"{"a":[1"#,
+            r#"{"a":"x"#,
+            "{\"a\":1,",
+        ] {
+            let _ = members_of_valid(text, |_, _| {});
+        }
+        assert!(!members_of_valid("[1]", |_, _| {}));
     }
 }

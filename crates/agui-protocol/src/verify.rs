@@ -530,14 +530,14 @@ struct View<'a> {
 }
 
 impl<'a> View<'a> {
-    /// The fields of `event`, read in one pass of the envelope scanner (the
-    /// JSON library reads what the scanner defers). As with the derived
+    /// The fields of `event`, read in one walk over its members (the JSON
+    /// library reads an event with an escaped key). As with the derived
     /// reader, a field given twice makes the whole view empty.
     fn read(event: &'a Event) -> View<'a> {
         let mut view = View::default();
         let mut seen = 0u32;
         let mut duplicate = false;
-        let scanned = crate::scan::for_each_member(event.json(), |key, value| {
+        let scanned = event.for_each_member(|key, value| {
             let field = match key {
                 "subagentRunId" => 0,
                 "messageId" => 1,

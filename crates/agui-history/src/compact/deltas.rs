@@ -283,7 +283,7 @@ impl DeltaCompactor {
     }
 
     fn start(&mut self, event: Event, kind: Kind) {
-        let id = match Fields::read(event.json(), [kind.id_field()]).and_then(|f| f.string(0)) {
+        let id = match Fields::read(&event, [kind.id_field()]).and_then(|f| f.string(0)) {
             Some(Ok(id)) => id.into_owned(),
             _ => return self.barrier(event),
         };
@@ -294,7 +294,7 @@ impl DeltaCompactor {
     }
 
     fn tool_start(&mut self, event: Event) {
-        let fields = match Fields::read(event.json(), ["toolCallId", "parentMessageId"]) {
+        let fields = match Fields::read(&event, ["toolCallId", "parentMessageId"]) {
             Some(f) => f,
             None => return self.barrier(event),
         };
@@ -328,8 +328,7 @@ impl DeltaCompactor {
     /// An `ACTIVITY_SNAPSHOT` can replace any message with an activity
     /// message, taking the tool calls it holds away with it.
     fn activity_snapshot(&mut self, event: Event) {
-        let Some(Ok(id)) = Fields::read(event.json(), ["messageId"]).and_then(|f| f.string(0))
-        else {
+        let Some(Ok(id)) = Fields::read(&event, ["messageId"]).and_then(|f| f.string(0)) else {
             return self.barrier(event);
         };
         let id = id.into_owned();
@@ -366,8 +365,7 @@ impl DeltaCompactor {
     /// An `ACTIVITY_DELTA` on a message whose replacing snapshot is still
     /// open is folded into it; any other one is kept in place.
     fn activity_delta(&mut self, event: Event) {
-        let Some(Ok(id)) = Fields::read(event.json(), ["messageId"]).and_then(|f| f.string(0))
-        else {
+        let Some(Ok(id)) = Fields::read(&event, ["messageId"]).and_then(|f| f.string(0)) else {
             return self.barrier(event);
         };
         let key = Key::Msg(id.into_owned());
@@ -385,7 +383,7 @@ impl DeltaCompactor {
     }
 
     fn touches_message(&mut self, event: Event) {
-        match Fields::read(event.json(), ["messageId"]).and_then(|f| f.string(0)) {
+        match Fields::read(&event, ["messageId"]).and_then(|f| f.string(0)) {
             Some(Ok(id)) => {
                 self.close(&Key::Msg(id.into_owned()));
                 self.place(event);
@@ -395,7 +393,7 @@ impl DeltaCompactor {
     }
 
     fn piece(&mut self, event: Event, kind: Kind) {
-        let fields = match Fields::read(event.json(), [kind.id_field(), "delta", "metadata"]) {
+        let fields = match Fields::read(&event, [kind.id_field(), "delta", "metadata"]) {
             Some(f) => f,
             None => return self.barrier(event),
         };
@@ -433,7 +431,7 @@ impl DeltaCompactor {
     }
 
     fn end(&mut self, event: Event, kind: Kind) {
-        let id = match Fields::read(event.json(), [kind.id_field()]).and_then(|f| f.string(0)) {
+        let id = match Fields::read(&event, [kind.id_field()]).and_then(|f| f.string(0)) {
             Some(Ok(id)) => id.into_owned(),
             _ => return self.barrier(event),
         };
@@ -574,10 +572,7 @@ impl ActivityAnchor {
     /// (`replace` absent, null or true; `content` present and not null), so
     /// that the content every later delta patches is known here.
     fn start(event: &Event) -> Option<ActivityAnchor> {
-        let f = Fields::read(
-            event.json(),
-            ["replace", "content", "activityType", "metadata"],
-        )?;
+        let f = Fields::read(event, ["replace", "content", "activityType", "metadata"])?;
         if !matches!(f.raw(0), None | Some("null" | "true")) {
             return None;
         }
@@ -607,7 +602,7 @@ impl ActivityAnchor {
     /// the patch, atomically; on success the delta's `activityType`), or
     /// returns false when it cannot be folded exactly.
     fn fold(&mut self, event: &Event) -> bool {
-        let Some(f) = Fields::read(event.json(), ["activityType", "patch", "metadata"]) else {
+        let Some(f) = Fields::read(event, ["activityType", "patch", "metadata"]) else {
             return false;
         };
         let activity_type: Value = match f.raw(0) {
@@ -719,7 +714,7 @@ impl ChunkRun {
     fn start(event: &Event) -> Option<ChunkRun> {
         chunk_id_field(event.event_type())?;
         let json = event.json();
-        let members = Members::read(json)?;
+        let members = Members::read(event)?;
         let (delta, metadata) = chunk_parts(&members)?;
         // The raw values are slices of `json`: their offsets locate them.
         let base = json.as_ptr() as usize;
@@ -753,7 +748,7 @@ impl ChunkRun {
         if event.event_type() != self.first.event_type() {
             return false;
         }
-        let Some(fields) = Members::read(event.json()) else {
+        let Some(fields) = Members::read(event) else {
             return false;
         };
         let Some((delta, metadata)) = chunk_parts(&fields) else {

@@ -4,6 +4,7 @@
 use std::borrow::Cow;
 use std::fmt;
 
+use agui_protocol::Event;
 use serde::Deserializer;
 use serde::de::{self, IgnoredAny, MapAccess, Visitor};
 use serde_json::value::RawValue;
@@ -17,12 +18,13 @@ impl<'a, const N: usize> Fields<'a, N> {
     /// Reads `names` from `json`. `None` when the text is not an object or a
     /// wanted key appears twice (JavaScript would keep the last one; callers
     /// treat such events as opaque, which is always safe).
-    pub(crate) fn read(json: &'a str, names: [&'static str; N]) -> Option<Self> {
-        // The one-pass scanner first (no allocation, no DOM); it defers to
-        // the JSON library for what it does not read itself (escaped keys).
+    pub(crate) fn read(event: &'a Event, names: [&'static str; N]) -> Option<Self> {
+        // A walk over the members first (no allocation, no DOM, no second
+        // validation); the JSON library reads an event with an escaped key.
+        let json = event.json();
         let mut values: [Option<&'a str>; N] = [None; N];
         let mut duplicate = false;
-        let scanned = agui_protocol::for_each_member(json, |key, value| {
+        let scanned = event.for_each_member(|key, value| {
             if let Some(i) = names.iter().position(|n| *n == key) {
                 duplicate |= values[i].is_some();
                 values[i] = Some(value);
@@ -90,9 +92,10 @@ pub(crate) struct Members<'a> {
 
 impl<'a> Members<'a> {
     /// Reads the members of `json`; `None` when it is not an object.
-    pub(crate) fn read(json: &'a str) -> Option<Self> {
+    pub(crate) fn read(event: &'a Event) -> Option<Self> {
+        let json = event.json();
         let mut list = Vec::with_capacity(8);
-        if agui_protocol::for_each_member(json, |key, value| {
+        if event.for_each_member(|key, value| {
             list.push((Cow::Borrowed(key), value));
         }) {
             return Some(Members { list });
@@ -260,9 +263,14 @@ pub(crate) fn string_body(raw: &str) -> Option<&str> {
 mod tests {
     use super::*;
 
+    fn ev(text: &str) -> Event {
+        Event::from_json(text).unwrap()
+    }
+
     #[test]
     fn null_and_absent_differ() {
-        let f = Fields::read(r#"{"a":null,"b":"x\"y","c":[1]}"#, ["a", "b", "d"]).unwrap();
+        let e = ev(r#"{"type":"X","a":null,"b":"x\"y","c":[1]}"#);
+        let f = Fields::read(&e, ["a", "b", "d"]).unwrap();
         assert_eq!(f.raw(0), Some("null"));
         assert_eq!(f.string(1).unwrap().unwrap(), "x\"y");
         assert!(f.raw(2).is_none());
@@ -271,10 +279,14 @@ mod tests {
 
     #[test]
     fn duplicates_and_non_objects_are_refused() {
-        assert!(Fields::read(r#"{"a":1,"a":2}"#, ["a"]).is_none());
-        assert!(Fields::read(r#"[1]"#, ["a"]).is_none());
+        assert!(Fields::read(&ev(r#"{"type":"X","a":1,"a":2}"#), ["a"]).is_none());
         // A duplicate of a key nobody asked for is not our concern.
-        assert!(Fields::read(r#"{"z":1,"z":2}"#, ["a"]).is_some());
+        assert!(Fields::read(&ev(r#"{"type":"X","z":1,"z":2}"#), ["a"]).is_some());
+        // An escaped key is read by the JSON library, decoded.
+        let e = ev(r#"{"type":"X","\u0061":1,"b":2}"#);
+        let f = Fields::read(&e, ["a", "b"]).unwrap();
+        assert_eq!((f.raw(0), f.raw(1)), (Some("1"), Some("2")));
+        assert!(Fields::read(&ev(r#"{"type":"X","a":1,"\u0061":2}"#), ["a"]).is_none());
     }
 
     /// Parsing, merging and writing raw objects gives what the JSON

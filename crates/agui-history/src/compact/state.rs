@@ -45,7 +45,7 @@ pub(crate) struct StateWindow {
 impl StateWindow {
     pub(crate) fn push(&mut self, event: Event) {
         let is_snapshot = event.event_type() == &agui_protocol::EventType::StateSnapshot;
-        let fields = Fields::read(event.json(), ["snapshot", "delta", "metadata"]);
+        let fields = Fields::read(&event, ["snapshot", "delta", "metadata"]);
         let Some(fields) = fields else {
             self.make_opaque();
             self.keep(event);
