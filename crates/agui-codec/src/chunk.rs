@@ -96,8 +96,8 @@ impl EventChunk {
     /// Appends a checked event: a copy of a slice, or the re-written event.
     fn add(&mut self, checked: Checked<'_>) {
         match checked {
-            Checked::Slice { json, ty } => self.push(EventRef::from_checked(json, &ty)),
-            Checked::Rewritten(event) => self.spans.push(Span::Owned(event)),
+            Checked::Slice { json, ty, .. } => self.push(EventRef::from_checked(json, &ty)),
+            Checked::Rewritten { event, .. } => self.spans.push(Span::Owned(event)),
         }
     }
 
@@ -206,7 +206,7 @@ fn decode_text(
             }
         };
         match Event::check(&piece[start - offset..end - offset]) {
-            Ok(Checked::Slice { json, ty }) if !copying => {
+            Ok(Checked::Slice { json, ty, .. }) if !copying => {
                 let start = json.as_ptr() as usize - piece.as_ptr() as usize;
                 let len = json.len();
                 chunk.spans.push(Span::Slice { start, len, ty });

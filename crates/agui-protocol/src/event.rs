@@ -83,11 +83,13 @@ pub struct EventRef<'a> {
 }
 
 /// The outcome of [`Event::check`]: valid event text, borrowed where it could
-/// be kept as it is.
+/// be kept as it is. Only `check` makes one (its variants cannot be built
+/// elsewhere), so [`Checked::into_event`] never validates again.
 #[derive(Debug, Clone)]
 pub enum Checked<'a> {
     /// The event is `json`, a slice of the checked text (surrounding
     /// whitespace dropped).
+    #[non_exhaustive]
     Slice {
         /// The exact text of the event.
         json: &'a str,
@@ -95,7 +97,11 @@ pub enum Checked<'a> {
         ty: EventType,
     },
     /// The text spanned lines; this is its one-line form.
-    Rewritten(Event),
+    #[non_exhaustive]
+    Rewritten {
+        /// The event, re-written on one line.
+        event: Event,
+    },
 }
 
 impl<'a> Checked<'a> {
@@ -103,7 +109,7 @@ impl<'a> Checked<'a> {
     pub fn json(&self) -> &str {
         match self {
             Checked::Slice { json, .. } => json,
-            Checked::Rewritten(event) => event.json(),
+            Checked::Rewritten { event } => event.json(),
         }
     }
 
@@ -111,7 +117,7 @@ impl<'a> Checked<'a> {
     pub fn event_type(&self) -> &EventType {
         match self {
             Checked::Slice { ty, .. } => ty,
-            Checked::Rewritten(event) => &event.ty,
+            Checked::Rewritten { event } => &event.ty,
         }
     }
 
@@ -123,7 +129,7 @@ impl<'a> Checked<'a> {
                 json: json.into(),
                 ty,
             },
-            Checked::Rewritten(event) => event,
+            Checked::Rewritten { event } => event,
         }
     }
 }
@@ -406,10 +412,12 @@ fn check_reference(text: &str) -> Result<Checked<'_>, EnvelopeError> {
     let ty = read_type(text)?;
     let shape = Shape::of(text)?;
     Ok(if shape.line_breaks {
-        Checked::Rewritten(Event {
-            json: one_line(text).into(),
-            ty,
-        })
+        Checked::Rewritten {
+            event: Event {
+                json: one_line(text).into(),
+                ty,
+            },
+        }
     } else {
         Checked::Slice { json: text, ty }
     })
