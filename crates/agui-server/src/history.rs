@@ -318,8 +318,8 @@ pub struct RunQuery {
 
 /// A run's conversation, as far as its stored events allow.
 pub(crate) struct Restored {
-    /// `{"messages":[...],"state":...}`.
-    pub json: String,
+    /// `{"messages":[...],"state":...}`, shared with the store's engine.
+    pub json: Arc<String>,
     /// The last sequence number covered.
     pub last_seq: u64,
     /// Why events were skipped (empty when the store's restore succeeded).
@@ -367,7 +367,7 @@ pub(crate) async fn restore(
             let json = serde_json::to_string(&reducer.into_conversation())
                 .map_err(|_| ApiError::store())?;
             Ok(Restored {
-                json,
+                json: Arc::new(json),
                 last_seq,
                 warnings,
             })
@@ -403,27 +403,61 @@ pub(crate) fn parts(json: &str) -> Result<(&RawValue, &RawValue), ApiError> {
 /// `{"messages":...,"state":...,"runId":...}` and `"warnings"` when events
 /// were skipped. A restored conversation is always a serialized
 /// [`Conversation`] (`{"messages":[...],"state":...}`, in that order), so the
-/// body is its own bytes with the run id added before the closing brace:
-/// not parsed, not even scanned (a conversation of tens of megabytes is
-/// served at the pace of a copy).
-fn messages_body(restored: Restored, run: &str) -> Result<String, ApiError> {
-    let Restored {
-        json: mut body,
-        warnings,
-        ..
-    } = restored;
-    if !body.starts_with("{\"messages\":") || body.pop() != Some('}') {
+/// body is its own bytes up to the closing brace, then the run id and that
+/// brace: not parsed, not scanned, not even copied (the store's engine shares
+/// the text, so a conversation of tens of megabytes is answered at the pace
+/// of the socket).
+fn messages_body(restored: Restored, run: &str) -> Result<Body, ApiError> {
+    let Restored { json, warnings, .. } = restored;
+    if !json.starts_with("{\"messages\":") || !json.ends_with('}') {
         tracing::error!("a restored conversation is not {{messages, state}} JSON");
         return Err(ApiError::store());
     }
-    body.push_str(",\"runId\":");
-    body.push_str(&serde_json::to_string(run).map_err(|_| ApiError::store())?);
+    let mut tail = String::from(",\"runId\":");
+    tail.push_str(&serde_json::to_string(run).map_err(|_| ApiError::store())?);
     if !warnings.is_empty() {
-        body.push_str(",\"warnings\":");
-        body.push_str(&serde_json::to_string(&warnings).map_err(|_| ApiError::store())?);
+        tail.push_str(",\"warnings\":");
+        tail.push_str(&serde_json::to_string(&warnings).map_err(|_| ApiError::store())?);
     }
-    body.push('}');
-    Ok(body)
+    tail.push('}');
+    let head = Bytes::from_owner(SharedText(json));
+    let head = head.slice(..head.len() - 1);
+    Ok(Body::new(Pieces(vec![head, Bytes::from(tail)])))
+}
+
+/// A shared text, as the owner of a [`Bytes`] (no copy).
+struct SharedText(Arc<String>);
+
+impl AsRef<[u8]> for SharedText {
+    fn as_ref(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
+}
+
+/// A response body of a few pieces sent one after another without being
+/// joined into one buffer, with its exact length known (so the response has a
+/// `content-length`).
+struct Pieces(Vec<Bytes>);
+
+impl http_body::Body for Pieces {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Infallible>>> {
+        let next = (!self.0.is_empty()).then(|| Ok(http_body::Frame::data(self.0.remove(0))));
+        std::task::Poll::Ready(next)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        http_body::SizeHint::with_exact(self.0.iter().map(|b| b.len() as u64).sum())
+    }
 }
 
 /// `GET /threads/{id}/messages[?run=RUN_ID]`.
@@ -914,9 +948,37 @@ mod tests {
         serde_json::to_string(&out).unwrap()
     }
 
+    /// A body's text, checking that it announced its exact length.
+    fn text(body: Body) -> String {
+        use http_body::Body as _;
+        let exact = body.size_hint().exact().expect("the length is known");
+        let bytes = futures::executor::block_on(axum::body::to_bytes(body, usize::MAX)).unwrap();
+        assert_eq!(bytes.len() as u64, exact);
+        String::from_utf8(bytes.to_vec()).unwrap()
+    }
+
+    /// The restored text is sent as it is, not copied into a new buffer.
+    #[test]
+    fn the_restored_text_is_shared_not_copied() {
+        let json = Arc::new(r#"{"messages":[],"state":null}"#.to_owned());
+        let r = Restored {
+            json: Arc::clone(&json),
+            last_seq: 0,
+            warnings: Vec::new(),
+        };
+        let body = messages_body(r, "r").unwrap();
+        assert_eq!(
+            Arc::strong_count(&json),
+            2,
+            "the body holds the text itself"
+        );
+        assert_eq!(text(body), r#"{"messages":[],"state":null,"runId":"r"}"#);
+        assert_eq!(Arc::strong_count(&json), 1);
+    }
+
     fn restored(conversation: &Value, warnings: &[&str]) -> Restored {
         Restored {
-            json: serde_json::to_string(conversation).unwrap(),
+            json: Arc::new(serde_json::to_string(conversation).unwrap()),
             last_seq: 0,
             warnings: warnings.iter().map(|w| w.to_string()).collect(),
         }
@@ -941,7 +1003,7 @@ mod tests {
                 for run in ["r1", "run \"quoted\" \u{e9}"] {
                     let r = restored(conversation, warnings);
                     let expected = through_a_tree(&r, run);
-                    let body = messages_body(r, run).unwrap();
+                    let body = text(messages_body(r, run).unwrap());
                     assert_eq!(body, expected, "{conversation}");
                     let _: Value = serde_json::from_str(&body).unwrap();
                 }
@@ -952,11 +1014,11 @@ mod tests {
     #[test]
     fn numbers_keep_their_text() {
         let r = Restored {
-            json: r#"{"messages":[{"id":"m","role":"user","content":"x","n":1.000000000000000000001}],"state":{"big":123456789012345678901234567890}}"#.into(),
+            json: Arc::new(r#"{"messages":[{"id":"m","role":"user","content":"x","n":1.000000000000000000001}],"state":{"big":123456789012345678901234567890}}"#.into()),
             last_seq: 0,
             warnings: Vec::new(),
         };
-        let body = messages_body(r, "r").unwrap();
+        let body = text(messages_body(r, "r").unwrap());
         assert!(body.contains("1.000000000000000000001"), "{body}");
         assert!(body.contains("123456789012345678901234567890"), "{body}");
     }
@@ -969,7 +1031,7 @@ mod tests {
         // The messages body checks the ends of the shape only.
         for json in ["", "[]", "{\"state\":1}", "{\"messages\":[", "nope"] {
             let r = Restored {
-                json: json.into(),
+                json: Arc::new(json.to_owned()),
                 last_seq: 0,
                 warnings: Vec::new(),
             };

@@ -368,8 +368,7 @@ pub fn compose(chain: &[Decoded]) -> Result<String> {
         .map(|(d, &n)| d.first_messages(n).len() + 1)
         .sum::<usize>()
         + state.len()
-        + 24
-        + COMPOSE_SLACK;
+        + 24;
     let mut out = Vec::with_capacity(size);
     out.extend_from_slice(b"{\"messages\":[");
     let mut any = false;
@@ -389,11 +388,6 @@ pub fn compose(chain: &[Decoded]) -> Result<String> {
     // Every piece was checked UTF-8 at decode and is cut at ASCII commas.
     String::from_utf8(out).map_err(|_| bad())
 }
-
-/// Spare capacity left in a composed conversation's text, so that the
-/// gateway's `,"runId":...` before its closing brace does not copy a
-/// conversation of many megabytes into a bigger buffer.
-pub(crate) const COMPOSE_SLACK: usize = 256;
 
 fn damaged(why: &str) -> StoreError {
     StoreError::corrupt(format!("checkpoint damaged: {why}"))

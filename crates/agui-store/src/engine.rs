@@ -57,7 +57,9 @@ use restore::ConversationCache;
 /// The conversation is handed over as the JSON text of `{messages, state}`,
 /// exactly as checkpointed: restoring from a checkpoint costs reading and
 /// checking its bytes, never parsing them. [`Restored::conversation`] parses
-/// on demand.
+/// on demand. The text is shared: the engine keeps the last one it composed
+/// per thread, so restoring the same run again, unchanged, costs a reference
+/// count, whatever the conversation's size.
 #[derive(Debug, Clone)]
 pub struct Restored {
     /// The run.
@@ -66,7 +68,7 @@ pub struct Restored {
     pub last_seq: u64,
     /// `{"messages":[...],"state":...}` along the run's branch, up to the
     /// run's last event.
-    pub json: String,
+    pub json: Arc<String>,
     /// True when it was composed from stored checkpoints alone (the run's own
     /// and its bases), with nothing replayed or rebuilt.
     pub from_checkpoint: bool,
@@ -256,6 +258,15 @@ impl Store {
     /// The engine's cache of the latest checkpointed conversation per thread.
     pub(crate) fn conversation_cache(&self) -> &ConversationCache {
         &self.inner.cache
+    }
+
+    /// Forgets every conversation the engine holds in memory (the tips that
+    /// the next checkpoints continue, and the texts kept for repeated
+    /// restores). Nothing stored changes: the next restore of each thread
+    /// reads its checkpoints, and the next checkpoint of each thread is a
+    /// full one. For memory pressure, and for measuring cold restores.
+    pub fn clear_cache(&self) {
+        self.inner.cache.clear();
     }
 
     fn queue(&self) -> std::sync::MutexGuard<'_, Queue> {
@@ -796,11 +807,32 @@ impl Store {
     /// Waits for the thread's queued checkpoint work first.
     pub async fn restore(&self, tenant: &str, thread: &str, run_id: &str) -> Result<Restored> {
         self.settle_thread(tenant, thread).await;
-        if self.inner.cache.tip_run(tenant, thread).as_deref() == Some(run_id) {
+        let cache = &self.inner.cache;
+        // The run as it is now: what a kept text must match to be current.
+        let mut current: Option<RunRecord> = None;
+        if let Some(kept) = cache.composed(tenant, thread, run_id) {
             let run = self.run(tenant, thread, run_id).await?;
+            if checkpointable(run.status) && kept.matches(&run) {
+                return Ok(Restored {
+                    run_id: run.run_id,
+                    last_seq: run.last_seq,
+                    json: kept.json,
+                    from_checkpoint: true,
+                    rebuilt: 0,
+                });
+            }
+            current = Some(run);
+        }
+        if cache.tip_run(tenant, thread).as_deref() == Some(run_id) {
+            let run = match current.take() {
+                Some(run) => run,
+                None => self.run(tenant, thread, run_id).await?,
+            };
             if checkpointable(run.status)
-                && let Some(json) = self.inner.cache.compose(tenant, thread, &run)
+                && let Some(json) = cache.compose(tenant, thread, &run)
             {
+                let json = Arc::new(json);
+                cache.remember(tenant, thread, &run, &json);
                 return Ok(Restored {
                     run_id: run.run_id,
                     last_seq: run.last_seq,
@@ -809,24 +841,39 @@ impl Store {
                     rebuilt: 0,
                 });
             }
+            current = Some(run);
         }
         let chain = self
             .inner
             .backend
             .checkpoint_chain(tenant, thread, run_id)
             .await?;
-        if checkpointable(chain.status)
+        let restored = if checkpointable(chain.status)
             && let Some(json) = checkpoint::compose_links(run_id, chain.last_seq, &chain.links)
         {
-            return Ok(Restored {
+            Restored {
                 run_id: run_id.to_owned(),
                 last_seq: chain.last_seq,
-                json,
+                json: Arc::new(json),
                 from_checkpoint: true,
                 rebuilt: 0,
-            });
+            }
+        } else {
+            restore::restore_run(self, tenant, thread, run_id).await?
+        };
+        // Kept for the next restore when the run it was composed for is
+        // still the run as it is now (the answer's `last_seq` alone cannot
+        // tell a thread deleted and written again from the same one).
+        let run = match current {
+            Some(run) if run.last_seq == restored.last_seq => Some(run),
+            _ => self.run(tenant, thread, run_id).await.ok(),
+        };
+        if let Some(run) =
+            run.filter(|r| r.last_seq == restored.last_seq && checkpointable(r.status))
+        {
+            cache.remember(tenant, thread, &run, &restored.json);
         }
-        restore::restore_run(self, tenant, thread, run_id).await
+        Ok(restored)
     }
 }
 
@@ -885,7 +932,7 @@ mod tests {
         for run in &runs {
             let got = store.restore(T, "th", run).await.unwrap();
             assert!(got.from_checkpoint, "{run}");
-            assert_eq!(got.json, reduced(&store, "th", run).await, "{run}");
+            assert_eq!(*got.json, reduced(&store, "th", run).await, "{run}");
         }
     }
 
@@ -921,7 +968,7 @@ mod tests {
         assert!(mem.pages_read() > 0, "run b was read back");
         let got = store.restore(T, "th", "b").await.unwrap();
         assert!(got.from_checkpoint);
-        assert_eq!(got.json, reduced(&store, "th", "b").await);
+        assert_eq!(*got.json, reduced(&store, "th", "b").await);
     }
 
     /// The latest run restores from the engine's cached tip: one copy of its

@@ -57,7 +57,7 @@ async fn restores(store: &Store, ids: &[String]) -> Vec<Result<String, agui_stor
             store
                 .restore(T, "th", id)
                 .await
-                .map(|r| r.json)
+                .map(|r| r.json.to_string())
                 .map_err(|e| e.kind()),
         );
     }

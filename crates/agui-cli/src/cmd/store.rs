@@ -835,17 +835,19 @@ async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
         reports.push((name, finish(&store, result).await?));
     }
     let mut text = String::from(
-        "backend\tappend_1w_ev_s\tappend_8w_ev_s\tread_ev_s\tlong_thread_append_ev_s\trestore_p50_ms\trestore_p99_ms\tconversation_bytes\traw_bytes\tstored_bytes\tstored_per_raw_byte\n",
+        "backend\tappend_1w_ev_s\tappend_8w_ev_s\tread_ev_s\tlong_thread_append_ev_s\trestore_p50_ms\trestore_p99_ms\tcold_restore_p50_ms\tcold_restore_p99_ms\tconversation_bytes\traw_bytes\tstored_bytes\tstored_per_raw_byte\n",
     );
     for (name, r) in reports {
         text.push_str(&format!(
-            "{name}\t{:.0}\t{:.0}\t{:.0}\t{:.0}\t{:.3}\t{:.3}\t{}\t{}\t{}\t{:.2}\n",
+            "{name}\t{:.0}\t{:.0}\t{:.0}\t{:.0}\t{:.3}\t{:.3}\t{:.3}\t{:.3}\t{}\t{}\t{}\t{:.2}\n",
             r.append_1,
             r.append_8,
             r.read,
             r.append_long_thread,
             r.restore_p50.as_secs_f64() * 1e3,
             r.restore_p99.as_secs_f64() * 1e3,
+            r.restore_cold_p50.as_secs_f64() * 1e3,
+            r.restore_cold_p99.as_secs_f64() * 1e3,
             r.restore_json_bytes,
             r.raw_bytes,
             r.stored_bytes,

@@ -755,7 +755,7 @@ pub async fn checkpoints_are_used<B: Harness>(b: &B) {
         assert!(r.from_checkpoint, "run {run} restored from its checkpoint");
         assert_eq!(r.rebuilt, 0);
         let want = reduce_all(&s.read_branch(T, th, run).await.unwrap());
-        assert_eq!(r.json, want);
+        assert_eq!(*r.json, want);
     }
     let b_text = s.restore(T, th, "b").await.unwrap().json;
     assert!(b_text.contains("second answer") && b_text.contains("first answer"));
@@ -771,6 +771,58 @@ pub async fn checkpoints_are_used<B: Harness>(b: &B) {
     assert_eq!(r.rebuilt, 0, "a running run gets no checkpoint");
     assert!(r.json.contains("third"));
     assert!(s.load_checkpoint(T, th, "c").await.unwrap().is_none());
+}
+
+/// Restoring the same run again, unchanged, answers with the text the engine
+/// kept (shared, not composed again). A run that changed since, another run
+/// restored in between, or a thread deleted and written again never gets a
+/// stale text.
+pub async fn repeated_restores_share_the_text<B: Harness>(b: &B) {
+    let s = open(b).await;
+    let th = "kept";
+    append(&s, T, th, full_run(th, "a", None, "first answer")).await;
+    append(&s, T, th, full_run(th, "b", Some("a"), "second answer")).await;
+    let first = s.restore(T, th, "b").await.unwrap();
+    let again = s.restore(T, th, "b").await.unwrap();
+    assert!(
+        Arc::ptr_eq(&first.json, &again.json),
+        "the kept text is shared"
+    );
+    assert_eq!(again.last_seq, first.last_seq);
+    assert!(again.from_checkpoint);
+    // Another run in between, then b again: equal, whichever way it came.
+    let a = s.restore(T, th, "a").await.unwrap();
+    assert!(a.json.contains("first answer") && !a.json.contains("second answer"));
+    assert_eq!(*s.restore(T, th, "b").await.unwrap().json, *first.json);
+    // b grows after its end: the kept text no longer covers it.
+    append(
+        &s,
+        T,
+        th,
+        vec![event(
+            json!({"type":"STATE_SNAPSHOT","snapshot":{"late":true}}),
+        )],
+    )
+    .await;
+    let grown = s.restore(T, th, "b").await.unwrap();
+    assert_eq!(grown.last_seq, first.last_seq + 1);
+    assert_eq!(
+        *grown.json,
+        reduce_all(&s.read_branch(T, th, "b").await.unwrap())
+    );
+    assert!(grown.json.contains("\"late\":true"), "{}", grown.json);
+    // The thread deleted and written again under the same run ids.
+    s.delete_thread(T, th).await.unwrap();
+    append(&s, T, th, full_run(th, "a", None, "other answer")).await;
+    append(&s, T, th, full_run(th, "b", Some("a"), "another answer")).await;
+    let fresh = s.restore(T, th, "b").await.unwrap();
+    assert!(fresh.json.contains("another answer"), "{}", fresh.json);
+    assert!(!fresh.json.contains("second answer"), "{}", fresh.json);
+    assert_eq!(
+        *fresh.json,
+        reduce_all(&s.read_branch(T, th, "b").await.unwrap())
+    );
+    s.close().await.unwrap();
 }
 
 /// A missing or damaged checkpoint is rebuilt from the log, never trusted.
@@ -792,7 +844,7 @@ pub async fn checkpoints_are_rebuilt_when_missing_or_damaged<B: Harness>(b: &B) 
     let r = s.restore(T, th, "r3").await.unwrap();
     assert!(!r.from_checkpoint, "a damaged checkpoint is not used");
     assert_eq!(r.rebuilt, 1, "rebuilt from the parent's checkpoint");
-    assert_eq!(r.json, want);
+    assert_eq!(*r.json, *want);
     assert!(
         s.restore(T, th, "r3").await.unwrap().from_checkpoint,
         "stored again"
@@ -807,7 +859,7 @@ pub async fn checkpoints_are_rebuilt_when_missing_or_damaged<B: Harness>(b: &B) 
     assert!(s.load_checkpoint(T, th, "r3").await.unwrap().is_none());
     let r = s.restore(T, th, "r3").await.unwrap();
     assert_eq!(r.rebuilt, 3);
-    assert_eq!(r.json, want);
+    assert_eq!(*r.json, *want);
     for k in 0..4 {
         let r = s.restore(T, th, &format!("r{k}")).await.unwrap();
         assert!(r.from_checkpoint);
@@ -908,7 +960,7 @@ pub async fn delta_checkpoints_restore_every_run_of_a_branchy_thread<B: Harness>
     for (r, w) in runs.iter().zip(&want) {
         let got = s.restore(T, th, r).await.unwrap();
         assert!(got.from_checkpoint, "run {r} restored from checkpoints");
-        assert_eq!(&got.json, w, "run {r}");
+        assert_eq!(&*got.json, w, "run {r}");
     }
     let deltas = bases(&s, th, &runs).await.iter().flatten().count();
     assert!(deltas >= 30, "most checkpoints are deltas ({deltas})");
@@ -916,7 +968,7 @@ pub async fn delta_checkpoints_restore_every_run_of_a_branchy_thread<B: Harness>
     let s = open(b).await;
     for (r, w) in runs.iter().zip(&want).rev() {
         assert_eq!(
-            &s.restore(T, th, r).await.unwrap().json,
+            &*s.restore(T, th, r).await.unwrap().json,
             w,
             "run {r} after reopen"
         );
@@ -951,7 +1003,7 @@ pub async fn deferred_checkpoints_are_built_by_the_first_restore<B: Harness>(b: 
     // along it.
     let last = runs.len() - 1;
     let got = s.restore(T, th, &runs[last]).await.unwrap();
-    assert_eq!(got.json, want[last]);
+    assert_eq!(*got.json, want[last]);
     assert!(!got.from_checkpoint);
     let branch = s.branch(T, th, &runs[last]).await.unwrap();
     assert_eq!(got.rebuilt, branch.len(), "one checkpoint per run replayed");
@@ -974,9 +1026,9 @@ pub async fn deferred_checkpoints_are_built_by_the_first_restore<B: Harness>(b: 
     );
     for (r, w) in runs.iter().zip(&want) {
         let got = s.restore(T, th, r).await.unwrap();
-        assert_eq!(&got.json, w, "run {r}");
+        assert_eq!(&*got.json, w, "run {r}");
         let reference = s.restore(T, built, r).await.unwrap();
-        assert_eq!(got.json, reference.json, "run {r} as with checkpoints");
+        assert_eq!(*got.json, *reference.json, "run {r} as with checkpoints");
     }
     for r in &runs {
         assert!(
@@ -991,14 +1043,14 @@ pub async fn deferred_checkpoints_are_built_by_the_first_restore<B: Harness>(b: 
     let next = s.restore(T, th, "next").await.unwrap();
     assert!(next.from_checkpoint, "built on the append");
     assert_eq!(
-        next.json,
+        *next.json,
         lineage_conversations(&log, &["next".to_owned()])[0]
     );
     s.close().await.unwrap();
     let s = open(b).await;
     for (r, w) in runs.iter().zip(&want).rev() {
         assert_eq!(
-            &s.restore(T, th, r).await.unwrap().json,
+            &*s.restore(T, th, r).await.unwrap().json,
             w,
             "run {r} after reopen"
         );
@@ -1032,7 +1084,7 @@ pub async fn damaged_or_missing_delta_bases_are_rebuilt<B: Harness>(b: &B) {
     b.damage_checkpoint(&s.raw, T, th, &base).await.unwrap();
     s.forget(T, th);
     let r = s.restore(T, th, &runs[at]).await.unwrap();
-    assert_eq!(r.json, want[at]);
+    assert_eq!(*r.json, want[at]);
     assert!(
         !r.from_checkpoint && r.rebuilt >= 1,
         "the damaged base was rebuilt"
@@ -1042,7 +1094,7 @@ pub async fn damaged_or_missing_delta_bases_are_rebuilt<B: Harness>(b: &B) {
     b.remove_checkpoint(&s.raw, T, th, &base).await.unwrap();
     s.forget(T, th);
     let r = s.restore(T, th, &runs[at]).await.unwrap();
-    assert_eq!(r.json, want[at]);
+    assert_eq!(*r.json, want[at]);
     assert!(r.rebuilt >= 1, "the missing base was rebuilt");
     // Damage every base at once: every run still restores exactly.
     for b2 in based.iter().flatten().collect::<BTreeSet<_>>() {
@@ -1050,7 +1102,7 @@ pub async fn damaged_or_missing_delta_bases_are_rebuilt<B: Harness>(b: &B) {
         s.forget(T, th);
     }
     for (r, w) in runs.iter().zip(&want).rev() {
-        assert_eq!(&s.restore(T, th, r).await.unwrap().json, w, "run {r}");
+        assert_eq!(&*s.restore(T, th, r).await.unwrap().json, w, "run {r}");
     }
     for r in &runs {
         assert!(

@@ -90,6 +90,7 @@ macro_rules! conformance_tests {
             many_subscribers_see_everything_once,
             subscription_before_the_thread_exists_and_after_delete,
             checkpoints_are_used,
+            repeated_restores_share_the_text,
             checkpoints_are_rebuilt_when_missing_or_damaged,
             delta_checkpoints_restore_every_run_of_a_branchy_thread,
             damaged_or_missing_delta_bases_are_rebuilt,

@@ -28,7 +28,7 @@
 //! [`crate::Checkpoints::Defer`] has no checkpoint until such a restore.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use agui_history::reduce::Reducer;
 use agui_protocol::Event;
@@ -79,7 +79,32 @@ pub struct ConversationCache {
 #[derive(Default)]
 struct Entries {
     map: HashMap<(String, String), Tip>,
+    /// The last conversation text composed per thread (a restore's answer).
+    composed: HashMap<(String, String), Composed>,
+    /// Bytes held by `map` and `composed`.
     bytes: usize,
+}
+
+/// A restore's answer kept for the next restore of the same run, unchanged:
+/// the text is shared, so answering again costs a reference count.
+#[derive(Clone)]
+pub(crate) struct Composed {
+    run_id: String,
+    last_seq: u64,
+    started_at: Timestamp,
+    /// `{"messages":[...],"state":...}`.
+    pub(crate) json: Arc<String>,
+}
+
+impl Composed {
+    /// True when it was composed for `run` as it is now (the same id, start
+    /// and last event: a thread deleted and written again does not match
+    /// by accident).
+    pub(crate) fn matches(&self, run: &RunRecord) -> bool {
+        self.run_id == run.run_id
+            && self.last_seq == run.last_seq
+            && self.started_at == run.started_at
+    }
 }
 
 /// One run of a tip's path.
@@ -157,20 +182,59 @@ impl ConversationCache {
         tip.bytes = tip.texts.iter().map(|t| t.len() + 48).sum::<usize>()
             + tip.state.len()
             + 64 * tip.path.len();
-        if tip.bytes > CACHED_BYTES {
-            self.forget(tenant, thread);
-            return;
-        }
+        let key = (tenant.to_owned(), thread.to_owned());
         let mut e = self.lock();
-        if let Some(old) = e.map.remove(&(tenant.to_owned(), thread.to_owned())) {
+        if let Some(old) = e.map.remove(&key) {
             e.bytes -= old.bytes;
         }
-        if e.map.len() >= CACHED_THREADS || e.bytes + tip.bytes > CACHED_BYTES {
-            e.map.clear();
-            e.bytes = 0;
+        if tip.bytes > CACHED_BYTES {
+            return;
         }
+        e.make_room(tip.bytes);
         e.bytes += tip.bytes;
-        e.map.insert((tenant.to_owned(), thread.to_owned()), tip);
+        e.map.insert(key, tip);
+    }
+
+    /// The text kept for `run_id` of the thread, if any ([`Composed::matches`]
+    /// tells whether it is current).
+    pub(crate) fn composed(&self, tenant: &str, thread: &str, run_id: &str) -> Option<Composed> {
+        let e = self.lock();
+        e.composed
+            .get(&(tenant.to_owned(), thread.to_owned()))
+            .filter(|c| c.run_id == run_id)
+            .cloned()
+    }
+
+    /// Keeps `json`, composed for `run` as it is now, for the next restore of
+    /// the run (replacing the thread's previous one).
+    pub(crate) fn remember(&self, tenant: &str, thread: &str, run: &RunRecord, json: &Arc<String>) {
+        let key = (tenant.to_owned(), thread.to_owned());
+        let mut e = self.lock();
+        if let Some(old) = e.composed.remove(&key) {
+            e.bytes -= old.json.len();
+        }
+        if json.len() > CACHED_BYTES {
+            return;
+        }
+        e.make_room(json.len());
+        e.bytes += json.len();
+        e.composed.insert(
+            key,
+            Composed {
+                run_id: run.run_id.clone(),
+                last_seq: run.last_seq,
+                started_at: run.started_at,
+                json: Arc::clone(json),
+            },
+        );
+    }
+
+    /// Forgets everything (memory pressure; benchmarks of cold restores).
+    pub fn clear(&self) {
+        let mut e = self.lock();
+        e.map.clear();
+        e.composed.clear();
+        e.bytes = 0;
     }
 
     /// The conversation of `run` composed from the thread's tip, when the
@@ -193,9 +257,34 @@ impl ConversationCache {
 
     /// Forgets a thread (deleted).
     pub fn forget(&self, tenant: &str, thread: &str) {
+        let key = (tenant.to_owned(), thread.to_owned());
         let mut e = self.lock();
-        if let Some(old) = e.map.remove(&(tenant.to_owned(), thread.to_owned())) {
+        if let Some(old) = e.map.remove(&key) {
             e.bytes -= old.bytes;
+        }
+        if let Some(old) = e.composed.remove(&key) {
+            e.bytes -= old.json.len();
+        }
+    }
+}
+
+impl Entries {
+    /// Makes room for `bytes` more: past the thread or byte bound, the
+    /// kept texts go first, then the tips (all of them: a cache that
+    /// overflows is rebuilt from what comes next).
+    fn make_room(&mut self, bytes: usize) {
+        if self.bytes + bytes <= CACHED_BYTES
+            && self.map.len() < CACHED_THREADS
+            && self.composed.len() < CACHED_THREADS
+        {
+            return;
+        }
+        for (_, c) in self.composed.drain() {
+            self.bytes -= c.json.len();
+        }
+        if self.bytes + bytes > CACHED_BYTES || self.map.len() >= CACHED_THREADS {
+            self.map.clear();
+            self.bytes = 0;
         }
     }
 }
@@ -459,7 +548,7 @@ pub async fn restore_run(
             return Ok(Restored {
                 run_id: target.run_id,
                 last_seq: target.last_seq,
-                json,
+                json: Arc::new(json),
                 from_checkpoint: rebuilt == 0,
                 rebuilt,
             });
@@ -513,7 +602,7 @@ pub async fn restore_run(
     Ok(Restored {
         run_id: target.run_id,
         last_seq: target.last_seq,
-        json,
+        json: Arc::new(json),
         from_checkpoint: false,
         rebuilt,
     })
@@ -522,10 +611,7 @@ pub async fn restore_run(
 /// `{"messages":[...],"state":...}` from message texts and the state's text,
 /// exactly as `serde_json` writes a [`Conversation`].
 fn compose_texts(texts: &[String], state: &str) -> String {
-    let len = texts.iter().map(|t| t.len() + 1).sum::<usize>()
-        + state.len()
-        + 24
-        + checkpoint::COMPOSE_SLACK;
+    let len = texts.iter().map(|t| t.len() + 1).sum::<usize>() + state.len() + 24;
     let mut out = String::with_capacity(len);
     out.push_str("{\"messages\":[");
     for (i, t) in texts.iter().enumerate() {
