@@ -200,9 +200,7 @@ fn decode_text(
             Some(Line::Event { start, end, at }) => (start, end, at),
             Some(Line::TooLarge(err)) => {
                 handed_over(&mut chunk, &mut piece, copying);
-                flush(&mut chunk, out);
-                out(Piece::Error(err));
-                return None;
+                return too_large(&mut chunk, out, err);
             }
         };
         match Event::check(&piece[start - offset..end - offset]) {
@@ -220,17 +218,14 @@ fn decode_text(
                     copying = true;
                 }
                 let err = DecodeError::Envelope { at, source };
-                if !flush(&mut chunk, out) || !out(Piece::Error(err)) {
+                if !bad_line(&mut chunk, out, err) {
                     return None;
                 }
             }
         }
     }
     handed_over(&mut chunk, &mut piece, copying);
-    if !flush(&mut chunk, out) {
-        return None;
-    }
-    Some(lines.counts())
+    finish(&mut chunk, out, &lines)
 }
 
 fn decode_bytes(
@@ -249,22 +244,46 @@ fn decode_bytes(
             Some(Line::Event { start, end, at }) => match check_event(&bytes[start..end], at) {
                 Ok(checked) => chunk.add(checked),
                 Err(err) => {
-                    if !flush(&mut chunk, out) || !out(Piece::Error(err)) {
+                    if !bad_line(&mut chunk, out, err) {
                         return None;
                     }
                 }
             },
-            Some(Line::TooLarge(err)) => {
-                flush(&mut chunk, out);
-                out(Piece::Error(err));
-                return None;
-            }
+            Some(Line::TooLarge(err)) => return too_large(&mut chunk, out, err),
         }
     }
-    if !flush(&mut chunk, out) {
-        return None;
-    }
-    Some(lines.counts())
+    finish(&mut chunk, out, &lines)
+}
+
+// The steps `decode_text` and `decode_bytes` share. Before each one,
+// `decode_text` makes sure the chunk owns the text its events are slices of.
+
+/// A line that is not an event: hands over the events before it, then its
+/// error. False when `out` asked to stop.
+fn bad_line(chunk: &mut EventChunk, out: &mut dyn FnMut(Piece) -> bool, err: DecodeError) -> bool {
+    flush(chunk, out) && out(Piece::Error(err))
+}
+
+/// A line over the maximum size ends decoding: hands over the events before
+/// it, then its error.
+fn too_large(
+    chunk: &mut EventChunk,
+    out: &mut dyn FnMut(Piece) -> bool,
+    err: DecodeError,
+) -> Option<(u64, u64)> {
+    flush(chunk, out);
+    out(Piece::Error(err));
+    None
+}
+
+/// The piece's end: hands over the last events; the counts of `lines`, or
+/// `None` when `out` asked to stop.
+fn finish(
+    chunk: &mut EventChunk,
+    out: &mut dyn FnMut(Piece) -> bool,
+    lines: &Lines,
+) -> Option<(u64, u64)> {
+    flush(chunk, out).then(|| lines.counts())
 }
 
 /// Hands the events gathered so far to `out` (nothing when there are none).
