@@ -205,6 +205,128 @@ fn a_reader_dropped_early_stops_its_threads() {
     drop(reader); // joins its threads: the test would hang otherwise
 }
 
+/// What a reader yields call by call through `next_chunk`, `next_batch` or
+/// `next`, until the first `None`; then asserts that more calls return
+/// `None` too (and return at all).
+fn calls_until_none(mut reader: ThreadedReader, how: &str) -> Vec<Result<String, String>> {
+    let mut got = Vec::new();
+    for calls in 0.. {
+        // A reader that never ends fails the test rather than hanging it.
+        assert!(calls < 10_000, "{how}: no end after {calls} calls");
+        let item = match how {
+            "next_chunk" => reader.next_chunk().map(|item| {
+                item.map(|chunk| {
+                    chunk
+                        .iter()
+                        .map(|e| e.json().to_owned())
+                        .collect::<Vec<_>>()
+                })
+            }),
+            "next_batch" => reader.next_batch().map(|item| {
+                item.map(|events| events.iter().map(|e| e.json().to_owned()).collect())
+            }),
+            _ => reader
+                .next()
+                .map(|item| item.map(|e| vec![e.json().to_owned()])),
+        };
+        match item {
+            None => break,
+            Some(Ok(events)) => got.extend(events.into_iter().map(Ok)),
+            Some(Err(e)) => got.push(Err(e.to_string())),
+        }
+    }
+    for _ in 0..3 {
+        let more = match how {
+            "next_chunk" => reader.next_chunk().map(|item| item.map(|_| ())),
+            "next_batch" => reader.next_batch().map(|item| item.map(|_| ())),
+            _ => reader.next().map(|item| item.map(|_| ())),
+        };
+        assert!(more.is_none(), "{how} after the end: {more:?}");
+    }
+    got
+}
+
+/// Yields `data` a few bytes at a time, then fails on every read.
+struct FailsAfter(&'static [u8]);
+
+impl std::io::Read for FailsAfter {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.0.is_empty() {
+            return Err(std::io::Error::other("disk on fire"));
+        }
+        let n = buf.len().min(self.0.len()).min(5);
+        buf[..n].copy_from_slice(&self.0[..n]);
+        self.0 = &self.0[n..];
+        Ok(n)
+    }
+}
+
+#[test]
+fn after_an_error_that_ends_a_split_file_every_call_returns_none() {
+    // A bad line (recoverable: decoding goes on after it) and a line over
+    // the maximum (decoding ends), in a file split into many chunks.
+    let mut text = String::new();
+    for i in 0..200 {
+        match i {
+            50 => text.push_str("{\"type\":1}\n"),
+            150 => text.push_str(&format!(
+                "{{\"type\":\"L\",\"x\":\"{}\"}}\n",
+                "y".repeat(200)
+            )),
+            _ => text.push_str(&format!("{{\"type\":\"A\",\"n\":{i}}}\n")),
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("input");
+    std::fs::write(&path, &text).unwrap();
+    let options = DecodeOptions::default().with_max_event_size(100);
+    let expected = reference(&path, options);
+    assert_eq!(expected.len(), 151);
+    assert!(
+        expected[50]
+            .as_ref()
+            .unwrap_err()
+            .contains("not an AG-UI event")
+    );
+    assert_eq!(
+        expected[150],
+        Err(
+            "event 150 (line 151, byte 3031): event exceeds the maximum size of 100 bytes"
+                .to_owned()
+        )
+    );
+    for how in ["next_chunk", "next_batch", "next"] {
+        let reader = ThreadedReader::open_chunked(&path, options, split(256, 2)).unwrap();
+        assert!(reader.is_parallel());
+        let got = calls_until_none(reader, how);
+        assert_eq!(got, expected, "open_chunked, {how}");
+        let reader = ThreadedReader::open_with(&path, options, split(256, 2)).unwrap();
+        let got = calls_until_none(reader, how);
+        assert_eq!(got, expected, "open_with, {how}");
+    }
+}
+
+#[test]
+fn after_a_read_error_every_call_returns_none() {
+    let data = b"{\"type\":\"A\"}\n{\"type\":\"B\"}\n{\"ty";
+    let expected = vec![
+        Ok(r#"{"type":"A"}"#.to_owned()),
+        Ok(r#"{"type":"B"}"#.to_owned()),
+        Err("event 2 (line 3, byte 26): read error: disk on fire".to_owned()),
+    ];
+    for how in ["next_chunk", "next_batch", "next"] {
+        let reader =
+            ThreadedReader::from_read_chunked(FailsAfter(data), DecodeOptions::default()).unwrap();
+        assert_eq!(
+            calls_until_none(reader, how),
+            expected,
+            "from_read_chunked, {how}"
+        );
+        let reader = ThreadedReader::from_read(FailsAfter(data), DecodeOptions::default()).unwrap();
+        assert_eq!(calls_until_none(reader, how), expected, "from_read, {how}");
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
