@@ -129,6 +129,22 @@ fn special_mask(x: u64) -> u64 {
     zero(quote) | zero(backslash) | control
 }
 
+/// The offset of the first special byte of a string's content from `i` on,
+/// eight bytes at a time (or of the first of the last seven bytes, which the
+/// caller reads one by one). The one loop of both string walks: the
+/// validating scanner's and the member walk of already-valid text.
+#[inline(always)]
+fn skip_plain(text: &[u8], mut i: usize) -> Option<usize> {
+    while let Some(chunk) = text.get(i..i + 8) {
+        let mask = special_mask(u64::from_le_bytes(chunk.try_into().ok()?));
+        if mask != 0 {
+            return Some(i + (mask.trailing_zeros() / 8) as usize);
+        }
+        i += 8;
+    }
+    Some(i)
+}
+
 #[cfg(test)]
 fn has_special(x: u64) -> bool {
     special_mask(x) != 0
@@ -372,15 +388,7 @@ fn close(depth: &mut usize, state: &mut State) {
 fn string(text: &[u8], mut i: usize) -> Option<(usize, bool)> {
     let mut escaped = false;
     loop {
-        // Eight bytes at a time up to the first special byte.
-        while let Some(chunk) = text.get(i..i + 8) {
-            let mask = special_mask(u64::from_le_bytes(chunk.try_into().ok()?));
-            if mask != 0 {
-                i += (mask.trailing_zeros() / 8) as usize;
-                break;
-            }
-            i += 8;
-        }
+        i = skip_plain(text, i)?;
         let c = *text.get(i)?;
         match c {
             b'"' => return Some((i, escaped)),
@@ -529,16 +537,9 @@ fn skip_space(b: &[u8], mut i: usize) -> usize {
 fn string_end(b: &[u8], mut i: usize) -> Option<(usize, bool)> {
     let mut escaped = false;
     loop {
-        // Eight bytes at a time up to the first special byte (in valid
-        // text, a quote or a backslash: strings hold no control byte).
-        while let Some(chunk) = b.get(i..i + 8) {
-            let mask = special_mask(u64::from_le_bytes(chunk.try_into().ok()?));
-            if mask != 0 {
-                i += (mask.trailing_zeros() / 8) as usize;
-                break;
-            }
-            i += 8;
-        }
+        // In valid text the special byte is a quote or a backslash: strings
+        // hold no control byte.
+        i = skip_plain(b, i)?;
         match *b.get(i)? {
             b'"' => return Some((i, escaped)),
             b'\\' => {
