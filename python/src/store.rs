@@ -217,7 +217,11 @@ mod ops {
             .restore(&tenant, &thread, &run_id)
             .await
             .map_err(store_failure)?;
-        Ok(Some((restored.run_id, restored.last_seq, std::sync::Arc::unwrap_or_clone(restored.json))))
+        Ok(Some((
+            restored.run_id,
+            restored.last_seq,
+            std::sync::Arc::unwrap_or_clone(restored.json),
+        )))
     }
 
     pub async fn thread(store: Store, tenant: String, thread: String) -> Result<String, Failure> {

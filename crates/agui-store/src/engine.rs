@@ -843,6 +843,14 @@ impl Store {
             }
             current = Some(run);
         }
+        // The run is read before its checkpoints: a text kept under this
+        // record can then only be newer than it, never older (a thread
+        // deleted and written again in between, here or by another
+        // replica, has another start time, so the text is never matched).
+        let run = match current {
+            Some(run) => run,
+            None => self.run(tenant, thread, run_id).await?,
+        };
         let chain = self
             .inner
             .backend
@@ -861,16 +869,7 @@ impl Store {
         } else {
             restore::restore_run(self, tenant, thread, run_id).await?
         };
-        // Kept for the next restore when the run it was composed for is
-        // still the run as it is now (the answer's `last_seq` alone cannot
-        // tell a thread deleted and written again from the same one).
-        let run = match current {
-            Some(run) if run.last_seq == restored.last_seq => Some(run),
-            _ => self.run(tenant, thread, run_id).await.ok(),
-        };
-        if let Some(run) =
-            run.filter(|r| r.last_seq == restored.last_seq && checkpointable(r.status))
-        {
+        if run.last_seq == restored.last_seq && checkpointable(run.status) {
             cache.remember(tenant, thread, &run, &restored.json);
         }
         Ok(restored)
