@@ -161,3 +161,151 @@ async fn a_schema_1_database_reads_as_it_is_and_a_writer_upgrades_it() {
     assert_eq!(report.events, after.len() as u64);
     s.close().await.unwrap();
 }
+
+/// Where the child process of [`the_upgrade_is_atomic_under_kills`] finds
+/// its database.
+const CHILD_DB: &str = "AGUI_UPGRADE_CHILD_DB";
+
+/// The child of [`the_upgrade_is_atomic_under_kills`]: opens its database
+/// for writing (which upgrades it), says when it starts and how long the
+/// open took, and exits. Does nothing when run on its own.
+#[tokio::test]
+#[ignore = "a child process of the_upgrade_is_atomic_under_kills"]
+async fn upgrade_child() {
+    let Ok(path) = std::env::var(CHILD_DB) else {
+        return;
+    };
+    println!("opening");
+    let t = std::time::Instant::now();
+    let s = SqliteStore::open_path(std::path::Path::new(&path))
+        .await
+        .unwrap();
+    println!("opened {}", t.elapsed().as_micros());
+    drop(s);
+}
+
+/// Starts the child on `db`; returns it once it is about to open.
+fn start_child(db: &std::path::Path) -> (std::process::Child, impl std::io::BufRead) {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "upgrade_child", "--ignored", "--nocapture"])
+        .env(CHILD_DB, db)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let Some(stdout) = child.stdout.take() else {
+        let _ = child.kill();
+        let status = child.wait();
+        panic!("the child has no stdout: {status:?}");
+    };
+    let mut out = std::io::BufReader::new(stdout);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if out.read_line(&mut line).unwrap_or(0) == 0 {
+            let status = child.wait();
+            panic!("the child ended before opening: {status:?}");
+        }
+        if line.trim() == "opening" {
+            return (child, out);
+        }
+    }
+}
+
+/// A writer's open upgrades schema 1 in one transaction. Killed (SIGKILL)
+/// at random moments of that open, the database is left either as schema
+/// 1, whole (the batches table as schema 1 made it, every event readable),
+/// or as schema 2, whole; never in between. The next writer's open then
+/// upgrades it, with every event read back unchanged and the store clean.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_upgrade_is_atomic_under_kills() {
+    const KILLS: usize = 24;
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().join("base.db");
+    let s = Store::new(SqliteStore::open_path(&base).await.unwrap());
+    let mut parent: Option<String> = None;
+    for k in 0..40 {
+        let run = format!("r{k}");
+        let events = realistic_run("th", &run, parent.as_deref(), 400);
+        for batch in events.chunks(3) {
+            s.append(T, "th", AppendRequest::new(batch.to_vec()))
+                .await
+                .unwrap();
+        }
+        parent = Some(run);
+    }
+    let want = texts(&s.read_range(T, "th", 1, u64::MAX).await.unwrap());
+    s.close().await.unwrap();
+    drop(s);
+    downgrade_to_schema_1(&base);
+
+    let work = dir.path().join("work.db");
+    let fresh_copy = || {
+        for ext in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{ext}", work.display()));
+        }
+        std::fs::copy(&base, &work).unwrap();
+    };
+    // How long an upgrade takes here, uninterrupted.
+    fresh_copy();
+    let (mut child, mut out) = start_child(&work);
+    let mut line = String::new();
+    use std::io::BufRead;
+    out.read_line(&mut line).unwrap();
+    let took: u64 = line
+        .trim()
+        .strip_prefix("opened ")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("the child said {line:?}"));
+    assert!(child.wait().unwrap().success());
+    assert_eq!(schema(&work).0, "agui-store-sqlite/2");
+
+    // Kills spread over three times that, from the moment the child opens.
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let (mut left_1, mut left_2) = (0, 0);
+    for i in 0..KILLS {
+        fresh_copy();
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let delay = seed % (3 * took.max(1000));
+        let (mut child, _out) = start_child(&work);
+        std::thread::sleep(std::time::Duration::from_micros(delay));
+        let _ = child.kill();
+        child.wait().unwrap();
+        // The database as the kill left it (a plain connection recovers the
+        // WAL, as any next open would).
+        let (version, sql) = schema(&work);
+        match version.as_str() {
+            "agui-store-sqlite/1" => {
+                assert!(sql.contains("WITHOUT ROWID"), "kill {i}: {sql}");
+                let r = Store::new(SqliteStore::open_read_only(&work).await.unwrap());
+                let got = texts(&r.read_range(T, "th", 1, u64::MAX).await.unwrap());
+                assert!(got == want, "kill {i}: schema 1 lost events");
+                r.close().await.unwrap();
+                left_1 += 1;
+            }
+            "agui-store-sqlite/2" => {
+                assert!(!sql.contains("WITHOUT ROWID"), "kill {i}: {sql}");
+                left_2 += 1;
+            }
+            other => panic!("kill {i} after {delay} µs left schema {other:?}"),
+        }
+        let s = Store::new(SqliteStore::open_path(&work).await.unwrap());
+        assert_eq!(schema(&work).0, "agui-store-sqlite/2", "kill {i}");
+        let got = texts(&s.read_range(T, "th", 1, u64::MAX).await.unwrap());
+        assert!(got == want, "kill {i}: events differ after the upgrade");
+        let report = agui_store::check::check_store(&s, |_| {}).await.unwrap();
+        assert!(report.is_clean(), "kill {i}: {:?}", report.damage);
+        s.close().await.unwrap();
+    }
+    println!(
+        "upgrade of {} events took {took} µs; {KILLS} kills left schema 1 {left_1} times, schema 2 {left_2} times",
+        want.len()
+    );
+    assert!(
+        left_1 > 0 && left_2 > 0,
+        "kills should land before and after the upgrade's commit (schema 1: {left_1}, schema 2: {left_2})"
+    );
+}
