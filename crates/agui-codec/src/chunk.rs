@@ -153,8 +153,10 @@ pub(crate) enum Piece {
 /// start, and bytes from the stream's start, as a chunk of
 /// [`crate::ThreadedReader`] reports them. Returns how many event indexes
 /// and line ends the piece held, or `None` when `out` asked to stop (it
-/// returned `false`) or a fatal error ended decoding. The buffers of `spare`
-/// are reused.
+/// returned `false`) or a fatal error ended decoding. A line over `max` is
+/// fatal and always reported: its error goes to `out` even when `out` asked
+/// to stop while the events before it were handed over. The buffers of
+/// `spare` are reused.
 pub(crate) fn decode_ndjson(
     bytes: Vec<u8>,
     base: u64,

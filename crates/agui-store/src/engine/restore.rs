@@ -69,20 +69,29 @@ pub(crate) async fn preamble(
 }
 
 /// Per thread, the latest checkpointed conversation and what building the
-/// next delta checkpoint needs (see the module docs), bounded in threads and
-/// bytes.
-#[derive(Default)]
+/// next delta checkpoint needs (see the module docs), and the last text a
+/// restore composed; bounded in threads and bytes.
 pub struct ConversationCache {
     entries: Mutex<Entries>,
 }
 
-#[derive(Default)]
+impl Default for ConversationCache {
+    fn default() -> ConversationCache {
+        ConversationCache::with_limits(CACHED_BYTES, CACHED_THREADS)
+    }
+}
+
 struct Entries {
     map: HashMap<(String, String), Tip>,
     /// The last conversation text composed per thread (a restore's answer).
     composed: HashMap<(String, String), Composed>,
     /// Bytes held by `map` and `composed`.
     bytes: usize,
+    /// Lookups of kept texts so far (what orders them by last use).
+    tick: u64,
+    max_bytes: usize,
+    /// At most this many tips, and this many kept texts.
+    max_threads: usize,
 }
 
 /// A restore's answer kept for the next restore of the same run, unchanged:
@@ -94,6 +103,8 @@ pub(crate) struct Composed {
     started_at: Timestamp,
     /// `{"messages":[...],"state":...}`.
     pub(crate) json: Arc<String>,
+    /// The tick of its last use.
+    used: u64,
 }
 
 impl Composed {
@@ -156,6 +167,21 @@ impl ConversationCache {
         ConversationCache::default()
     }
 
+    /// An empty cache holding at most `max_bytes` of text and `max_threads`
+    /// threads' tips (and as many kept texts).
+    fn with_limits(max_bytes: usize, max_threads: usize) -> ConversationCache {
+        ConversationCache {
+            entries: Mutex::new(Entries {
+                map: HashMap::new(),
+                composed: HashMap::new(),
+                bytes: 0,
+                tick: 0,
+                max_bytes,
+                max_threads,
+            }),
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Entries> {
         self.entries.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -187,10 +213,10 @@ impl ConversationCache {
         if let Some(old) = e.map.remove(&key) {
             e.bytes -= old.bytes;
         }
-        if tip.bytes > CACHED_BYTES {
+        if tip.bytes > e.max_bytes {
             return;
         }
-        e.make_room(tip.bytes);
+        e.make_room(tip.bytes, true);
         e.bytes += tip.bytes;
         e.map.insert(key, tip);
     }
@@ -198,11 +224,15 @@ impl ConversationCache {
     /// The text kept for `run_id` of the thread, if any ([`Composed::matches`]
     /// tells whether it is current).
     pub(crate) fn composed(&self, tenant: &str, thread: &str, run_id: &str) -> Option<Composed> {
-        let e = self.lock();
-        e.composed
-            .get(&(tenant.to_owned(), thread.to_owned()))
-            .filter(|c| c.run_id == run_id)
-            .cloned()
+        let mut e = self.lock();
+        e.tick += 1;
+        let tick = e.tick;
+        let c = e
+            .composed
+            .get_mut(&(tenant.to_owned(), thread.to_owned()))
+            .filter(|c| c.run_id == run_id)?;
+        c.used = tick;
+        Some(c.clone())
     }
 
     /// Keeps `json`, composed for `run` as it is now, for the next restore of
@@ -213,11 +243,13 @@ impl ConversationCache {
         if let Some(old) = e.composed.remove(&key) {
             e.bytes -= old.json.len();
         }
-        if json.len() > CACHED_BYTES {
+        if json.len() > e.max_bytes {
             return;
         }
-        e.make_room(json.len());
+        e.make_room(json.len(), false);
         e.bytes += json.len();
+        e.tick += 1;
+        let used = e.tick;
         e.composed.insert(
             key,
             Composed {
@@ -225,6 +257,7 @@ impl ConversationCache {
                 last_seq: run.last_seq,
                 started_at: run.started_at,
                 json: Arc::clone(json),
+                used,
             },
         );
     }
@@ -269,22 +302,30 @@ impl ConversationCache {
 }
 
 impl Entries {
-    /// Makes room for `bytes` more: past the thread or byte bound, the
-    /// kept texts go first, then the tips (all of them: a cache that
-    /// overflows is rebuilt from what comes next).
-    fn make_room(&mut self, bytes: usize) {
-        if self.bytes + bytes <= CACHED_BYTES
-            && self.map.len() < CACHED_THREADS
-            && self.composed.len() < CACHED_THREADS
+    /// Makes room for `bytes` more and one more tip (`tip`) or kept text.
+    /// Kept texts go first, least recently used first; then, if that is not
+    /// enough, every tip (a cache of tips that overflows is rebuilt from
+    /// what comes next).
+    fn make_room(&mut self, bytes: usize, tip: bool) {
+        while self.bytes + bytes > self.max_bytes
+            || (!tip && self.composed.len() >= self.max_threads)
         {
-            return;
+            let Some(oldest) = self
+                .composed
+                .iter()
+                .min_by_key(|(_, c)| c.used)
+                .map(|(k, _)| k.clone())
+            else {
+                break;
+            };
+            if let Some(c) = self.composed.remove(&oldest) {
+                self.bytes -= c.json.len();
+            }
         }
-        for (_, c) in self.composed.drain() {
-            self.bytes -= c.json.len();
-        }
-        if self.bytes + bytes > CACHED_BYTES || self.map.len() >= CACHED_THREADS {
-            self.map.clear();
-            self.bytes = 0;
+        if self.bytes + bytes > self.max_bytes || (tip && self.map.len() >= self.max_threads) {
+            for (_, t) in self.map.drain() {
+                self.bytes -= t.bytes;
+            }
         }
     }
 }
@@ -624,4 +665,65 @@ fn compose_texts(texts: &[String], state: &str) -> String {
     out.push_str(state);
     out.push('}');
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::RunStatus;
+
+    fn run(id: &str) -> RunRecord {
+        RunRecord {
+            thread_id: id.to_owned(),
+            run_id: id.to_owned(),
+            parent_run_id: None,
+            agent: None,
+            status: RunStatus::Finished,
+            started_at: Timestamp(1),
+            finished_at: Some(Timestamp(2)),
+            first_seq: 1,
+            last_seq: 3,
+            event_count: 3,
+            bytes: 100,
+        }
+    }
+
+    fn keep(cache: &ConversationCache, id: &str) {
+        let text = Arc::new(id.repeat(100 / id.len()));
+        cache.remember("t", id, &run(id), &text);
+    }
+
+    fn kept(cache: &ConversationCache, id: &str) -> bool {
+        cache
+            .composed("t", id, id)
+            .is_some_and(|c| c.matches(&run(id)))
+    }
+
+    #[test]
+    fn kept_texts_leave_least_recently_used_first() {
+        // Room for two texts of 100 bytes.
+        let cache = ConversationCache::with_limits(250, 8);
+        keep(&cache, "a");
+        keep(&cache, "b");
+        assert!(kept(&cache, "a"), "a is now used after b");
+        keep(&cache, "c");
+        assert!(!kept(&cache, "b"), "b was the least recently used");
+        assert!(kept(&cache, "a") && kept(&cache, "c"));
+        keep(&cache, "d");
+        assert!(!kept(&cache, "a") && kept(&cache, "c") && kept(&cache, "d"));
+        assert_eq!(cache.lock().bytes, 200);
+        // The thread bound, with bytes to spare.
+        let cache = ConversationCache::with_limits(10_000, 2);
+        for id in ["a", "b", "c"] {
+            keep(&cache, id);
+        }
+        assert!(!kept(&cache, "a") && kept(&cache, "b") && kept(&cache, "c"));
+        cache.forget("t", "b");
+        assert_eq!(cache.lock().bytes, 100);
+        // A text larger than the whole budget is not kept, and keeps nothing out.
+        let cache = ConversationCache::with_limits(150, 8);
+        keep(&cache, "a");
+        cache.remember("t", "big", &run("big"), &Arc::new("x".repeat(151)));
+        assert!(kept(&cache, "a") && !kept(&cache, "big"));
+    }
 }
