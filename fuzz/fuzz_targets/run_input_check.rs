@@ -6,13 +6,17 @@
 //! accepts again with the same ids; merging a stored conversation keeps
 //! every client message (the client's version wins), keeps message ids
 //! unique when they were unique on each side, and yields an input the
-//! gateway still accepts.
+//! gateway still accepts; the in-place read of the stored conversation
+//! (`merge::History`) agrees with a full parse; the recorded (normalized)
+//! messages rebuild the forwarded ones.
 //!
 //! Input: `BODY \0 STORED` where STORED is a JSON `{messages, state}` (or
 //! anything: garbage there is skipped, as a conversation would never be).
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
+use agui_server::merge::{History, Messages};
 use serde_json::Value;
 
 /// Panics when the property does not hold for `data`.
@@ -21,7 +25,7 @@ pub fn check(data: &[u8]) {
         Some(i) => (&data[..i], &data[i + 1..]),
         None => (data, &b""[..]),
     };
-    let Ok(mut input) = agui_server::input::parse(body) else {
+    let Ok(input) = agui_server::input::parse(body) else {
         return;
     };
     let again = agui_server::input::parse(input.to_json().as_bytes())
@@ -33,11 +37,33 @@ pub fn check(data: &[u8]) {
     let Ok(conv) = serde_json::from_slice::<Value>(stored) else {
         return;
     };
-    let stored_msgs: Vec<Value> = conv
-        .get("messages")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
+    let Some(stored_msgs) = conv.get("messages").and_then(Value::as_array).cloned() else {
+        return;
+    };
+    // The in-place read agrees with a full parse: each message's slice is
+    // that message, its id the parsed id, and the state the parsed state.
+    let text = std::str::from_utf8(stored).expect("JSON is UTF-8");
+    let history = History::read(Arc::new(text.to_owned()))
+        .expect("a conversation serde_json reads is read in place too");
+    assert_eq!(history.len(), stored_msgs.len());
+    for (i, m) in stored_msgs.iter().enumerate() {
+        let slice: Value = serde_json::from_str(history.message(i)).expect("a message slice");
+        assert_eq!(&slice, m, "message {i} was sliced wrong");
+        assert_eq!(
+            history.id(i),
+            m.get("id").and_then(Value::as_str),
+            "message {i}'s id"
+        );
+    }
+    let state: Option<Value> = history
+        .state()
+        .map(|s| serde_json::from_str(s).expect("state"));
+    assert_eq!(
+        state.as_ref(),
+        conv.get("state"),
+        "the state was sliced wrong"
+    );
+
     let client: Vec<Value> = input.messages().to_vec();
     let id = |m: &Value| m.get("id").and_then(Value::as_str).map(str::to_owned);
     let unique = |ms: &[Value]| {
@@ -45,13 +71,31 @@ pub fn check(data: &[u8]) {
         ids.len() == ids.iter().collect::<HashSet<_>>().len()
     };
     let both_unique = unique(&client) && unique(&stored_msgs);
-    input.merge_stored(&stored_msgs, conv.get("state"));
-    let merged = input.messages();
+    let msgs = Messages::new(&history, &client);
+    let merged = msgs.merge(&msgs.client());
+    let merged_json = msgs.to_json(&merged);
+    let merged_values: Vec<Value> = serde_json::from_str(&merged_json).expect("merged JSON");
     for m in &client {
-        assert!(merged.contains(m), "a client message was lost in the merge");
+        assert!(
+            merged_values.contains(m),
+            "a client message was lost in the merge"
+        );
     }
     if both_unique {
-        assert!(unique(merged), "the merge duplicated a message id");
+        assert!(unique(&merged_values), "the merge duplicated a message id");
+    }
+    // What a run records rebuilds what it forwarded (or is all of it).
+    let recorded = msgs.normalize(&merged);
+    if recorded != merged {
+        let rebuilt = msgs.merge(&recorded);
+        assert_eq!(
+            rebuilt.len(),
+            merged.len(),
+            "normalized messages do not rebuild"
+        );
+        for (a, b) in rebuilt.iter().zip(&merged) {
+            assert!(msgs.same(*a, *b), "normalized messages do not rebuild");
+        }
     }
     // Stored messages without an id or role make an input the gateway
     // would refuse from a client; with well-formed stored messages the
@@ -60,7 +104,9 @@ pub fn check(data: &[u8]) {
         m.get("id").is_some_and(Value::is_string) && m.get("role").is_some_and(Value::is_string)
     });
     if well_formed {
-        agui_server::input::parse(input.to_json().as_bytes())
+        let mut replace = vec![("messages", merged_json.as_str())];
+        replace.extend(history.state().map(|s| ("state", s)));
+        agui_server::input::parse(input.to_json_with(&replace).as_bytes())
             .expect("a merged input is accepted again");
     }
 }

@@ -22,4 +22,6 @@ pub mod verify;
 pub use event::{Checked, EnvelopeError, Event, EventRef, MAX_DEPTH};
 pub use event_type::EventType;
 pub use key::ObjectKey;
-pub use scan::for_each_member;
+pub use scan::{
+    elements_of_valid, for_each_member, members_of_valid, objects_of_valid, value_end_of_valid,
+};

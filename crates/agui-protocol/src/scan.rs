@@ -472,55 +472,152 @@ fn literal(text: &[u8], i: usize, word: &[u8]) -> Option<usize> {
     (text.get(i..i + word.len())? == word).then_some(i + word.len())
 }
 
-/// Walks the top-level members of text that is already known to be a valid
-/// event envelope (an [`Event`](crate::Event)'s text), without checking the
-/// grammar again: strings are skipped to their closing quote, containers by
-/// counting brackets outside strings, scalars to the next delimiter. Calls
-/// `f(key, raw_value)` as [`for_each_member`] does; returns `false` (and the
-/// caller reads the text another way) for a key with escapes, whose body is
-/// not the key itself. On text that is not a valid event it never panics,
-/// and its members mean nothing.
-pub(crate) fn members_of_valid<'a>(text: &'a str, mut f: impl FnMut(&'a str, &'a str)) -> bool {
+/// Walks the members of a JSON object whose text is already known to be
+/// valid JSON (an [`Event`](crate::Event)'s text, or JSON this program
+/// wrote), without checking the grammar again: strings are skipped to their
+/// closing quote, containers by counting brackets outside strings, scalars
+/// to the next delimiter. Calls `f(key, raw_value)` as [`for_each_member`]
+/// does; returns `false` (and the caller reads the text another way) for a
+/// key with escapes, whose body is not the key itself, and for text that is
+/// not an object. On text that is not valid JSON it never panics, and what
+/// it reports means nothing.
+pub fn members_of_valid<'a>(text: &'a str, mut f: impl FnMut(&'a str, &'a str)) -> bool {
     let b = text.as_bytes();
-    if b.first() != Some(&b'{') {
-        return false;
+    let start = skip_space(b, 0);
+    let mut clean = true;
+    let walked = object_walk(text, start, |key, value| match key {
+        Ok(key) => f(key, value),
+        Err(_) => clean = false,
+    });
+    // An escaped key ends the walk's claims.
+    walked.is_some() && clean
+}
+
+/// Walks the object that starts at `text[i]` (valid JSON assumed): calls
+/// `f(key, raw_value)` for each member, the key `Ok(body)` when written
+/// without escapes and `Err(raw_body)` otherwise. Returns the offset right
+/// after the closing brace; `None` when there is no object there (or the
+/// text is not valid).
+fn object_walk<'a>(
+    text: &'a str,
+    mut i: usize,
+    mut f: impl FnMut(Result<&'a str, &'a str>, &'a str),
+) -> Option<usize> {
+    let b = text.as_bytes();
+    if b.get(i) != Some(&b'{') {
+        return None;
     }
-    let mut i = 1;
+    i += 1;
     loop {
         i = skip_space(b, i);
         match b.get(i) {
             Some(b'"') => {}
-            Some(b'}') => return true,
-            _ => return false,
+            Some(b'}') => return Some(i + 1),
+            _ => return None,
         }
         let key_start = i + 1;
-        let Some((key_end, escaped)) = string_end(b, key_start) else {
-            return false;
-        };
-        if escaped {
-            return false;
-        }
+        let (key_end, escaped) = string_end(b, key_start)?;
         i = skip_space(b, key_end + 1);
         if b.get(i) != Some(&b':') {
-            return false;
+            return None;
         }
         let start = skip_space(b, i + 1);
-        let Some(end) = value_end(b, start) else {
-            return false;
-        };
+        let end = value_end(b, start)?;
         // Every offset stands on an ASCII delimiter or the text's end, so
         // these are char boundaries; `get` keeps this panic-free anyway.
-        match (text.get(key_start..key_end), text.get(start..end)) {
-            (Some(key), Some(value)) => f(key, value),
-            _ => return false,
-        }
+        let key = text.get(key_start..key_end)?;
+        f(
+            if escaped { Err(key) } else { Ok(key) },
+            text.get(start..end)?,
+        );
         i = skip_space(b, end);
         match b.get(i) {
             Some(b',') => i += 1,
-            Some(b'}') => return true,
-            _ => return false,
+            Some(b'}') => return Some(i + 1),
+            _ => return None,
         }
     }
+}
+
+/// Walks the array that starts at `text[i]` (valid JSON assumed): `each`
+/// gets each element's start offset and returns the offset right after it.
+/// Returns the offset right after the closing bracket.
+fn array_walk(text: &str, i: usize, mut each: impl FnMut(usize) -> Option<usize>) -> Option<usize> {
+    let b = text.as_bytes();
+    if b.get(i) != Some(&b'[') {
+        return None;
+    }
+    let mut i = skip_space(b, i + 1);
+    if b.get(i) == Some(&b']') {
+        return Some(i + 1);
+    }
+    loop {
+        let end = each(i)?;
+        i = skip_space(b, end);
+        match b.get(i) {
+            Some(b',') => i = skip_space(b, i + 1),
+            Some(b']') => return Some(i + 1),
+            _ => return None,
+        }
+    }
+}
+
+/// Walks the elements of a JSON array whose text is already known to be
+/// valid JSON, as [`members_of_valid`] walks an object's members: calls
+/// `f(raw_element)` with each element's exact text, in order. Returns
+/// `false` for text that is not an array (what `f` saw then means
+/// nothing). On text that is not valid JSON it never panics.
+pub fn elements_of_valid<'a>(text: &'a str, mut f: impl FnMut(&'a str)) -> bool {
+    let b = text.as_bytes();
+    array_walk(text, skip_space(b, 0), |start| {
+        let end = value_end(b, start)?;
+        f(text.get(start..end)?);
+        Some(end)
+    })
+    .is_some()
+}
+
+/// Walks an array of objects in valid JSON text in one pass, reading one
+/// member of each: calls `f(raw_element, raw_value_of_key)` for each
+/// element, in order (`None` when the element is not an object or has no
+/// such member; the last one when it has several, as `JSON.parse` reads
+/// them). The array starts at `text`'s first non-blank byte; returns the
+/// offset right after its closing bracket (text may follow). `None` when
+/// there is no array there, or when an element has a key written with
+/// escapes (which could be `key` in disguise): the caller then reads the
+/// text another way. On text that is not valid JSON it never panics.
+pub fn objects_of_valid<'a>(
+    text: &'a str,
+    key: &str,
+    mut f: impl FnMut(&'a str, Option<&'a str>),
+) -> Option<usize> {
+    let b = text.as_bytes();
+    array_walk(text, skip_space(b, 0), |start| {
+        let mut found = None;
+        let mut clean = true;
+        let end = if b.get(start) == Some(&b'{') {
+            object_walk(text, start, |k, v| match k {
+                Ok(k) if k == key => found = Some(v),
+                Ok(_) => {}
+                Err(_) => clean = false,
+            })?
+        } else {
+            value_end(b, start)?
+        };
+        if !clean {
+            return None;
+        }
+        f(text.get(start..end)?, found);
+        Some(end)
+    })
+}
+
+/// The offset right after the JSON value that starts at `text`'s first
+/// non-blank byte, in valid JSON text; `None` when there is none. Text may
+/// follow the value.
+pub fn value_end_of_valid(text: &str) -> Option<usize> {
+    let b = text.as_bytes();
+    value_end(b, skip_space(b, 0))
 }
 
 #[inline(always)]
@@ -769,5 +866,59 @@ mod tests {
             let _ = members_of_valid(text, |_, _| {});
         }
         assert!(!members_of_valid("[1]", |_, _| {}));
+    }
+
+    #[test]
+    fn the_element_walk_finds_what_serde_finds() {
+        let texts = [
+            "[]",
+            " [ ] ",
+            "[1]",
+            r#"[{"id":"a","content":"x]\"}["},[1,[2]],"s",-0.5e+3,true,null,{}]"#,
+            " [ { \"a\" : [ ] } , \"\\u00e9\" , 7 ] ",
+            r#"[[[]],[{}],"]","["]"#,
+        ];
+        for text in texts {
+            let want: Vec<&serde_json::value::RawValue> = serde_json::from_str(text).unwrap();
+            let want: Vec<&str> = want.iter().map(|r| r.get()).collect();
+            let mut got = Vec::new();
+            assert!(elements_of_valid(text, |e| got.push(e)), "{text}");
+            assert_eq!(got, want, "{text}");
+        }
+        assert!(!elements_of_valid(r#"{"a":1}"#, |_| {}));
+        for text in ["", "[", "[1", "[1,", r#"["x"#, "[{]", "[1 2]", "[,]"] {
+            let _ = elements_of_valid(text, |_| {});
+        }
+        assert!(!elements_of_valid("[1", |_| {}));
+        assert!(!elements_of_valid("[1 2]", |_| {}));
+    }
+
+    #[test]
+    fn the_object_walk_reads_one_member_of_each_element() {
+        let text = r#" [ {"id":"a","x":"}"} , 3 , {"x":[{"id":"no"}]} , {"id":1,"id":"last"} ] ,"tail":1}"#;
+        let mut got = Vec::new();
+        let end = objects_of_valid(text, "id", |e, v| got.push((e, v))).unwrap();
+        assert_eq!(&text[end..], r#" ,"tail":1}"#);
+        assert_eq!(
+            got,
+            [
+                (r#"{"id":"a","x":"}"}"#, Some(r#""a""#)),
+                ("3", None),
+                (r#"{"x":[{"id":"no"}]}"#, None),
+                (r#"{"id":1,"id":"last"}"#, Some(r#""last""#)),
+            ]
+        );
+        assert_eq!(objects_of_valid("[]", "id", |_, _| {}), Some(2));
+        // An escaped key could be the one asked for: no claim.
+        assert_eq!(
+            objects_of_valid(r#"[{"\u0069d":"a"}]"#, "id", |_, _| {}),
+            None
+        );
+        assert_eq!(objects_of_valid(r#"{"id":1}"#, "id", |_, _| {}), None);
+        for text in ["[", "[{", r#"[{"id""#, r#"[{"id":"#, "[{}", "[{},"] {
+            assert_eq!(objects_of_valid(text, "id", |_, _| {}), None, "{text}");
+        }
+        assert_eq!(value_end_of_valid(r#" {"a":[1,"]"]} ,x"#), Some(14));
+        assert_eq!(value_end_of_valid("  "), None);
     }
 }

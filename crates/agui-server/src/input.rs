@@ -173,94 +173,59 @@ impl RunInput {
         serde_json::to_string(&self.object).unwrap_or_else(|_| "{}".to_owned())
     }
 
-    /// Merges a stored conversation under the client's messages: stored
-    /// messages first (replaced in place by a client message with the same
-    /// id), then the client's new ones, in order. The stored state is used
-    /// when the client sent none (absent, `null` or `{}`).
-    pub fn merge_stored(&mut self, stored_messages: &[Value], stored_state: Option<&Value>) {
-        let merged = merge_messages(stored_messages, self.messages());
-        self.object.insert("messages".into(), Value::Array(merged));
-        let client_state_empty = match self.object.get("state") {
+    /// The body as JSON text with some members' values replaced by the given
+    /// JSON texts: in place when the member is there, at the end otherwise
+    /// (as `Map::insert` places them). The other members are written as
+    /// [`RunInput::to_json`] writes them.
+    pub fn to_json_with(&self, replace: &[(&str, &str)]) -> String {
+        let size: usize = replace.iter().map(|(k, v)| k.len() + v.len() + 4).sum();
+        let mut out = Vec::with_capacity(size + 256);
+        out.push(b'{');
+        let mut first = true;
+        let mut put = |out: &mut Vec<u8>, key: &str, value: Result<&str, &Value>| {
+            if !std::mem::take(&mut first) {
+                out.push(b',');
+            }
+            // Strings and plain values always serialize.
+            let _ = serde_json::to_writer(&mut *out, key);
+            out.push(b':');
+            match value {
+                Ok(text) => out.extend_from_slice(text.as_bytes()),
+                Err(v) => {
+                    let _ = serde_json::to_writer(&mut *out, v);
+                }
+            }
+        };
+        for (key, value) in &self.object {
+            match replace.iter().find(|(k, _)| k == key) {
+                Some((_, text)) => put(&mut out, key, Ok(text)),
+                None => put(&mut out, key, Err(value)),
+            }
+        }
+        for (key, text) in replace {
+            if !self.object.contains_key(*key) {
+                put(&mut out, key, Ok(text));
+            }
+        }
+        out.push(b'}');
+        // Written from strings and JSON texts: UTF-8.
+        String::from_utf8(out).unwrap_or_else(|_| "{}".to_owned())
+    }
+
+    /// True when the client sent no state (absent, `null` or `{}`): a
+    /// server-managed session then continues the stored one.
+    pub fn state_is_empty(&self) -> bool {
+        match self.object.get("state") {
             None | Some(Value::Null) => true,
             Some(Value::Object(o)) => o.is_empty(),
             _ => false,
-        };
-        if let (true, Some(s)) = (client_state_empty, stored_state) {
-            self.object.insert("state".into(), s.clone());
         }
-    }
-}
-
-fn id_of(m: &Value) -> Option<&str> {
-    m.get("id").and_then(Value::as_str)
-}
-
-/// `history` with `messages` merged in by id: the first message with the id
-/// of a history message replaces it in place, the others follow in order.
-/// Duplicate ids in `history` keep their first copy.
-pub fn merge_messages(history: &[Value], messages: &[Value]) -> Vec<Value> {
-    let mut merged: Vec<Value> = Vec::with_capacity(history.len() + messages.len());
-    let mut index: std::collections::HashMap<&str, usize> = Default::default();
-    for m in history {
-        match id_of(m) {
-            Some(id) if index.contains_key(id) => {}
-            Some(id) => {
-                index.insert(id, merged.len());
-                merged.push(m.clone());
-            }
-            None => merged.push(m.clone()),
-        }
-    }
-    // A history message is replaced by the first message with its id; a
-    // message is never dropped, even one whose id repeats among `messages`
-    // (it then follows, as sent).
-    let mut taken: std::collections::HashSet<&str> = Default::default();
-    for m in messages {
-        match id_of(m) {
-            Some(id) if !taken.insert(id) => merged.push(m.clone()),
-            Some(id) => match index.get(id) {
-                Some(&pos) => merged[pos] = m.clone(),
-                None => merged.push(m.clone()),
-            },
-            None => merged.push(m.clone()),
-        }
-    }
-    merged
-}
-
-/// The normalized form of a run's input messages for `RUN_STARTED.input`:
-/// the messages not already in the branch history `history` (same id, same
-/// JSON). The exact upstream messages are `merge_messages(history, result)`.
-/// When they cannot be rebuilt that way (a client that sent a history
-/// reordered or cut against the stored one), the messages are kept whole.
-pub fn normalize(history: &[Value], messages: &[Value]) -> Vec<Value> {
-    if history.is_empty() {
-        return messages.to_vec();
-    }
-    let known: std::collections::HashMap<&str, &Value> = history
-        .iter()
-        .filter_map(|m| Some((id_of(m)?, m)))
-        .collect();
-    let fresh: Vec<Value> = messages
-        .iter()
-        .filter(|m| {
-            id_of(m)
-                .and_then(|id| known.get(id))
-                .is_none_or(|h| *h != *m)
-        })
-        .cloned()
-        .collect();
-    if merge_messages(history, &fresh) == messages {
-        fresh
-    } else {
-        messages.to_vec()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     #[test]
     fn accepts_what_http_agent_sends() {
@@ -298,35 +263,6 @@ mod tests {
     }
 
     #[test]
-    fn normalized_messages_rebuild_the_exact_input() {
-        let h = vec![
-            json!({"id":"u1","role":"user","content":"a"}),
-            json!({"id":"a1","role":"assistant","content":"b"}),
-        ];
-        let u2 = json!({"id":"u2","role":"user","content":"c"});
-        // A full client: only the new message is kept.
-        let full = vec![h[0].clone(), h[1].clone(), u2.clone()];
-        assert_eq!(normalize(&h, &full), vec![u2.clone()]);
-        assert_eq!(merge_messages(&h, &normalize(&h, &full)), full);
-        // An edited message stays (it differs from the stored copy).
-        let edited = vec![
-            h[0].clone(),
-            json!({"id":"a1","role":"assistant","content":"B"}),
-            u2.clone(),
-        ];
-        let n = normalize(&h, &edited);
-        assert_eq!(n.len(), 2);
-        assert_eq!(merge_messages(&h, &n), edited);
-        // A client that dropped the history cannot be rebuilt: kept whole.
-        let cut = vec![u2.clone()];
-        assert_eq!(normalize(&h, &cut), cut);
-        // Reordered: kept whole too.
-        let swapped = vec![h[1].clone(), h[0].clone(), u2];
-        assert_eq!(normalize(&h, &swapped), swapped);
-        assert_eq!(normalize(&[], &swapped), swapped);
-    }
-
-    #[test]
     fn a_null_parent_run_id_is_read_and_forwarded_as_absent() {
         let i = parse(br#"{"threadId":"t","parentRunId":null,"runId":"r","messages":[]}"#).unwrap();
         assert_eq!(i.parent_run_id, None);
@@ -343,42 +279,31 @@ mod tests {
     }
 
     #[test]
-    fn merge_keeps_every_client_message_when_the_client_repeats_an_id() {
-        // Found by the run_input fuzz target: the second client message
-        // with a repeated id replaced the first, which was lost.
-        let mut i = parse(br#"{"threadId":"t","runId":"r","messages":[{"id":"a","role":"user","content":"1"},{"id":"a","role":"user","content":"2"},{"id":"b","role":"user","content":"3"}]}"#).unwrap();
-        let client = i.messages().to_vec();
-        let stored = vec![
-            json!({"id":"a","role":"user","content":"old"}),
-            json!({"id":"s","role":"assistant","content":"S"}),
-        ];
-        i.merge_stored(&stored, None);
-        let contents: Vec<&str> = i
-            .messages()
-            .iter()
-            .map(|m| m["content"].as_str().unwrap())
-            .collect();
-        assert_eq!(contents, vec!["1", "S", "2", "3"]);
-        for m in &client {
-            assert!(i.messages().contains(m));
+    fn replaced_members_stay_in_place_and_new_ones_follow() {
+        let body = br#"{"threadId":"t","runId":"r","messages":[{"id":"u","role":"user","content":"\u00e9 1.50"}],"tools":[],"n":1.50}"#;
+        let i = parse(body).unwrap();
+        assert_eq!(i.to_json_with(&[]), i.to_json());
+        assert_eq!(
+            i.to_json_with(&[
+                ("messages", "[1]"),
+                ("state", "{\"s\":2}"),
+                ("threadId", "\"x\"")
+            ]),
+            r#"{"threadId":"x","runId":"r","messages":[1],"tools":[],"n":1.50,"state":{"s":2}}"#
+        );
+        assert!(i.state_is_empty());
+        for (state, empty) in [
+            ("null", true),
+            ("{}", true),
+            ("{\"a\":1}", false),
+            ("3", false),
+        ] {
+            let body = format!(r#"{{"threadId":"t","runId":"r","messages":[],"state":{state}}}"#);
+            assert_eq!(
+                parse(body.as_bytes()).unwrap().state_is_empty(),
+                empty,
+                "{state}"
+            );
         }
-    }
-
-    #[test]
-    fn merge_by_id_without_duplicates() {
-        let mut i = parse(br#"{"threadId":"t","runId":"r","messages":[{"id":"b","role":"user","content":"B2"},{"id":"c","role":"user","content":"C"}]}"#).unwrap();
-        let stored = vec![
-            json!({"id":"a","role":"user","content":"A"}),
-            json!({"id":"b","role":"user","content":"B"}),
-        ];
-        i.merge_stored(&stored, Some(&json!({"turn":1})));
-        let ids: Vec<&str> = i
-            .messages()
-            .iter()
-            .map(|m| m["id"].as_str().unwrap())
-            .collect();
-        assert_eq!(ids, vec!["a", "b", "c"]);
-        assert_eq!(i.messages()[1]["content"], "B2");
-        assert_eq!(i.object["state"], json!({"turn":1}));
     }
 }

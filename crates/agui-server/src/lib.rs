@@ -16,6 +16,8 @@ mod gateway;
 mod history;
 #[doc(hidden)]
 pub mod input;
+#[doc(hidden)]
+pub mod merge;
 mod run;
 mod session;
 mod stop;

@@ -26,6 +26,7 @@ use crate::config::{AgentConfig, OnDisconnect, SessionMode, Upstream, UpstreamTh
 use crate::error::ApiError;
 use crate::gateway::{AgentOpt, Gateway, RunSlot, in_flight_error, run_error, store_error};
 use crate::input::{self, RunInput};
+use crate::merge::{History, Messages};
 use crate::sse::put_frame;
 use crate::upstream::{Close, RunIds, UpstreamReader};
 
@@ -104,7 +105,7 @@ pub async fn run_handler(
         ));
     }
     let bytes = read_body(&gw, body).await?;
-    let mut input = input::parse(&bytes)?;
+    let input = input::parse(&bytes)?;
     let slot = gw
         .reserve(
             &tenant,
@@ -113,7 +114,7 @@ pub async fn run_handler(
             input.parent_run_id.as_deref(),
         )
         .await?;
-    let prep = match prepare(&gw, &tenant, &agent, &mut input).await {
+    let prep = match prepare(&gw, &tenant, &agent, &input).await {
         Ok(p) => p,
         Err(e) => {
             slot.release().await;
@@ -128,7 +129,7 @@ pub async fn run_handler(
         thread: input.thread_id.clone(),
         run: input.run_id.clone(),
         parent: prep.parent.clone(),
-        input_json: input.to_json(),
+        input_json: prep.input_json,
         stored_input_json: prep.stored_input_json.clone(),
         upstream_thread: prep.upstream_thread.clone(),
     };
@@ -220,6 +221,8 @@ struct Prepared {
     upstream_branch: Option<String>,
     parent: Option<String>,
     head: u64,
+    /// The exact input sent upstream.
+    input_json: Arc<str>,
     /// `RUN_STARTED.input` as stored: messages normalized against the
     /// branch history.
     stored_input_json: String,
@@ -233,7 +236,7 @@ async fn prepare(
     gw: &Gateway,
     tenant: &str,
     agent: &AgentConfig,
-    input: &mut RunInput,
+    input: &RunInput,
 ) -> Result<Prepared, ApiError> {
     let store = &gw.store;
     let thread = input.thread_id.clone();
@@ -269,19 +272,17 @@ async fn prepare(
     } else if let Some(p) = &parent {
         return Err(unknown_parent(p));
     }
-    // The branch history the run continues (empty for a thread's first run).
-    let (history, stored_state) = match &parent {
+    // The branch history the run continues (empty for a thread's first run),
+    // read in place: never parsed into a tree (see `merge`).
+    let history = match &parent {
         Some(p) => {
             let restored = crate::history::restore(gw, tenant, &thread, p).await?;
-            let mut conv: serde_json::Value =
-                serde_json::from_str(&restored.json).unwrap_or_default();
-            let msgs = match conv.get_mut("messages").map(serde_json::Value::take) {
-                Some(serde_json::Value::Array(m)) => m,
-                _ => Vec::new(),
-            };
-            (msgs, conv.get("state").cloned())
+            History::read(restored.json).map_err(|e| {
+                tracing::error!(error = %e, thread = %thread, run = %p, "cannot continue a branch");
+                ApiError::store()
+            })?
         }
-        None => (Vec::new(), None),
+        None => History::empty(),
     };
     // Per-branch upstream threads: a fork goes upstream under an id of its
     // own, with its branch's whole history.
@@ -315,44 +316,49 @@ async fn prepare(
         }
     };
     let mut prelude = None;
+    let msgs = Messages::new(&history, input.messages());
+    let client = msgs.client();
+    // The messages forwarded upstream, and the stored state to forward with
+    // them (server-managed sessions, when the client sent none).
+    let mut forwarded = None;
+    let mut state = None;
     if fork && agent.sessions == SessionMode::Client {
-        input.merge_stored(&history, None);
+        forwarded = Some(msgs.merge(&client));
     }
     if agent.sessions == SessionMode::Server && parent.is_some() {
-        let client_ids: Vec<String> = input
-            .messages()
-            .iter()
-            .filter_map(|m| m.get("id")?.as_str().map(str::to_owned))
-            .collect();
-        input.merge_stored(&history, stored_state.as_ref());
-        let merged = input.messages();
-        let same_order = merged.len() == client_ids.len()
+        let merged = msgs.merge(&client);
+        let same_order = merged.len() == client.len()
             && merged
                 .iter()
-                .zip(&client_ids)
-                .all(|(m, id)| m.get("id").and_then(|v| v.as_str()) == Some(id));
+                .zip(&client)
+                .all(|(&m, &c)| msgs.id(m) == msgs.id(c));
         if !same_order {
-            prelude = Some(thin_client_prelude(merged));
+            prelude = Some(thin_client_prelude(&msgs.to_json(&merged)));
+        }
+        forwarded = Some(merged);
+        if input.state_is_empty() {
+            state = history.state();
         }
     }
+    let forwarded = forwarded.unwrap_or(client);
     // What RUN_STARTED records: only the messages the branch history lacks.
-    let mut stored = input.object.clone();
-    stored.insert(
-        "messages".into(),
-        serde_json::Value::Array(input::normalize(&history, input.messages())),
-    );
-    let stored_input_json = serde_json::to_string(&stored).unwrap_or_else(|_| input.to_json());
+    let recorded = msgs.to_json(&msgs.normalize(&forwarded));
+    let mut replace = vec![("messages", recorded.as_str())];
+    replace.extend(state.map(|s| ("state", s)));
+    let stored_input_json = input.to_json_with(&replace);
+    let forwarded = msgs.to_json(&forwarded);
+    replace[0].1 = &forwarded;
+    let upstream_thread_json = serde_json::to_string(&upstream_thread).unwrap_or_default();
     if upstream_thread != thread {
-        input.object.insert(
-            "threadId".into(),
-            serde_json::Value::String(upstream_thread.clone()),
-        );
+        replace.push(("threadId", &upstream_thread_json));
     }
+    let input_json = Arc::<str>::from(input.to_json_with(&replace));
     Ok(Prepared {
         upstream_thread,
         upstream_branch,
         parent,
         head,
+        input_json,
         stored_input_json,
         prelude,
     })
@@ -365,13 +371,11 @@ async fn prepare(
 /// others, so clearing first puts the conversation in its stored order. Sent
 /// to this client only (unnumbered, not stored): the stored log already
 /// holds the conversation.
-fn thin_client_prelude(merged: &[serde_json::Value]) -> Bytes {
+fn thin_client_prelude(merged: &str) -> Bytes {
     let mut buf = Vec::new();
-    for v in [
-        serde_json::json!({"type": "MESSAGES_SNAPSHOT", "messages": []}),
-        serde_json::json!({"type": "MESSAGES_SNAPSHOT", "messages": merged}),
-    ] {
-        if let Ok(e) = Event::from_serialize(&v) {
+    for messages in ["[]", merged] {
+        let text = format!("{{\"type\":\"MESSAGES_SNAPSHOT\",\"messages\":{messages}}}");
+        if let Ok(e) = Event::from_json_string(text) {
             put_frame(&mut buf, &e, None);
         }
     }
@@ -427,8 +431,9 @@ pub(crate) struct RunCtx {
     pub(crate) thread: String,
     pub(crate) run_id: String,
     pub(crate) parent: Option<String>,
-    /// The exact input sent upstream.
-    pub(crate) input_json: String,
+    /// The exact input sent upstream (shared with the upstream reader's ids
+    /// and the request body: never copied).
+    pub(crate) input_json: Arc<str>,
     /// `RUN_STARTED.input` as recorded (normalized messages).
     pub(crate) stored_input_json: String,
     /// Frames a thin client gets after `RUN_STARTED`.
@@ -474,6 +479,15 @@ impl RunCtx {
     }
 }
 
+/// Shared JSON text as a request body.
+struct SharedText(Arc<str>);
+
+impl AsRef<[u8]> for SharedText {
+    fn as_ref(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
+}
+
 /// The upstream's response body as a byte stream, and its content type.
 type ByteStream = BoxStream<'static, Result<Bytes, String>>;
 
@@ -501,7 +515,7 @@ async fn open_upstream(ctx: &RunCtx) -> Result<(ByteStream, Option<String>), Clo
                 .headers(ctx.upstream_headers.clone())
                 .header(header::CONTENT_TYPE, "application/json")
                 .header(header::ACCEPT, "text/event-stream")
-                .body(ctx.input_json.clone())
+                .body(Bytes::from_owner(SharedText(ctx.input_json.clone())))
                 .send();
             let idle = ctx.gw.config.limits.upstream_idle_timeout;
             let resp = match tokio::time::timeout(idle, req).await {

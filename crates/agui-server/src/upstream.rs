@@ -23,6 +23,8 @@
 //! Whatever ends the reading early is a [`Close`]: the run then gets the
 //! [`UpstreamReader::closers`] and a `RUN_ERROR` with the close's code.
 
+use std::sync::Arc;
+
 use agui_protocol::verify::Verifier;
 use agui_protocol::{Event, EventType};
 use serde::Deserialize;
@@ -70,8 +72,9 @@ pub struct RunIds {
     pub run: String,
     /// The resolved parent run, if any.
     pub parent: Option<String>,
-    /// The exact JSON sent upstream.
-    pub input_json: String,
+    /// The exact JSON sent upstream (shared, not copied: a server-managed
+    /// session forwards the whole conversation).
+    pub input_json: Arc<str>,
     /// `RUN_STARTED.input` as recorded (when the upstream omits it or echoes
     /// `input_json` exactly): its messages normalized against the branch
     /// history (see `input::normalize`). Equal to `input_json` for a
@@ -91,7 +94,7 @@ impl RunIds {
             thread: thread.to_owned(),
             run: run.to_owned(),
             parent: parent.map(str::to_owned),
-            input_json: input_json.to_owned(),
+            input_json: Arc::from(input_json),
             stored_input_json: input_json.to_owned(),
             upstream_thread: thread.to_owned(),
         }
@@ -199,7 +202,7 @@ impl RunIds {
         };
         let add_parent = is_null(view.parent_run_id) && self.parent.is_some();
         let echoes = !is_null(view.input)
-            && self.stored_input_json != self.input_json
+            && *self.stored_input_json != *self.input_json
             && view
                 .input
                 .is_some_and(|r| same_json(r.get(), &self.input_json));
