@@ -240,6 +240,7 @@ async fn prepare(
 ) -> Result<Prepared, ApiError> {
     let store = &gw.store;
     let thread = input.thread_id.clone();
+    let began = Instant::now();
     let head = match store.thread(tenant, &thread).await {
         Ok(info) => info.last_seq,
         Err(e) if e.kind() == ErrorKind::NotFound => 0,
@@ -272,11 +273,14 @@ async fn prepare(
     } else if let Some(p) = &parent {
         return Err(unknown_parent(p));
     }
+    let looked_up = began.elapsed();
+    let mut restored_in = Duration::ZERO;
     // The branch history the run continues (empty for a thread's first run),
     // read in place: never parsed into a tree (see `merge`).
     let history = match &parent {
         Some(p) => {
             let restored = crate::history::restore(gw, tenant, &thread, p).await?;
+            restored_in = began.elapsed() - looked_up;
             History::read(restored.json).map_err(|e| {
                 tracing::error!(error = %e, thread = %thread, run = %p, "cannot continue a branch");
                 ApiError::store()
@@ -353,6 +357,15 @@ async fn prepare(
         replace.push(("threadId", &upstream_thread_json));
     }
     let input_json = Arc::<str>::from(input.to_json_with(&replace));
+    tracing::debug!(
+        thread = %thread,
+        run = %input.run_id,
+        history_messages = history.len(),
+        lookup_us = looked_up.as_micros() as u64,
+        restore_us = restored_in.as_micros() as u64,
+        total_us = began.elapsed().as_micros() as u64,
+        "run input prepared"
+    );
     Ok(Prepared {
         upstream_thread,
         upstream_branch,
@@ -372,13 +385,28 @@ async fn prepare(
 /// to this client only (unnumbered, not stored): the stored log already
 /// holds the conversation.
 fn thin_client_prelude(merged: &str) -> Bytes {
-    let mut buf = Vec::new();
-    for messages in ["[]", merged] {
-        let text = format!("{{\"type\":\"MESSAGES_SNAPSHOT\",\"messages\":{messages}}}");
-        if let Ok(e) = Event::from_json_string(text) {
-            put_frame(&mut buf, &e, None);
+    const EMPTY: &str = "data: {\"type\":\"MESSAGES_SNAPSHOT\",\"messages\":[]}\n\n";
+    const HEAD: &str = "data: {\"type\":\"MESSAGES_SNAPSHOT\",\"messages\":";
+    // `merged` is compact JSON written from the stored conversation's
+    // slices and serialized client messages: one valid array, so the frame
+    // is written around it without checking it again (for a conversation of
+    // tens of megabytes the check cost more than the rest of the run start).
+    // A line break would split the SSE data line: never there, but then the
+    // event goes through the envelope check, which says what is wrong.
+    if memchr::memchr2(b'\n', b'\r', merged.as_bytes()).is_some() {
+        let mut buf = EMPTY.as_bytes().to_vec();
+        let text = format!("{{\"type\":\"MESSAGES_SNAPSHOT\",\"messages\":{merged}}}");
+        match Event::from_json_string(text) {
+            Ok(e) => put_frame(&mut buf, &e, None),
+            Err(e) => tracing::error!(error = %e, "the merged conversation is not an event"),
         }
+        return Bytes::from(buf);
     }
+    let mut buf = Vec::with_capacity(EMPTY.len() + HEAD.len() + merged.len() + 3);
+    buf.extend_from_slice(EMPTY.as_bytes());
+    buf.extend_from_slice(HEAD.as_bytes());
+    buf.extend_from_slice(merged.as_bytes());
+    buf.extend_from_slice(b"}\n\n");
     Bytes::from(buf)
 }
 
@@ -891,3 +919,36 @@ pub(crate) const STOPPED: &str = "stopped";
 
 /// How long a stream waits before checking again whether it should end.
 pub(crate) const POLL: Duration = Duration::from_millis(500);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frames(merged: &str) -> Vec<u8> {
+        let mut want = Vec::new();
+        for messages in ["[]", merged] {
+            let text = format!(r#"{{"type":"MESSAGES_SNAPSHOT","messages":{messages}}}"#);
+            put_frame(&mut want, &Event::from_json(&text).unwrap(), None);
+        }
+        want
+    }
+
+    #[test]
+    fn the_thin_client_prelude_is_the_two_snapshot_frames() {
+        for merged in [
+            "[]",
+            r#"[{"id":"a","role":"user","content":"x\"\\n}"},{"id":"b","role":"assistant","content":"é"}]"#,
+        ] {
+            assert_eq!(
+                &thin_client_prelude(merged)[..],
+                &frames(merged)[..],
+                "{merged}"
+            );
+        }
+        // A line break in the text (never written by the gateway) goes
+        // through the envelope check: still one frame per event.
+        let spaced = "[\n{\"id\":\"a\",\"role\":\"user\",\"content\":\"x\"}\r\n]";
+        let got = thin_client_prelude(spaced);
+        assert_eq!(got.iter().filter(|&&b| b == b'\n').count(), 4, "{got:?}");
+    }
+}
