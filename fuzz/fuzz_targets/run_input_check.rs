@@ -16,7 +16,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use agui_server::merge::{History, Messages};
+use agui_server::merge::{History, Messages, split};
 use serde_json::Value;
 
 /// Panics when the property does not hold for `data`.
@@ -63,6 +63,12 @@ pub fn check(data: &[u8]) {
         conv.get("state"),
         "the state was sliced wrong"
     );
+    // So does the split `connect` serves its snapshots from.
+    let (messages, state) = split(text).expect("a conversation serde_json reads is split too");
+    let messages: Value = serde_json::from_str(messages).expect("split messages");
+    assert_eq!(Some(&messages), conv.get("messages"), "split messages");
+    let state: Option<Value> = state.map(|s| serde_json::from_str(s).expect("split state"));
+    assert_eq!(state.as_ref(), conv.get("state"), "split state");
 
     let client: Vec<Value> = input.messages().to_vec();
     let id = |m: &Value| m.get("id").and_then(Value::as_str).map(str::to_owned);

@@ -17,7 +17,6 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures::{FutureExt, StreamExt};
 use serde::Deserialize;
-use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use crate::error::ApiError;
@@ -381,19 +380,11 @@ pub(crate) async fn restore(
 /// served and forwarded as the store composed it, never parsed into a tree
 /// and serialized again: on a long thread that costs hundreds of times the
 /// restore itself. A conversation without `state` has `null`.
-pub(crate) fn parts(json: &str) -> Result<(&RawValue, &RawValue), ApiError> {
-    #[derive(Deserialize)]
-    struct Parts<'a> {
-        #[serde(borrow)]
-        messages: &'a RawValue,
-        #[serde(borrow, default)]
-        state: Option<&'a RawValue>,
-    }
-    let null: &'static RawValue = serde_json::from_str("null").expect("null is JSON");
-    match serde_json::from_str::<Parts>(json) {
-        Ok(p) => Ok((p.messages, p.state.unwrap_or(null))),
-        Err(e) => {
-            tracing::error!(error = %e, "a restored conversation is not {{messages, state}} JSON");
+pub(crate) fn parts(json: &str) -> Result<(&str, &str), ApiError> {
+    match crate::merge::split(json) {
+        Some((messages, state)) => Ok((messages, state.unwrap_or("null"))),
+        None => {
+            tracing::error!("a restored conversation is not {{messages, state}} JSON");
             Err(ApiError::store())
         }
     }
@@ -828,13 +819,13 @@ pub async fn connect(
         let snapshot = |text: String| Event::from_json_string(text).map_err(|_| ApiError::store());
         let e = snapshot(format!(
             "{{\"type\":\"MESSAGES_SNAPSHOT\",\"messages\":{}}}",
-            messages.get()
+            messages
         ))?;
         put_frame(&mut buf, &e, None);
-        if state.get() != "null" {
+        if state != "null" {
             let e = snapshot(format!(
                 "{{\"type\":\"STATE_SNAPSHOT\",\"snapshot\":{}}}",
-                state.get()
+                state
             ))?;
             put_frame(&mut buf, &e, None);
         }

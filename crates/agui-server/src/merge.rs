@@ -116,7 +116,7 @@ fn range_in(text: &str, part: &str) -> Range<usize> {
 /// The fast read: one walk over trusted text in the layout the store
 /// writes, `{"messages":[...],"state":...}` (any other goes the slow way).
 fn walk(text: &str) -> Option<Found> {
-    let body = text.strip_prefix(r#"{"messages":"#)?;
+    let body = text.strip_prefix(MESSAGES)?;
     let mut messages = Vec::new();
     let end = agui_protocol::objects_of_valid(body, "id", |m, id| {
         messages.push(Stored {
@@ -124,14 +124,47 @@ fn walk(text: &str) -> Option<Found> {
             id: id.and_then(string_value),
         })
     })?;
-    let rest = body[end..].trim_end();
+    let state = state_after(&body[end..])?;
+    Some((messages, state.map(|s| range_in(text, s))))
+}
+
+const MESSAGES: &str = r#"{"messages":"#;
+
+/// What follows the messages in the store's layout: `}`, or
+/// `,"state":VALUE}`, whose `VALUE` is returned.
+fn state_after(rest: &str) -> Option<Option<&str>> {
+    let rest = rest.trim_end();
     if rest == "}" {
-        return Some((messages, None));
+        return Some(None);
     }
     let value = rest.strip_prefix(r#","state":"#)?.strip_suffix('}')?;
     let n = agui_protocol::value_end_of_valid(value)?;
     (value.starts_with(|c: char| !c.is_ascii_whitespace()) && value[n..].trim().is_empty())
-        .then(|| (messages, Some(range_in(text, &value[..n]))))
+        .then(|| Some(&value[..n]))
+}
+
+/// The `messages` and `state` members of a restored conversation's text,
+/// as slices of it (`state` when present, `null` included): one walk over
+/// trusted text in the store's layout, `serde_json` for any other. `None`
+/// when the text is not an object with a `messages` array.
+pub fn split(text: &str) -> Option<(&str, Option<&str>)> {
+    if let Some(body) = text.strip_prefix(MESSAGES)
+        && let Some(end) = agui_protocol::value_end_of_valid(body)
+        && body.starts_with('[')
+        && let Some(state) = state_after(&body[end..])
+    {
+        return Some((&body[..end], state));
+    }
+    let Members(members) = serde_json::from_str(text).ok()?;
+    let last = |key: &str| {
+        members
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|m| m.1.get())
+    };
+    let messages = last("messages").filter(|m| m.starts_with('['))?;
+    Some((messages, last("state")))
 }
 
 /// A JSON string value's content (`None` for any other value).
@@ -413,6 +446,28 @@ mod tests {
         assert_eq!((h.len(), h.state()), (0, Some("null")));
         let h = History::read(Arc::new(r#"{"messages":[]}"#.into())).unwrap();
         assert_eq!(h.state(), None);
+    }
+
+    #[test]
+    fn split_finds_messages_and_state_either_way() {
+        let fast = r#"{"messages":[{"id":"a","x":"]}"}],"state":{"s":[1]}}"#;
+        assert_eq!(
+            split(fast),
+            Some((r#"[{"id":"a","x":"]}"}]"#, Some(r#"{"s":[1]}"#)))
+        );
+        assert_eq!(split(r#"{"messages":[]}"#), Some(("[]", None)));
+        let slow = r#" { "state" : null , "messages" : [ 1 ] } "#;
+        assert_eq!(split(slow), Some(("[ 1 ]", Some("null"))));
+        for bad in [
+            "",
+            "[]",
+            r#"{"state":1}"#,
+            r#"{"messages":["#,
+            r#"{"messages":{}}"#,
+            "nope",
+        ] {
+            assert_eq!(split(bad), None, "{bad}");
+        }
     }
 
     #[test]
