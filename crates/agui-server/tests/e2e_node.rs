@@ -8,18 +8,15 @@
 
 mod common;
 
-use std::path::PathBuf;
-use std::process::Command;
 
 use agui_server::{GatewayConfig, SessionMode, config::parse_agent_flag};
 use agui_store::{MemoryStore, Store};
 use common::*;
 use serde_json::{Value, json};
 
-fn e2e_dir() -> PathBuf {
-    let dir = std::env::var_os("AGUI_E2E_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../e2e"));
+/// Checks that every official client the tests drive is installed.
+fn clients_installed() {
+    let dir = e2e_dir();
     for pkg in CLIENTS.iter().chain(&["@copilotkit/core"]) {
         let client = dir.join(format!("node_modules/{pkg}/package.json"));
         assert!(
@@ -28,33 +25,6 @@ fn e2e_dir() -> PathBuf {
             dir.display()
         );
     }
-    dir
-}
-
-/// Runs the node client with a plan; returns its JSON report.
-async fn node(plan: Value) -> Value {
-    node_script("node/client.mjs", plan).await
-}
-
-/// Runs one of the e2e node scripts with a plan; returns its JSON report.
-async fn node_script(script: &'static str, plan: Value) -> Value {
-    let dir = e2e_dir();
-    let out = tokio::task::spawn_blocking(move || {
-        Command::new(std::env::var("AGUI_NODE").unwrap_or_else(|_| "node".into()))
-            .arg(dir.join(script))
-            .arg(plan.to_string())
-            .current_dir(&dir)
-            .output()
-    })
-    .await
-    .unwrap()
-    .expect("node must be installed (AGUI_NODE or `node` on PATH)");
-    assert!(
-        out.status.success(),
-        "node client failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 fn turns(list: &[(&str, &str)]) -> Value {
@@ -238,6 +208,7 @@ const CLIENTS: [&str; 2] = ["@ag-ui/client", "ag-ui-client-0059"];
 
 #[tokio::test]
 async fn both_client_versions_converse_reconnect_and_branch() {
+    clients_installed();
     let g = start(GatewayConfig {
         agents: vec![
             parse_agent_flag("demo=demo", SessionMode::Client).unwrap(),
@@ -314,6 +285,7 @@ async fn both_client_versions_converse_reconnect_and_branch() {
 /// run in flight and stopping it with CopilotKit's stop.
 #[tokio::test]
 async fn copilotkit_client_converses_restores_attaches_and_stops() {
+    clients_installed();
     let g = start(GatewayConfig {
         copilotkit_prefix: Some("/copilotkit".into()),
         ..GatewayConfig::default()
@@ -380,6 +352,7 @@ async fn copilotkit_client_converses_restores_attaches_and_stops() {
 /// closing events, so its state still holds the stopped answer as stored.
 #[tokio::test]
 async fn a_stopped_run_as_each_client_version_sees_it() {
+    clients_installed();
     let g = start(GatewayConfig::default()).await;
     let url = format!("{}/agents/demo/run", g.base);
     for (i, pkg) in CLIENTS.iter().enumerate() {

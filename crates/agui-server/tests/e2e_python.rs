@@ -9,20 +9,12 @@
 mod common;
 
 use std::collections::HashMap;
-use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
 
 use agui_server::{GatewayConfig, SessionMode, config::parse_agent_flag};
 use common::*;
 use serde_json::{Value, json};
-
-fn e2e_dir() -> PathBuf {
-    std::env::var_os("AGUI_E2E_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../e2e"))
-}
 
 struct Agent {
     child: Child,
@@ -45,10 +37,7 @@ fn start_agent() -> Agent {
         "pydantic-ai's venv python is missing at {} (AGUI_E2E_PYTHON); run scripts/e2e-setup",
         python.display()
     );
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let port = free_port();
     let child = Command::new(&python)
         .arg(e2e_dir().join("python/agent.py"))
         .arg(port.to_string())
@@ -60,43 +49,8 @@ fn start_agent() -> Agent {
         child,
         url: format!("http://127.0.0.1:{port}/"),
     };
-    for _ in 0..300 {
-        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return agent;
-        }
-        if let Ok(Some(status)) = agent.child.try_wait() {
-            panic!("the pydantic-ai agent exited at start-up: {status}");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let _ = agent.child.kill();
-    panic!("the pydantic-ai agent did not start listening");
-}
-
-async fn node(plan: Value) -> Value {
-    let dir = e2e_dir();
-    assert!(
-        dir.join("node_modules/@ag-ui/client/package.json")
-            .is_file(),
-        "the official @ag-ui/client is not installed in {} (AGUI_E2E_DIR); run scripts/e2e-setup",
-        dir.display()
-    );
-    let out = tokio::task::spawn_blocking(move || {
-        Command::new(std::env::var("AGUI_NODE").unwrap_or_else(|_| "node".into()))
-            .arg(dir.join("node/client.mjs"))
-            .arg(plan.to_string())
-            .current_dir(&dir)
-            .output()
-    })
-    .await
-    .unwrap()
-    .expect("node must be installed (AGUI_NODE or `node` on PATH)");
-    assert!(
-        out.status.success(),
-        "node client failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    wait_listening(&mut agent.child, port, 30, "the pydantic-ai agent");
+    agent
 }
 
 /// Replaces every id-like string (message and tool call ids, which

@@ -1,7 +1,11 @@
 //! Test helpers: a gateway on a free port over a memory store, SSE reading,
-//! and small real HTTP upstreams that misbehave on purpose.
+//! small real HTTP upstreams that misbehave on purpose, and the end-to-end
+//! peers' folder (`scripts/e2e-setup`): its node clients and spawned agents.
 #![allow(dead_code)]
 
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -156,4 +160,67 @@ pub async fn wait_run_end(base: &str, thread: &str) -> Value {
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
     panic!("the run of {thread} did not end");
+}
+
+/// The end-to-end peers' folder: `AGUI_E2E_DIR`, else `e2e/` of the
+/// repository (`scripts/e2e-setup` fills it).
+pub fn e2e_dir() -> PathBuf {
+    std::env::var_os("AGUI_E2E_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../e2e"))
+}
+
+/// Runs one of the e2e folder's node scripts with a plan (the official
+/// `@ag-ui/client` must be installed there); returns its JSON report.
+pub async fn node_script(script: &'static str, plan: Value) -> Value {
+    let dir = e2e_dir();
+    assert!(
+        dir.join("node_modules/@ag-ui/client/package.json")
+            .is_file(),
+        "the official @ag-ui/client is not installed in {} (AGUI_E2E_DIR); run scripts/e2e-setup",
+        dir.display()
+    );
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(std::env::var("AGUI_NODE").unwrap_or_else(|_| "node".into()))
+            .arg(dir.join(script))
+            .arg(plan.to_string())
+            .current_dir(&dir)
+            .output()
+    })
+    .await
+    .unwrap()
+    .expect("node must be installed (AGUI_NODE or `node` on PATH)");
+    assert!(
+        out.status.success(),
+        "node client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Runs the e2e folder's node client (`node/client.mjs`) with a plan.
+pub async fn node(plan: Value) -> Value {
+    node_script("node/client.mjs", plan).await
+}
+
+/// A free port on 127.0.0.1 (for a spawned agent to listen on).
+pub fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// Waits up to `seconds` for a spawned agent to listen on `port`; panics,
+/// naming it `what`, when it exits first or never listens (killing it).
+pub fn wait_listening(child: &mut Child, port: u16, seconds: u64, what: &str) {
+    for _ in 0..seconds * 10 {
+        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("{what} exited at start-up: {status}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    panic!("{what} did not start listening");
 }
