@@ -10,51 +10,15 @@
 //! screenshots (docs/console.md shows them; a relative DIR is from the
 //! repository's root).
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 
 use serde_json::{Value, json};
 
-struct Server {
-    child: Child,
-    addr: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn serve(dir: &Path, args: &[&str]) -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_agui"))
-        .arg("serve")
-        .args(["--listen", "127.0.0.1:0", "--store", "memory://"])
-        .args(args)
-        .current_dir(dir)
-        .env_remove("AGUI_DATA_DIR")
-        .env_remove("AGUI_AUTH_TOKEN")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let addr = loop {
-        let line = lines
-            .next()
-            .expect("agui serve exited before listening")
-            .unwrap();
-        if let Some(rest) = line.split("listening on http://").nth(1) {
-            break rest.trim().to_owned();
-        }
-    };
-    std::thread::spawn(move || for _ in lines.by_ref() {});
-    Server { child, addr }
-}
+mod common;
+use common::serve;
 
 /// One HTTP/1.0 GET; returns status, headers and body.
 fn get(addr: &str, path: &str, token: Option<&str>) -> (u16, String, String) {
@@ -205,10 +169,18 @@ fn console_in_headless_chromium() {
     let chromium = chromium();
     e2e_dir();
     let dir = tempfile::tempdir().unwrap();
-    let open = serve(dir.path(), &[]);
+    let open = serve(dir.path(), &["--store", "memory://"]);
     let tokens = dir.path().join("tokens");
     std::fs::write(&tokens, "tok-a tenant-a\ntok-b tenant-b\n").unwrap();
-    let authed = serve(dir.path(), &["--tokens-file", tokens.to_str().unwrap()]);
+    let authed = serve(
+        dir.path(),
+        &[
+            "--store",
+            "memory://",
+            "--tokens-file",
+            tokens.to_str().unwrap(),
+        ],
+    );
 
     // The console's pages carry a strict policy; `--ui off` removes them.
     let (status, head, _) = get(&open.addr, "/ui/", None);
@@ -218,7 +190,7 @@ fn console_in_headless_chromium() {
         .find_map(|l| l.strip_prefix("content-security-policy: "))
         .expect("a Content-Security-Policy header");
     assert!(csp.contains("script-src 'self'") && !csp.contains("unsafe"));
-    let off = serve(dir.path(), &["--ui", "off"]);
+    let off = serve(dir.path(), &["--store", "memory://", "--ui", "off"]);
     assert_eq!(get(&off.addr, "/ui/", None).0, 404);
     drop(off);
 

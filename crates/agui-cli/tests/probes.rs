@@ -3,65 +3,16 @@
 //! plain TCP. Each probe is one test; upstreams that misbehave on purpose
 //! are tiny HTTP servers on threads of this process.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-struct Server {
-    child: Child,
-    addr: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Server {
-    /// Resident memory of the gateway process, in KiB.
-    fn rss_kib(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .unwrap()
-    }
-}
-
-fn serve(dir: &Path, args: &[&str]) -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_agui"))
-        .arg("serve")
-        .args(["--listen", "127.0.0.1:0"])
-        .args(args)
-        .current_dir(dir)
-        .env_remove("AGUI_DATA_DIR")
-        .env_remove("AGUI_AUTH_TOKEN")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let mut lines = BufReader::new(stderr).lines();
-    let addr = loop {
-        let line = lines
-            .next()
-            .expect("agui serve exited before listening")
-            .unwrap();
-        if let Some(rest) = line.split("listening on http://").nth(1) {
-            break rest.trim().to_owned();
-        }
-    };
-    std::thread::spawn(move || for _ in lines.by_ref() {});
-    Server { child, addr }
-}
+mod common;
+use common::serve;
 
 /// One HTTP/1.0 exchange: (status, headers, body).
 fn http(

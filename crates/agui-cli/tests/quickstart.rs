@@ -7,64 +7,14 @@
 //! `<!-- quickstart:NAME -->` marker); only the address changes, to the
 //! port the test's gateway got.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 
-struct Server {
-    child: Child,
-    addr: String,
-    /// What it logged up to and including the "listening" line.
-    startup: Vec<String>,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+mod common;
+use common::serve;
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// `agui serve ARGS --listen 127.0.0.1:0` in `dir`, as a user starts it.
-fn serve(dir: &Path, args: &[&str]) -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_agui"))
-        .arg("serve")
-        .args(args)
-        .args(["--listen", "127.0.0.1:0"])
-        .current_dir(dir)
-        .env_remove("AGUI_DATA_DIR")
-        .env_remove("AGUI_AUTH_TOKEN")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let mut startup = Vec::new();
-    let addr = loop {
-        let line = lines
-            .next()
-            .expect("agui serve exited before listening")
-            .unwrap();
-        let addr = line
-            .split("listening on http://")
-            .nth(1)
-            .map(|rest| rest.trim().to_owned());
-        startup.push(line);
-        if let Some(addr) = addr {
-            break addr;
-        }
-    };
-    std::thread::spawn(move || for _ in lines.by_ref() {});
-    Server {
-        child,
-        addr,
-        startup,
-    }
 }
 
 /// The fenced block that follows `<!-- quickstart:NAME -->` in README.md.

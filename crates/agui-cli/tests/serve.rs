@@ -1,58 +1,13 @@
 //! `agui serve` as a process: the default SQLite store in the data
 //! directory, the demo agent out of the box, and SIGKILL mid-run.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
 
 use serde_json::{Value, json};
 
 mod common;
-use common::{PgSchema, postgres_url};
-
-struct Server {
-    child: Child,
-    addr: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Starts `agui serve --listen 127.0.0.1:0 ARGS` in `dir`; reads the
-/// address from the start-up log.
-fn serve(dir: &Path, args: &[&str]) -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_agui"))
-        .arg("serve")
-        .args(["--listen", "127.0.0.1:0"])
-        .args(args)
-        .current_dir(dir)
-        .env_remove("AGUI_DATA_DIR")
-        .env_remove("AGUI_AUTH_TOKEN")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let mut lines = BufReader::new(stderr).lines();
-    let addr = loop {
-        let line = lines
-            .next()
-            .expect("agui serve exited before listening")
-            .unwrap();
-        if let Some(rest) = line.split("listening on http://").nth(1) {
-            break rest.trim().to_owned();
-        }
-    };
-    // Keep draining the log so the server never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines.by_ref() {});
-    Server { child, addr }
-}
+use common::{PgSchema, postgres_url, serve};
 
 /// One HTTP/1.0 exchange (the body ends at close: no chunking to undo).
 fn request(addr: &str, method: &str, path: &str, body: Option<&Value>) -> TcpStream {

@@ -2,14 +2,14 @@
 //! read-only commands that never create a store, the one-writer lock of
 //! `agui serve`, and the exit codes shared by every command.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 
 use agui_store::sample::full_run;
 
 mod common;
-use common::{PgSchema, postgres_url};
+use common::{PgSchema, Server, postgres_url, serve};
 
 fn agui(args: &[&str], stdin: Option<&[u8]>) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_agui"))
@@ -221,7 +221,7 @@ fn check_finds_damage_in_the_file_store() {
     let (code, out) = check(&url);
     assert_eq!(code, Some(1), "{out}");
     let cwd = tempfile::tempdir().unwrap();
-    drop(serve_with(cwd.path(), &url, &["--repair"]));
+    drop(serve(cwd.path(), &["--store", &url, "--repair"]));
     assert_eq!(std::fs::metadata(&seg).unwrap().len(), off as u64);
     let (code, out) = check(&url);
     assert_eq!(code, Some(0), "{out}");
@@ -380,40 +380,8 @@ fn a_password_in_a_url_is_never_shown() {
     assert_eq!(out.status.code(), Some(4), "unreachable: {err}");
 }
 
-struct Serve(Child);
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn serve(dir: &Path, store: &str) -> Serve {
-    serve_with(dir, store, &[])
-}
-
-fn serve_with(dir: &Path, store: &str, extra: &[&str]) -> Serve {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_agui"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--store", store])
-        .args(extra)
-        .current_dir(dir)
-        .env_remove("AGUI_DATA_DIR")
-        .env_remove("AGUI_AUTH_TOKEN")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    loop {
-        let line = lines.next().expect("agui serve exited").unwrap();
-        if line.contains("listening on http://") {
-            break;
-        }
-    }
-    std::thread::spawn(move || for _ in lines.by_ref() {});
-    Serve(child)
+fn serve_on(dir: &Path, store: &str) -> Server {
+    serve(dir, &["--store", store])
 }
 
 #[test]
@@ -430,8 +398,8 @@ fn a_second_gateway_on_the_same_store_is_refused_and_read_only_commands_still_wo
         ),
     ] {
         import(&url);
-        let first = serve(dir.path(), &url);
-        let pid = first.0.id();
+        let first = serve_on(dir.path(), &url);
+        let pid = first.child.id();
         let out = agui(&["serve", "--listen", "127.0.0.1:0", "--store", &url], None);
         let err = text(&out.stderr);
         assert_eq!(out.status.code(), Some(4), "{err}");

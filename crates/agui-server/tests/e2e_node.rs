@@ -8,7 +8,6 @@
 
 mod common;
 
-
 use agui_server::{GatewayConfig, SessionMode, config::parse_agent_flag};
 use agui_store::{MemoryStore, Store};
 use common::*;
