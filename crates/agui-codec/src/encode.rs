@@ -22,9 +22,9 @@ pub const SSE_KEEP_ALIVE: &[u8] = b":\n\n";
 pub fn write_sse_frame(out: &mut Vec<u8>, event: &Event, id: Option<u64>) {
     out.reserve(event.len_bytes() + 32);
     if let Some(id) = id {
-        out.extend_from_slice(b"id: ");
-        out.extend_from_slice(id.to_string().as_bytes());
-        out.push(b'\n');
+        // Formatted in place: no string per frame (a fan-out writes one
+        // frame per event per subscriber). Writing to a Vec cannot fail.
+        let _ = writeln!(out, "id: {id}");
     }
     out.extend_from_slice(b"data: ");
     out.extend_from_slice(event.json().as_bytes());
