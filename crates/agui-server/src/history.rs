@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 use crate::error::ApiError;
 use crate::gateway::{Gateway, store_error};
 use crate::run::{POLL, all_runs, read_body, sse_response, unknown_agent};
-use crate::sse::put_frame;
+use crate::sse::{put_frame, put_frame_around};
 
 /// `GET /threads` query.
 #[derive(Deserialize)]
@@ -814,20 +814,17 @@ pub async fn connect(
         let restored = restore(&gw, &tenant, &thread, b).await?;
         last_seq = restored.last_seq;
         // The snapshots are written around the restored bytes, not rebuilt
-        // from a parsed tree.
+        // from a parsed tree, nor checked again.
         let (messages, state) = parts(&restored.json)?;
-        let snapshot = |text: String| Event::from_json_string(text).map_err(|_| ApiError::store());
-        let e = snapshot(format!(
-            "{{\"type\":\"MESSAGES_SNAPSHOT\",\"messages\":{}}}",
-            messages
-        ))?;
-        put_frame(&mut buf, &e, None);
+        let around = |buf: &mut Vec<u8>, ty, key, value| {
+            put_frame_around(buf, ty, key, value).map_err(|e| {
+                tracing::error!(error = %e, "a restored conversation does not make a snapshot");
+                ApiError::store()
+            })
+        };
+        around(&mut buf, "MESSAGES_SNAPSHOT", "messages", messages)?;
         if state != "null" {
-            let e = snapshot(format!(
-                "{{\"type\":\"STATE_SNAPSHOT\",\"snapshot\":{}}}",
-                state
-            ))?;
-            put_frame(&mut buf, &e, None);
+            around(&mut buf, "STATE_SNAPSHOT", "snapshot", state)?;
         }
     }
     put(

@@ -27,7 +27,7 @@ use crate::error::ApiError;
 use crate::gateway::{AgentOpt, Gateway, RunSlot, in_flight_error, run_error, store_error};
 use crate::input::{self, RunInput};
 use crate::merge::{History, Messages};
-use crate::sse::put_frame;
+use crate::sse::{put_frame, put_frame_around};
 use crate::upstream::{Close, RunIds, UpstreamReader};
 
 /// Reads a request body up to the size limit and within the body read
@@ -385,28 +385,12 @@ async fn prepare(
 /// to this client only (unnumbered, not stored): the stored log already
 /// holds the conversation.
 fn thin_client_prelude(merged: &str) -> Bytes {
-    const EMPTY: &str = "data: {\"type\":\"MESSAGES_SNAPSHOT\",\"messages\":[]}\n\n";
-    const HEAD: &str = "data: {\"type\":\"MESSAGES_SNAPSHOT\",\"messages\":";
-    // `merged` is compact JSON written from the stored conversation's
-    // slices and serialized client messages: one valid array, so the frame
-    // is written around it without checking it again (for a conversation of
-    // tens of megabytes the check cost more than the rest of the run start).
-    // A line break would split the SSE data line: never there, but then the
-    // event goes through the envelope check, which says what is wrong.
-    if memchr::memchr2(b'\n', b'\r', merged.as_bytes()).is_some() {
-        let mut buf = EMPTY.as_bytes().to_vec();
-        let text = format!("{{\"type\":\"MESSAGES_SNAPSHOT\",\"messages\":{merged}}}");
-        match Event::from_json_string(text) {
-            Ok(e) => put_frame(&mut buf, &e, None),
-            Err(e) => tracing::error!(error = %e, "the merged conversation is not an event"),
+    let mut buf = Vec::with_capacity(merged.len() + 96);
+    for messages in ["[]", merged] {
+        if let Err(e) = put_frame_around(&mut buf, "MESSAGES_SNAPSHOT", "messages", messages) {
+            tracing::error!(error = %e, "the merged conversation is not an event");
         }
-        return Bytes::from(buf);
     }
-    let mut buf = Vec::with_capacity(EMPTY.len() + HEAD.len() + merged.len() + 3);
-    buf.extend_from_slice(EMPTY.as_bytes());
-    buf.extend_from_slice(HEAD.as_bytes());
-    buf.extend_from_slice(merged.as_bytes());
-    buf.extend_from_slice(b"}\n\n");
     Bytes::from(buf)
 }
 

@@ -17,6 +17,36 @@ pub fn put_frame(buf: &mut Vec<u8>, event: &Event, seq: Option<u64>) {
     agui_codec::write_sse_frame(buf, event, seq);
 }
 
+/// Appends one SSE frame (no `id:`) for the event
+/// `{"type":"<ty>","<key>":<value>}`, where `value` is JSON text that is
+/// already known to be valid and compact (a conversation the store composed,
+/// or messages the gateway wrote from it): the frame is written around it
+/// without checking it again, which for a conversation of tens of megabytes
+/// costs more than everything else in the answer. Text with a line break
+/// (never in such JSON, and it would split the `data:` line) goes through
+/// the envelope check instead, whose error is returned.
+pub fn put_frame_around(
+    buf: &mut Vec<u8>,
+    ty: &'static str,
+    key: &'static str,
+    value: &str,
+) -> Result<(), agui_protocol::EnvelopeError> {
+    if memchr::memchr2(b'\n', b'\r', value.as_bytes()).is_some() {
+        let text = format!("{{\"type\":\"{ty}\",\"{key}\":{value}}}");
+        put_frame(buf, &Event::from_json_string(text)?, None);
+        return Ok(());
+    }
+    buf.reserve(value.len() + ty.len() + key.len() + 24);
+    buf.extend_from_slice(b"data: {\"type\":\"");
+    buf.extend_from_slice(ty.as_bytes());
+    buf.extend_from_slice(b"\",\"");
+    buf.extend_from_slice(key.as_bytes());
+    buf.extend_from_slice(b"\":");
+    buf.extend_from_slice(value.as_bytes());
+    buf.extend_from_slice(b"}\n\n");
+    Ok(())
+}
+
 /// One frame as bytes.
 pub fn frame(event: &Event, seq: Option<u64>) -> Bytes {
     agui_codec::encode_sse_frame(event, seq)
@@ -162,5 +192,31 @@ mod tests {
         let mut d = SseDecoder::new(100);
         let err = d.push(b"data: \xff\n\n", &mut out).unwrap_err();
         assert_eq!(err, DecodeError::NotUtf8 { index: 0 });
+    }
+
+    #[test]
+    fn a_frame_written_around_valid_json_is_the_event_frame() {
+        for (ty, key, value) in [
+            (
+                "MESSAGES_SNAPSHOT",
+                "messages",
+                r#"[{"id":"a","role":"user","content":"x\"}\\n"}]"#,
+            ),
+            ("STATE_SNAPSHOT", "snapshot", r#"{"n":1.50,"s":"é"}"#),
+            ("STATE_SNAPSHOT", "snapshot", "null"),
+        ] {
+            let mut got = Vec::new();
+            put_frame_around(&mut got, ty, key, value).unwrap();
+            let mut want = Vec::new();
+            let text = format!(r#"{{"type":"{ty}","{key}":{value}}}"#);
+            put_frame(&mut want, &Event::from_json(&text).unwrap(), None);
+            assert_eq!(got, want, "{value}");
+        }
+        // A line break goes through the envelope check: one data line, or
+        // the check's error for text that is not JSON.
+        let mut got = Vec::new();
+        put_frame_around(&mut got, "STATE_SNAPSHOT", "snapshot", "{\n\"a\": 1\r\n}").unwrap();
+        assert_eq!(got.iter().filter(|&&b| b == b'\n').count(), 2, "{got:?}");
+        assert!(put_frame_around(&mut Vec::new(), "STATE_SNAPSHOT", "snapshot", "{\n").is_err());
     }
 }
