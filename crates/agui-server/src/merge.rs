@@ -239,6 +239,11 @@ pub enum Msg {
 pub struct Messages<'a> {
     history: &'a History,
     client: &'a [Value],
+    /// Each client message's id, read once.
+    client_ids: Vec<Option<&'a str>>,
+    /// Each client message's JSON text, written once when first needed (to
+    /// compare it with a stored copy, or to forward it).
+    client_text: Vec<OnceCell<String>>,
     base: OnceCell<Base<'a>>,
     /// Stored message `i` parsed, once needed.
     parsed: RefCell<HashMap<usize, Option<Value>>>,
@@ -266,6 +271,8 @@ impl<'a> Messages<'a> {
         Messages {
             history,
             client,
+            client_ids: client.iter().map(id_of).collect(),
+            client_text: client.iter().map(|_| OnceCell::new()).collect(),
             base: OnceCell::new(),
             parsed: RefCell::default(),
             same: RefCell::default(),
@@ -281,7 +288,7 @@ impl<'a> Messages<'a> {
     pub fn id(&self, m: Msg) -> Option<&'a str> {
         match m {
             Msg::Stored(i) => self.history.id(i),
-            Msg::Client(i) => id_of(&self.client[i]),
+            Msg::Client(i) => self.client_ids[i],
         }
     }
 
@@ -302,16 +309,21 @@ impl<'a> Messages<'a> {
                 if let Some(&known) = self.same.borrow().get(&(i, j)) {
                     return known;
                 }
-                let client = &self.client[j];
                 // The stored text is what serializing an equal value gives
                 // nearly always; only a mismatch parses the stored copy.
-                let same = serde_json::to_string(client)
-                    .is_ok_and(|t| t == self.history.message(i))
-                    || self.stored_value(i).is_some_and(|v| v == *client);
+                let same = self.client_text(j) == self.history.message(i)
+                    || self.stored_value(i).is_some_and(|v| v == self.client[j]);
                 self.same.borrow_mut().insert((i, j), same);
                 same
             }
         }
+    }
+
+    /// Client message `j` as JSON text (a map of plain values always
+    /// serializes).
+    fn client_text(&self, j: usize) -> &str {
+        self.client_text[j]
+            .get_or_init(|| serde_json::to_string(&self.client[j]).unwrap_or_default())
     }
 
     fn stored_value(&self, i: usize) -> Option<Value> {
@@ -392,7 +404,7 @@ impl<'a> Messages<'a> {
             .iter()
             .map(|m| match *m {
                 Msg::Stored(i) => self.history.messages[i].range.len() + 1,
-                Msg::Client(_) => 64,
+                Msg::Client(j) => self.client_text(j).len() + 1,
             })
             .sum();
         let mut out = String::with_capacity(size + 2);
@@ -404,9 +416,7 @@ impl<'a> Messages<'a> {
             match *m {
                 Msg::Stored(i) => out.push_str(self.history.message(i)),
                 // A map of plain values always serializes.
-                Msg::Client(i) => {
-                    out.push_str(&serde_json::to_string(&self.client[i]).unwrap_or_default())
-                }
+                Msg::Client(i) => out.push_str(self.client_text(i)),
             }
         }
         out.push(']');
