@@ -147,6 +147,9 @@ struct Tip {
     /// Runs since the last full checkpoint; the last is the tip's run.
     path: Vec<PathEntry>,
     bytes: usize,
+    /// The cache's tick when it was last put or read (what orders tips by
+    /// last use).
+    used: u64,
 }
 
 impl Tip {
@@ -218,6 +221,8 @@ impl ConversationCache {
         }
         e.make_room(tip.bytes, true);
         e.bytes += tip.bytes;
+        e.tick += 1;
+        tip.used = e.tick;
         e.map.insert(key, tip);
     }
 
@@ -274,11 +279,16 @@ impl ConversationCache {
     /// tip is that run as it is now: a restore of the latest run then costs
     /// one copy of its text, with no blob read, decompressed or checked.
     pub(crate) fn compose(&self, tenant: &str, thread: &str, run: &RunRecord) -> Option<String> {
-        let e = self.lock();
-        let t = e.map.get(&(tenant.to_owned(), thread.to_owned()))?;
+        let mut e = self.lock();
+        e.tick += 1;
+        let tick = e.tick;
+        let t = e.map.get_mut(&(tenant.to_owned(), thread.to_owned()))?;
         let r = t.run();
-        (r.run_id == run.run_id && r.last_seq == run.last_seq && r.started_at == run.started_at)
-            .then(|| compose_texts(&t.texts, &t.state))
+        if r.run_id != run.run_id || r.last_seq != run.last_seq || r.started_at != run.started_at {
+            return None;
+        }
+        t.used = tick;
+        Some(compose_texts(&t.texts, &t.state))
     }
 
     /// The run id of a thread's tip, if the cache holds one.
@@ -304,8 +314,8 @@ impl ConversationCache {
 impl Entries {
     /// Makes room for `bytes` more and one more tip (`tip`) or kept text.
     /// Kept texts go first, least recently used first; then, if that is not
-    /// enough, every tip (a cache of tips that overflows is rebuilt from
-    /// what comes next).
+    /// enough, tips, least recently used first (a tip that goes is rebuilt
+    /// from its thread's checkpoints when the thread is next checkpointed).
     fn make_room(&mut self, bytes: usize, tip: bool) {
         while self.bytes + bytes > self.max_bytes
             || (!tip && self.composed.len() >= self.max_threads)
@@ -322,8 +332,16 @@ impl Entries {
                 self.bytes -= c.json.len();
             }
         }
-        if self.bytes + bytes > self.max_bytes || (tip && self.map.len() >= self.max_threads) {
-            for (_, t) in self.map.drain() {
+        while self.bytes + bytes > self.max_bytes || (tip && self.map.len() >= self.max_threads) {
+            let Some(oldest) = self
+                .map
+                .iter()
+                .min_by_key(|(_, t)| t.used)
+                .map(|(k, _)| k.clone())
+            else {
+                break;
+            };
+            if let Some(t) = self.map.remove(&oldest) {
                 self.bytes -= t.bytes;
             }
         }
@@ -358,6 +376,7 @@ pub(crate) async fn checkpoint_run(
             state: String::new(),
             path: Vec::new(),
             bytes: 0,
+            used: 0,
         };
         let tip = extend(store, tenant, thread, run, events, tip).await?;
         store.conversation_cache().put(tenant, thread, tip);
@@ -615,6 +634,7 @@ pub async fn restore_run(
         state: String::new(),
         path: Vec::new(),
         bytes: 0,
+        used: 0,
     };
     let mut state = String::new();
     // The least change since the path's last entry (runs that are not
@@ -725,5 +745,54 @@ mod tests {
         keep(&cache, "a");
         cache.remember("t", "big", &run("big"), &Arc::new("x".repeat(151)));
         assert!(kept(&cache, "a") && !kept(&cache, "big"));
+    }
+
+    fn tip(id: &str) -> Tip {
+        Tip {
+            reducer: Reducer::new(Conversation::default()),
+            texts: vec![id.repeat(52 / id.len())],
+            state: String::new(),
+            path: vec![PathEntry {
+                run_id: id.to_owned(),
+                last_seq: 3,
+                started_at: Timestamp(1),
+                count: 1,
+                mark: 0,
+            }],
+            bytes: 0,
+            used: 0,
+        }
+    }
+
+    fn has_tip(cache: &ConversationCache, id: &str) -> bool {
+        cache.tip_run("t", id).as_deref() == Some(id)
+    }
+
+    #[test]
+    fn tips_leave_least_recently_used_first_after_kept_texts() {
+        // Each tip counts 52 + 48 + 64 = 164 bytes: room for two.
+        let cache = ConversationCache::with_limits(400, 8);
+        cache.put("t", "a", tip("a"));
+        cache.put("t", "b", tip("b"));
+        assert!(
+            cache.compose("t", "a", &run("a")).is_some(),
+            "a is read after b"
+        );
+        cache.put("t", "c", tip("c"));
+        assert!(!has_tip(&cache, "b"), "b was the least recently used");
+        assert!(has_tip(&cache, "a") && has_tip(&cache, "c"));
+        assert_eq!(cache.lock().bytes, 328);
+        // A kept text goes before any tip.
+        let cache = ConversationCache::with_limits(400, 8);
+        keep(&cache, "k");
+        cache.put("t", "a", tip("a"));
+        cache.put("t", "b", tip("b"));
+        assert!(!kept(&cache, "k") && has_tip(&cache, "a") && has_tip(&cache, "b"));
+        // The thread bound.
+        let cache = ConversationCache::with_limits(10_000, 2);
+        for id in ["a", "b", "c"] {
+            cache.put("t", id, tip(id));
+        }
+        assert!(!has_tip(&cache, "a") && has_tip(&cache, "b") && has_tip(&cache, "c"));
     }
 }
