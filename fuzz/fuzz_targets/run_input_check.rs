@@ -25,6 +25,11 @@ pub fn check(data: &[u8]) {
         Some(i) => (&data[..i], &data[i + 1..]),
         None => (data, &b""[..]),
     };
+    // Whatever the stored text, reading it in place never panics.
+    if let Ok(text) = std::str::from_utf8(stored) {
+        let _ = History::read(Arc::new(text.to_owned()));
+        let _ = split(text);
+    }
     let Ok(input) = agui_server::input::parse(body) else {
         return;
     };

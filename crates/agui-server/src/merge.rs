@@ -130,16 +130,19 @@ fn walk(text: &str) -> Option<Found> {
 
 const MESSAGES: &str = r#"{"messages":"#;
 
+/// What JSON counts as white space (Unicode's other spaces are not).
+const JSON_SPACE: [char; 4] = [' ', '\t', '\n', '\r'];
+
 /// What follows the messages in the store's layout: `}`, or
 /// `,"state":VALUE}`, whose `VALUE` is returned.
 fn state_after(rest: &str) -> Option<Option<&str>> {
-    let rest = rest.trim_end();
+    let rest = rest.trim_end_matches(JSON_SPACE);
     if rest == "}" {
         return Some(None);
     }
     let value = rest.strip_prefix(r#","state":"#)?.strip_suffix('}')?;
     let n = agui_protocol::value_end_of_valid(value)?;
-    (value.starts_with(|c: char| !c.is_ascii_whitespace()) && value[n..].trim().is_empty())
+    (!value.starts_with(JSON_SPACE) && value[n..].trim_matches(JSON_SPACE).is_empty())
         .then(|| Some(&value[..n]))
 }
 
@@ -475,6 +478,8 @@ mod tests {
             r#"{"messages":["#,
             r#"{"messages":{}}"#,
             "nope",
+            // Only JSON's four white space characters may end the text.
+            "{\"messages\":[],\"state\":1}\u{a0}",
         ] {
             assert_eq!(split(bad), None, "{bad}");
         }
@@ -671,6 +676,14 @@ mod tests {
             let merged = m.merge(&m.client());
             let want = reference_merge(&stored, &client);
             proptest::prop_assert_eq!(values(&m, &merged), want.clone());
+            if !escaped {
+                // Byte for byte what serializing the values wrote before
+                // (member order and number text included).
+                proptest::prop_assert_eq!(m.to_json(&merged), serde_json::to_string(&want).unwrap());
+                let fresh = m.normalize(&merged);
+                let want_fresh = reference_normalize(&stored, &want);
+                proptest::prop_assert_eq!(m.to_json(&fresh), serde_json::to_string(&want_fresh).unwrap());
+            }
             proptest::prop_assert_eq!(
                 values(&m, &m.normalize(&m.client())),
                 reference_normalize(&stored, &client)

@@ -280,7 +280,7 @@ async fn prepare(
     let history = match &parent {
         Some(p) => {
             let restored = crate::history::restore(gw, tenant, &thread, p).await?;
-            restored_in = began.elapsed() - looked_up;
+            restored_in = began.elapsed().saturating_sub(looked_up);
             History::read(restored.json).map_err(|e| {
                 tracing::error!(error = %e, thread = %thread, run = %p, "cannot continue a branch");
                 ApiError::store()

@@ -77,7 +77,7 @@ pub struct RunIds {
     pub input_json: Arc<str>,
     /// `RUN_STARTED.input` as recorded (when the upstream omits it or echoes
     /// `input_json` exactly): its messages normalized against the branch
-    /// history (see `input::normalize`). Equal to `input_json` for a
+    /// history (see `merge::Messages::normalize`). Equal to `input_json` for a
     /// thread's first run.
     pub stored_input_json: String,
     /// The thread id the upstream sees: `thread`, or a branch's own id under
