@@ -12,7 +12,7 @@ use agui_store::sample::full_run;
 use serde_json::Value;
 
 mod common;
-use common::{PgSchema, postgres_url};
+use common::{PgSchema, Server, postgres_url, serve};
 
 fn agui(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_agui"))
@@ -202,41 +202,9 @@ fn export_validate_and_every_restore_case_on_every_durable_backend() {
     assert_eq!(ls.lines().count(), 1, "nothing imported: {ls}");
 }
 
-/// Starts `agui serve --store STORE` on a free port; the address from its
-/// start-up log.
-struct Gateway {
-    child: std::process::Child,
-    addr: String,
-}
-
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn gateway(dir: &Path, store: &str) -> Gateway {
-    use std::io::BufRead;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_agui"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--store", store])
-        .current_dir(dir)
-        .env_remove("AGUI_DATA_DIR")
-        .env_remove("AGUI_AUTH_TOKEN")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
-    let addr = loop {
-        let line = lines.next().expect("agui serve exited early").unwrap();
-        if let Some(rest) = line.split("listening on http://").nth(1) {
-            break rest.trim().to_owned();
-        }
-    };
-    std::thread::spawn(move || for _ in lines.by_ref() {});
-    Gateway { child, addr }
+/// `agui serve --store STORE` on a free port.
+fn gateway(dir: &Path, store: &str) -> Server {
+    serve(dir, &["--store", store])
 }
 
 /// One HTTP/1.0 exchange: status and body.

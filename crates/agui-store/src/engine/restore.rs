@@ -320,32 +320,30 @@ impl Entries {
         while self.bytes + bytes > self.max_bytes
             || (!tip && self.composed.len() >= self.max_threads)
         {
-            let Some(oldest) = self
-                .composed
-                .iter()
-                .min_by_key(|(_, c)| c.used)
-                .map(|(k, _)| k.clone())
-            else {
+            let Some(c) = take_least_recent(&mut self.composed, |c| c.used) else {
                 break;
             };
-            if let Some(c) = self.composed.remove(&oldest) {
-                self.bytes -= c.json.len();
-            }
+            self.bytes -= c.json.len();
         }
         while self.bytes + bytes > self.max_bytes || (tip && self.map.len() >= self.max_threads) {
-            let Some(oldest) = self
-                .map
-                .iter()
-                .min_by_key(|(_, t)| t.used)
-                .map(|(k, _)| k.clone())
-            else {
+            let Some(t) = take_least_recent(&mut self.map, |t| t.used) else {
                 break;
             };
-            if let Some(t) = self.map.remove(&oldest) {
-                self.bytes -= t.bytes;
-            }
+            self.bytes -= t.bytes;
         }
     }
+}
+
+/// Removes and returns the entry of `map` used least recently.
+fn take_least_recent<V>(
+    map: &mut HashMap<(String, String), V>,
+    used: impl Fn(&V) -> u64,
+) -> Option<V> {
+    let oldest = map
+        .iter()
+        .min_by_key(|(_, v)| used(v))
+        .map(|(k, _)| k.clone())?;
+    map.remove(&oldest)
 }
 
 fn to_json<T: serde::Serialize + ?Sized>(v: &T) -> Result<String> {
