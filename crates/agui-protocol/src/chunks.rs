@@ -753,54 +753,79 @@ const INDEX_KEYS_FROM: usize = 16;
 /// The top-level fields of a chunk, as JSON text, in order.
 struct Fields<'a> {
     entries: Vec<(Cow<'a, str>, &'a str)>,
+    /// Position of each key in `entries`, once the object is wide.
+    positions: Option<HashMap<Cow<'a, str>, usize>>,
 }
 
 impl<'a> Fields<'a> {
+    /// Reads the members of an event's text: one walk over text that is
+    /// already valid; the JSON library reads an object with an escaped key.
     fn parse(json: &'a str) -> Fields<'a> {
+        let mut fields = Fields {
+            entries: Vec::with_capacity(8),
+            positions: None,
+        };
+        if crate::scan::members_of_valid(json, |key, value| {
+            fields.put(Cow::Borrowed(key), value);
+        }) {
+            return fields;
+        }
+        Fields::parse_slow(json)
+    }
+
+    /// [`Fields::parse`] through the JSON library (any object text).
+    fn parse_slow(json: &'a str) -> Fields<'a> {
         struct V;
         impl<'de> Visitor<'de> for V {
-            type Value = Vec<(Cow<'de, str>, &'de str)>;
+            type Value = Fields<'de>;
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str("a JSON object")
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                let mut entries: Vec<(Cow<'de, str>, &'de str)> = Vec::with_capacity(8);
-                // Position of each key in `entries`, once the object is wide.
-                let mut positions: Option<HashMap<Cow<'de, str>, usize>> = None;
+                let mut fields = Fields {
+                    entries: Vec::with_capacity(8),
+                    positions: None,
+                };
                 while let Some(crate::ObjectKey(key)) = map.next_key::<crate::ObjectKey<'de>>()? {
                     let value: &'de RawValue = map.next_value()?;
-                    // A repeated key keeps its first position and last value,
-                    // as JSON.parse does.
-                    let at = match &positions {
-                        Some(p) => p.get(&key).copied(),
-                        None => entries.iter().position(|(k, _)| *k == key),
-                    };
-                    match at {
-                        Some(at) => entries[at].1 = value.get(),
-                        None => {
-                            if let Some(p) = &mut positions {
-                                p.insert(key.clone(), entries.len());
-                            }
-                            entries.push((key, value.get()));
-                            if positions.is_none() && entries.len() > INDEX_KEYS_FROM {
-                                positions = Some(
-                                    entries
-                                        .iter()
-                                        .enumerate()
-                                        .map(|(i, (k, _))| (k.clone(), i))
-                                        .collect(),
-                                );
-                            }
-                        }
-                    }
+                    fields.put(key, value.get());
                 }
-                Ok(entries)
+                Ok(fields)
             }
         }
         let mut de = serde_json::Deserializer::from_str(json);
         // An Event always holds a JSON object, so this cannot fail.
-        let entries = serde::Deserializer::deserialize_map(&mut de, V).unwrap_or_default();
-        Fields { entries }
+        serde::Deserializer::deserialize_map(&mut de, V).unwrap_or(Fields {
+            entries: Vec::new(),
+            positions: None,
+        })
+    }
+
+    /// Adds one member. A repeated key keeps its first position and last
+    /// value, as `JSON.parse` does.
+    fn put(&mut self, key: Cow<'a, str>, value: &'a str) {
+        let at = match &self.positions {
+            Some(p) => p.get(&key).copied(),
+            None => self.entries.iter().position(|(k, _)| *k == key),
+        };
+        match at {
+            Some(at) => self.entries[at].1 = value,
+            None => {
+                if let Some(p) = &mut self.positions {
+                    p.insert(key.clone(), self.entries.len());
+                }
+                self.entries.push((key, value));
+                if self.positions.is_none() && self.entries.len() > INDEX_KEYS_FROM {
+                    self.positions = Some(
+                        self.entries
+                            .iter()
+                            .enumerate()
+                            .map(|(i, (k, _))| (k.clone(), i))
+                            .collect(),
+                    );
+                }
+            }
+        }
     }
 
     fn get(&self, key: &str) -> Option<&'a str> {
@@ -831,6 +856,7 @@ fn end_event(p: &Pending) -> Event {
 }
 
 /// `subagentRunId` of a non-chunk event, as the closing rules read it.
+#[derive(Debug, PartialEq)]
 enum TagOf {
     Tag(Tag),
     Other,
@@ -838,6 +864,28 @@ enum TagOf {
 
 /// Reads only `subagentRunId` (a repeated one names no lane).
 fn read_tag_of(event: &Event) -> TagOf {
+    // One walk over the valid text; the JSON library reads an event with
+    // an escaped key.
+    let mut found: Option<&str> = None;
+    let mut repeated = false;
+    if event.for_each_member(|key, value| {
+        if key == "subagentRunId" {
+            repeated |= found.is_some();
+            found = Some(value);
+        }
+    }) {
+        return match found {
+            _ if repeated => TagOf::Other,
+            None => TagOf::Tag(Tag::Absent),
+            Some("null") => TagOf::Tag(Tag::Null),
+            Some(raw) => as_string(raw).map_or(TagOf::Other, |s| TagOf::Tag(Tag::Id(s))),
+        };
+    }
+    read_tag_slow(event)
+}
+
+/// [`read_tag_of`] through the JSON library (any event text).
+fn read_tag_slow(event: &Event) -> TagOf {
     struct V;
     impl<'de> Visitor<'de> for V {
         type Value = Tag;
@@ -1280,5 +1328,57 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    /// Object texts with repeated keys, escaped keys, nested look-alikes,
+    /// odd spacing and wide objects (the key index).
+    fn object_text() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let key = prop_oneof![
+            Just("subagentRunId".to_owned()),
+            Just("messageId".to_owned()),
+            Just("delta".to_owned()),
+            Just("metadata".to_owned()),
+            Just("subagent\\u0052unId".to_owned()),
+            Just("m\\\\x".to_owned()),
+            (0u8..24).prop_map(|i| format!("k{i}")),
+        ];
+        let value = prop_oneof![
+            Just("null".to_owned()),
+            Just("\"lane\"".to_owned()),
+            Just("\"la\\\"ne\\u00e9\"".to_owned()),
+            Just("12.50".to_owned()),
+            Just("false".to_owned()),
+            Just("{\"subagentRunId\":\"inner\",\"a\":[1,{}]}".to_owned()),
+            Just("[\"}\",{\"subagentRunId\":null}]".to_owned()),
+        ];
+        let space = prop_oneof![Just(""), Just(" "), Just("\n\t ")];
+        proptest::collection::vec((key, value, space), 0..24).prop_map(|members| {
+            let mut text = String::from("{\"type\":\"X_TEST\"");
+            for (k, v, sp) in members {
+                text.push_str(&format!(",{sp}\"{k}\"{sp}:{sp}{v}{sp}"));
+            }
+            text.push('}');
+            text
+        })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig {
+            cases: 512,
+            failure_persistence: None,
+            ..proptest::prelude::ProptestConfig::default()
+        })]
+
+        /// The walk over valid text reads what the JSON library reads.
+        #[test]
+        fn fields_and_tags_read_by_the_walk_agree_with_the_library(text in object_text()) {
+            let event = Event::from_json(&text).unwrap();
+            proptest::prop_assert_eq!(
+                &Fields::parse(event.json()).entries,
+                &Fields::parse_slow(event.json()).entries
+            );
+            proptest::prop_assert_eq!(read_tag_of(&event), read_tag_slow(&event));
+        }
     }
 }

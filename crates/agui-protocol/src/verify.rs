@@ -699,6 +699,9 @@ pub struct Verifier {
     count: usize,
     /// Keep going after an error (see [`verify_all`]).
     lenient: bool,
+    /// The events a chunk expands into (reused, so that an event costs no
+    /// allocation here).
+    expanded: Vec<Event>,
 }
 
 impl Verifier {
@@ -729,11 +732,29 @@ impl Verifier {
             self.count += 1;
             return Ok(());
         }
-        let expanded = self.expander.push(event)?;
-        for e in &expanded {
+        let mut expanded = std::mem::take(&mut self.expanded);
+        expanded.clear();
+        let result = self.push_expanding(event, &mut expanded);
+        expanded.clear();
+        self.expanded = expanded;
+        result?;
+        self.count += 1;
+        Ok(())
+    }
+
+    /// Expands `event` into `expanded` and verifies each event it stands for.
+    fn push_expanding(
+        &mut self,
+        event: &Event,
+        expanded: &mut Vec<Event>,
+    ) -> Result<(), VerifyError> {
+        let itself = self.expander.push_into(event, expanded)?;
+        for e in expanded.iter() {
             self.push_expanded(e)?;
         }
-        self.count += 1;
+        if itself {
+            self.push_expanded(event)?;
+        }
         Ok(())
     }
 
@@ -864,19 +885,19 @@ impl Verifier {
                 }
             }
             EventType::TextMessageContent | EventType::TextMessageEnd => {
-                let id = field(&v.message_id, "messageId")?;
-                if !self.texts.contains(&id) {
+                let id = str_field(name, &v.message_id, "messageId")?;
+                if !self.texts.contains(id) {
                     return Err(VerifyError::NotOpen {
                         event_type: name.to_owned(),
                         kind: ItemKind::TextMessage,
-                        id,
+                        id: id.to_owned(),
                     });
                 }
-                if let Some(owner) = self.owners.message.get(&id) {
-                    tag_agrees(name, tag, owner, "message", &id)?;
+                if let Some(owner) = self.owners.message.get(id) {
+                    tag_agrees(name, tag, owner, "message", id)?;
                 }
                 if *ty == EventType::TextMessageEnd {
-                    self.texts.remove(&id);
+                    self.texts.remove(id);
                 }
             }
             EventType::ToolCallStart => {
@@ -928,19 +949,19 @@ impl Verifier {
                 }
             }
             EventType::ToolCallArgs | EventType::ToolCallEnd => {
-                let id = field(&v.tool_call_id, "toolCallId")?;
-                if !self.tools.contains(&id) {
+                let id = str_field(name, &v.tool_call_id, "toolCallId")?;
+                if !self.tools.contains(id) {
                     return Err(VerifyError::NotOpen {
                         event_type: name.to_owned(),
                         kind: ItemKind::ToolCall,
-                        id,
+                        id: id.to_owned(),
                     });
                 }
-                if let Some(owner) = self.owners.tool_call.get(&id) {
-                    tag_agrees(name, tag, owner, "tool call", &id)?;
+                if let Some(owner) = self.owners.tool_call.get(id) {
+                    tag_agrees(name, tag, owner, "tool call", id)?;
                 }
                 if *ty == EventType::ToolCallEnd {
-                    self.tools.remove(&id);
+                    self.tools.remove(id);
                 }
             }
             EventType::ToolCallResult => {
@@ -995,9 +1016,9 @@ impl Verifier {
                 }
             }
             EventType::ActivityDelta => {
-                let id = field(&v.message_id, "messageId")?;
-                if let Some(owner) = self.owners.activity.get(&id) {
-                    tag_agrees(name, tag, owner, "activity", &id)?;
+                let id = str_field(name, &v.message_id, "messageId")?;
+                if let Some(owner) = self.owners.activity.get(id) {
+                    tag_agrees(name, tag, owner, "activity", id)?;
                 }
             }
             EventType::ReasoningStart | EventType::ReasoningMessageStart => {
@@ -1024,25 +1045,25 @@ impl Verifier {
             EventType::ReasoningMessageContent
             | EventType::ReasoningMessageEnd
             | EventType::ReasoningEnd => {
-                let id = field(&v.message_id, "messageId")?;
+                let id = str_field(name, &v.message_id, "messageId")?;
                 let span = *ty == EventType::ReasoningEnd;
                 let (open, kind) = if span {
                     (&mut self.spans, ItemKind::ReasoningSpan)
                 } else {
                     (&mut self.reasonings, ItemKind::ReasoningMessage)
                 };
-                if !open.contains(&id) {
+                if !open.contains(id) {
                     return Err(VerifyError::NotOpen {
                         event_type: name.to_owned(),
                         kind,
-                        id,
+                        id: id.to_owned(),
                     });
                 }
-                if let Some(owner) = self.owners.reasoning.get(&id) {
-                    tag_agrees(name, tag, owner, "reasoning message", &id)?;
+                if let Some(owner) = self.owners.reasoning.get(id) {
+                    tag_agrees(name, tag, owner, "reasoning message", id)?;
                 }
                 if *ty != EventType::ReasoningMessageContent {
-                    open.remove(&id);
+                    open.remove(id);
                 }
             }
             EventType::ReasoningEncryptedValue => {
@@ -1310,6 +1331,18 @@ fn js_string(v: Option<&serde_json::Value>) -> String {
 }
 
 /// An absent tag always agrees; a present one must equal the owner.
+/// A string field of an event, borrowed; `BadField` when it is anything else.
+fn str_field<'v>(
+    event_type: &str,
+    value: &'v Loose<'_>,
+    field: &'static str,
+) -> Result<&'v str, VerifyError> {
+    value.str().ok_or_else(|| VerifyError::BadField {
+        event_type: event_type.to_owned(),
+        field,
+    })
+}
+
 fn tag_agrees(
     event_type: &str,
     tag: Option<&str>,
