@@ -329,7 +329,7 @@ async fn serve(
             );
         }
     }
-    let listener = tokio::net::TcpListener::bind(&listen)
+    let listener = bind(&listen)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
     let addr = listener.local_addr()?;
@@ -351,6 +351,35 @@ async fn serve(
     agui_server::serve(gw.clone(), listener, shutdown_signal()).await?;
     gw.store().close().await.ok();
     Ok(())
+}
+
+/// Connections the kernel queues for `accept` at most (it caps the figure at
+/// `net.core.somaxconn`). The default of a Tokio listener is 128 here, and a
+/// burst of clients beyond it (a thousand attaching to one run at once) had
+/// the overflow wait a whole second for the SYN to be sent again.
+const LISTEN_BACKLOG: u32 = 4096;
+
+/// Listens on the first address `listen` resolves to that can be bound.
+async fn bind(listen: &str) -> std::io::Result<tokio::net::TcpListener> {
+    let mut last = None;
+    for addr in tokio::net::lookup_host(listen).await? {
+        let socket = if addr.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        // As the standard listener does on Unix: a restarted server binds
+        // its port while the old connections are in TIME_WAIT.
+        #[cfg(unix)]
+        socket.set_reuseaddr(true)?;
+        match socket.bind(addr) {
+            Ok(()) => return socket.listen(LISTEN_BACKLOG),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        std::io::Error::new(std::io::ErrorKind::InvalidInput, "no address to listen on")
+    }))
 }
 
 /// A store URL without its password.
@@ -391,6 +420,33 @@ async fn shutdown_signal() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A burst of connections beyond Tokio's default backlog (128) queues
+    /// for `accept` instead of having its SYNs dropped: every connect
+    /// completes while the server accepts none.
+    #[tokio::test]
+    async fn a_burst_of_connections_waits_in_the_accept_queue() {
+        // The kernel caps the backlog at `net.core.somaxconn`.
+        let cap = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+            .ok()
+            .and_then(|s| s.trim().parse::<u32>().ok());
+        if cap.is_some_and(|c| c <= 512) {
+            eprintln!("skipped: net.core.somaxconn is {cap:?}, below the burst");
+            return;
+        }
+        let listener = bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let connects = (0..512).map(|_| tokio::net::TcpStream::connect(addr));
+        let all = futures::future::try_join_all(connects);
+        // With a backlog of 128 the rest would wait for SYN retries that
+        // never get in (nothing accepts), and the timeout would fire.
+        let streams = tokio::time::timeout(std::time::Duration::from_secs(20), all)
+            .await
+            .expect("connections beyond the backlog waited for SYN retries")
+            .unwrap();
+        assert_eq!(streams.len(), 512);
+        drop(listener);
+    }
 
     /// The defaults written in `agui serve --help` are the gateway's.
     #[test]
