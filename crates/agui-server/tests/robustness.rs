@@ -10,9 +10,9 @@ use std::time::Duration;
 use agui_protocol::Event;
 use agui_protocol::verify::verify_events;
 use agui_server::{Auth, GatewayConfig, SessionMode, config::parse_agent_flag};
+use agui_store::conformance::hooked::{Hooked, Hooks};
 use agui_store::{
-    AppendRequest, Backend, Committed, EventPage, MemoryStore, Result, RunFilter, RunPage,
-    RunRecord, Store, StoreError, StoreStats, ThreadFilter, ThreadInfo, ThreadPage,
+    AppendRequest, Backend, Committed, EventPage, MemoryStore, Result, Store, StoreError,
 };
 use axum::Router;
 use axum::body::Body;
@@ -31,91 +31,58 @@ fn with_agents(agents: &[&str]) -> GatewayConfig {
     }
 }
 
-/// A memory store that fails on purpose: appends holding a terminal event
-/// (or every append), and subscriptions that break after their first event.
+/// Failures on purpose, in front of a memory store: appends holding a
+/// terminal event (or every append), and subscriptions that break after
+/// their first event.
 #[derive(Default)]
-struct Faulty {
-    inner: MemoryStore,
+struct Faults {
     fail_terminal: AtomicBool,
     fail_all: AtomicBool,
     break_subscriptions: AtomicBool,
 }
 
 #[async_trait::async_trait]
-impl Backend for Faulty {
-    async fn commit(&self, tenant: &str, thread: &str, req: AppendRequest) -> Result<Committed> {
+impl Hooks for Faults {
+    async fn commit(
+        &self,
+        inner: &dyn Backend,
+        tenant: &str,
+        thread: &str,
+        req: AppendRequest,
+    ) -> Result<Committed> {
         let terminal = req.events.iter().any(|e| e.event_type().is_run_terminal());
         if self.fail_all.load(Ordering::SeqCst)
             || (terminal && self.fail_terminal.load(Ordering::SeqCst))
         {
             return Err(StoreError::unavailable("the disk is gone (test)"));
         }
-        self.inner.commit(tenant, thread, req).await
+        inner.commit(tenant, thread, req).await
     }
     /// With `break_subscriptions`, the log reads as damaged after its first
     /// event (what a subscription's catch-up then meets).
-    async fn read(&self, t: &str, th: &str, from: u64, limit: usize) -> Result<EventPage> {
+    async fn read(
+        &self,
+        inner: &dyn Backend,
+        t: &str,
+        th: &str,
+        from: u64,
+        limit: usize,
+    ) -> Result<EventPage> {
         if !self.break_subscriptions.load(Ordering::SeqCst) {
-            return self.inner.read(t, th, from, limit).await;
+            return inner.read(t, th, from, limit).await;
         }
         if from > 1 {
             return Err(StoreError::corrupt(
                 "chunk 7 of the thread fails its checksum (test)",
             ));
         }
-        self.inner.read(t, th, from, 1).await
+        inner.read(t, th, from, 1).await
     }
-    async fn run(&self, t: &str, th: &str, r: &str) -> Result<RunRecord> {
-        self.inner.run(t, th, r).await
-    }
-    async fn list_runs(&self, t: &str, f: &RunFilter) -> Result<RunPage> {
-        self.inner.list_runs(t, f).await
-    }
-    async fn thread(&self, t: &str, th: &str) -> Result<ThreadInfo> {
-        self.inner.thread(t, th).await
-    }
-    async fn list_threads(&self, t: &str, f: &ThreadFilter) -> Result<ThreadPage> {
-        self.inner.list_threads(t, f).await
-    }
-    async fn delete_thread(&self, t: &str, th: &str) -> Result<()> {
-        self.inner.delete_thread(t, th).await
-    }
-    async fn rename_thread(&self, t: &str, from: &str, to: &str) -> Result<()> {
-        self.inner.rename_thread(t, from, to).await
-    }
-    async fn tenants(&self) -> Result<Vec<String>> {
-        self.inner.tenants().await
-    }
-    async fn load_checkpoint(&self, t: &str, th: &str, r: &str) -> Result<Option<Vec<u8>>> {
-        self.inner.load_checkpoint(t, th, r).await
-    }
-    async fn save_checkpoint(&self, t: &str, th: &str, r: &str, b: Vec<u8>) -> Result<()> {
-        self.inner.save_checkpoint(t, th, r, b).await
-    }
-    async fn claim_thread(&self, t: &str, th: &str, r: &str) -> Result<Option<String>> {
-        self.inner.claim_thread(t, th, r).await
-    }
-    async fn release_thread(&self, t: &str, th: &str, r: &str) -> Result<()> {
-        self.inner.release_thread(t, th, r).await
-    }
-    async fn channels(&self, t: &str, th: &str) -> Result<Vec<agui_store::Channel>> {
-        self.inner.channels(t, th).await
-    }
-    async fn put_channel(&self, t: &str, th: &str, c: agui_store::Channel) -> Result<()> {
-        self.inner.put_channel(t, th, c).await
-    }
-    async fn mark_interrupted(&self) -> Result<u64> {
-        self.inner.mark_interrupted().await
-    }
-    async fn stats(&self) -> Result<StoreStats> {
-        self.inner.stats().await
-    }
-    async fn flush(&self) -> Result<()> {
-        self.inner.flush().await
-    }
-    async fn close(&self) -> Result<()> {
-        self.inner.close().await
-    }
+}
+
+/// A memory store behind [`Faults`].
+fn faulty() -> Arc<Hooked<Faults>> {
+    Arc::new(Hooked::new(MemoryStore::new(), Faults::default()))
 }
 
 async fn events_of(base: &str, thread: &str) -> Vec<Frame> {
@@ -141,9 +108,9 @@ fn verify_frames(frames: &[Frame]) {
 #[tokio::test]
 async fn a_failed_append_of_the_terminal_batch_reaches_the_client_as_run_error() {
     logged();
-    let faulty = Arc::new(Faulty::default());
+    let faulty = faulty();
     let store = Store::from_arc(faulty.clone());
-    faulty.fail_terminal.store(true, Ordering::SeqCst);
+    faulty.hooks().fail_terminal.store(true, Ordering::SeqCst);
     let g = start_with(store.clone(), GatewayConfig::default()).await;
     let (status, frames, _) = run(&g.base, "demo", &input("t-fails-at-end", "r", "hello")).await;
     assert_eq!(status, 200);
@@ -159,13 +126,13 @@ async fn a_failed_append_of_the_terminal_batch_reaches_the_client_as_run_error()
     let seen: Vec<&Frame> = frames.iter().filter(|f| f.id.is_some()).collect();
     assert_eq!(stored.len(), seen.len());
     // And when even the first batch fails, the client still hears of it.
-    faulty.fail_all.store(true, Ordering::SeqCst);
+    faulty.hooks().fail_all.store(true, Ordering::SeqCst);
     let (status, frames, _) = run(&g.base, "demo", &input("t-fails-at-once", "r", "hello")).await;
     assert_eq!(status, 200);
     let types: Vec<&str> = frames.iter().map(Frame::ty).collect();
     assert_eq!(types, vec!["RUN_ERROR"]);
     assert_eq!(frames[0].data["code"], "store_error");
-    faulty.fail_all.store(false, Ordering::SeqCst);
+    faulty.hooks().fail_all.store(false, Ordering::SeqCst);
     // Each failure is logged at error level, naming the thread and the run.
     for thread in ["t-fails-at-end", "t-fails-at-once"] {
         let lines = error_lines_with(&["cannot store the run's events", thread, "run=r"]);
@@ -495,12 +462,15 @@ async fn a_stored_log_the_client_rejects_restores_as_far_as_it_goes() {
 #[tokio::test]
 async fn a_damaged_chunk_ends_the_event_stream_with_a_visible_error() {
     logged();
-    let faulty = Arc::new(Faulty::default());
+    let faulty = faulty();
     let store = Store::from_arc(faulty.clone());
     let g = start_with(store.clone(), GatewayConfig::default()).await;
     let (_, frames, _) = run(&g.base, "demo", &input("t-damaged", "r", "hello")).await;
     assert!(frames.len() > 2);
-    faulty.break_subscriptions.store(true, Ordering::SeqCst);
+    faulty
+        .hooks()
+        .break_subscriptions
+        .store(true, Ordering::SeqCst);
     let resp = client()
         .get(format!("{}/threads/t-damaged/events", g.base))
         .send()

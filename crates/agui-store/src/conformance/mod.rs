@@ -21,6 +21,7 @@
 
 mod cases;
 pub mod crash;
+pub mod hooked;
 pub use crate::sample as events;
 
 pub use cases::*;
