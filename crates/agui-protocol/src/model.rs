@@ -76,4 +76,4 @@ pub use patch::{
     ReplaceOperation, TestOperation,
 };
 pub use primitives::{EventBase, JsonPointer, Metadata, Timestamp, TokenCount};
-pub use read::{Checked, ReadMode, parse_event, read, read_all};
+pub use read::{Checked, ReadMode, check_event, parse_event, read, read_all};

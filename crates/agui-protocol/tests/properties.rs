@@ -130,3 +130,99 @@ proptest! {
         prop_assert_eq!(tolerant.event.to_value(), event.to_value());
     }
 }
+
+/// Events of the streaming types `check_event` walks (and one it does not),
+/// written as text: each member drawn from the fields it checks and their
+/// wrong kinds, repeated keys, escaped keys, timestamps of every spelling.
+fn streamed_event_text() -> impl Strategy<Value = String> {
+    let ty = prop::sample::select(vec![
+        "TEXT_MESSAGE_CONTENT",
+        "TEXT_MESSAGE_END",
+        "TOOL_CALL_ARGS",
+        "TOOL_CALL_END",
+        "REASONING_MESSAGE_CONTENT",
+        "TEXT_MESSAGE_START",
+    ]);
+    let key = prop::sample::select(vec![
+        "messageId",
+        "toolCallId",
+        "delta",
+        "subagentRunId",
+        "rawEvent",
+        "metadata",
+        "timestamp",
+        "role",
+        "extra",
+        "m\\u0065ssageId",
+        "del\\u0074a",
+    ]);
+    let value = prop::sample::select(vec![
+        "\"m1\"",
+        "\"\"",
+        "\"a\\\"b\\u00e9\"",
+        "null",
+        "false",
+        "1",
+        "-0",
+        "1.5",
+        "1.0",
+        "1e3",
+        "123456789012345",
+        "-123456789012345",
+        "1234567890123456",
+        "9007199254740993",
+        "{}",
+        "{\"k\":[1,null]}",
+        "[]",
+        "\"assistant\"",
+    ]);
+    let members = prop::collection::vec((key, value), 0..7);
+    (ty, members, any::<bool>()).prop_map(|(ty, members, well_formed)| {
+        let mut text = format!("{{\"type\":\"{ty}\"");
+        if well_formed {
+            // Most cases start from a valid event, so the walk's `Ok` is
+            // exercised as much as its doubts.
+            let id = if ty.starts_with("TOOL") {
+                "toolCallId"
+            } else {
+                "messageId"
+            };
+            text.push_str(&format!(",\"{id}\":\"x\",\"delta\":\"y\""));
+        }
+        for (k, v) in members {
+            text.push_str(&format!(",\"{k}\":{v}"));
+        }
+        text.push('}');
+        text
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2048, ..config() })]
+
+    /// `check_event` gives `parse_event`'s verdict, and its error.
+    #[test]
+    fn check_event_agrees_with_parse_event(text in streamed_event_text()) {
+        let event = Event::from_json(&text).unwrap();
+        let fast = model::check_event(&event).map_err(|e| e.to_string());
+        let full = model::parse_event(&event).map(|_| ()).map_err(|e| e.to_string());
+        prop_assert_eq!(fast, full, "{}", text);
+    }
+
+    /// The same on the generated events of every known type, valid and with
+    /// one broken field.
+    #[test]
+    fn check_event_agrees_on_generated_events(value in support::known_event()) {
+        let event = Event::from_serialize(&value).unwrap();
+        prop_assert!(model::check_event(&event).is_ok(), "{}", value);
+    }
+
+    #[test]
+    fn check_event_refuses_generated_breakages((_, _, broken) in support::broken_event()) {
+        let event = Event::from_serialize(&broken).unwrap();
+        let fast = model::check_event(&event).map_err(|e| e.to_string());
+        let full = model::parse_event(&event).map(|_| ()).map_err(|e| e.to_string());
+        prop_assert!(fast.is_err());
+        prop_assert_eq!(fast, full);
+    }
+}

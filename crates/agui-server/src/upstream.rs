@@ -538,7 +538,7 @@ impl UpstreamReader {
 /// The official client's checks on one event: the schema of its type, then
 /// the sequence rules.
 fn check(verifier: &mut Verifier, e: &Event) -> Result<(), String> {
-    agui_protocol::model::parse_event(e).map_err(|err| err.to_string())?;
+    agui_protocol::model::check_event(e).map_err(|err| err.to_string())?;
     verifier.push(e).map_err(|err| err.to_string())
 }
 

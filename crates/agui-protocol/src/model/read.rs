@@ -7,6 +7,70 @@ use super::events::TypedEvent;
 use super::json::Obj;
 use crate::Event;
 
+/// The verdict of [`parse_event`] without the typed event: `Ok` exactly when
+/// `parse_event` succeeds, and then the same error.
+///
+/// The events that stream a run's text (`TEXT_MESSAGE_CONTENT`,
+/// `TEXT_MESSAGE_END`, `TOOL_CALL_ARGS`, `TOOL_CALL_END`,
+/// `REASONING_MESSAGE_CONTENT`) are checked in one walk over their members,
+/// without building a JSON tree. Every other event, and any such event the
+/// walk is not sure of (an escaped key, a timestamp that is not a short
+/// integer, a field of the wrong kind), is read by `parse_event`.
+///
+/// The walk relies on what every [`Event`] holds: valid JSON without the
+/// reserved key.
+pub fn check_event(event: &Event) -> Result<(), SchemaError> {
+    if streamed_event_is_valid(event) {
+        return Ok(());
+    }
+    parse_event(event).map(|_| ())
+}
+
+/// True when `event` is one of the streaming events of [`check_event`] and
+/// its schema surely holds: its required string fields are present and
+/// strings, `subagentRunId` is a string, `rawEvent` is not `null`,
+/// `metadata` is an object and `timestamp` a short integer. Each occurrence
+/// of a repeated key is checked, so the last one (what a parse keeps) is.
+fn streamed_event_is_valid(event: &Event) -> bool {
+    use crate::EventType;
+    let (id, delta) = match event.event_type() {
+        EventType::TextMessageContent | EventType::ReasoningMessageContent => {
+            ("messageId", Some("delta"))
+        }
+        EventType::ToolCallArgs => ("toolCallId", Some("delta")),
+        EventType::TextMessageEnd => ("messageId", None),
+        EventType::ToolCallEnd => ("toolCallId", None),
+        _ => return false,
+    };
+    let string = |v: &str| v.starts_with('"');
+    let (mut has_id, mut has_delta, mut sure) = (false, delta.is_none(), true);
+    let walked = event.for_each_member(|key, value| {
+        sure &= match key {
+            "type" => true,
+            k if k == id => {
+                has_id = true;
+                string(value)
+            }
+            k if Some(k) == delta => {
+                has_delta = true;
+                string(value)
+            }
+            "subagentRunId" => string(value),
+            "rawEvent" => value != "null",
+            "metadata" => value.starts_with('{'),
+            "timestamp" => short_integer(value),
+            _ => true,
+        };
+    });
+    walked && sure && has_id && has_delta
+}
+
+/// An integer of at most 15 digits (within ±(2^53−1) whatever they are).
+fn short_integer(text: &str) -> bool {
+    let digits = text.strip_prefix('-').unwrap_or(text);
+    (1..=15).contains(&digits.len()) && digits.bytes().all(|b| b.is_ascii_digit())
+}
+
 /// How [`read`] treats a known event that does not match its schema.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ReadMode {
