@@ -4,6 +4,8 @@
 //! Fuzzes the event envelope: the one-pass scanner (`Event::from_json`'s fast
 //! path) must agree with the reference path on every input: the same
 //! verdict, the same text and type, the same error. No panic on either.
+//! And on every event it accepts, the schema check's walk
+//! (`model::check_event`) gives the full parse's verdict and error.
 
 use agui_protocol::Event;
 
@@ -25,4 +27,11 @@ pub fn check(data: &[u8]) {
     assert_eq!(fast, reference, "text: {text:?}");
     let owned = outcome(Event::from_json_string(text.to_owned()));
     assert_eq!(owned, reference, "owned text: {text:?}");
+    if let Ok(event) = Event::from_json(text) {
+        let walked = agui_protocol::model::check_event(&event).map_err(|e| e.to_string());
+        let parsed = agui_protocol::model::parse_event(&event)
+            .map(|_| ())
+            .map_err(|e| e.to_string());
+        assert_eq!(walked, parsed, "schema check of {text:?}");
+    }
 }

@@ -57,9 +57,12 @@ pub enum EnvelopeError {
         depth: usize,
     },
     /// The event uses a key that the JSON library reserves for its own
-    /// exact-number encoding (`$serde_json::private::Number`), so it could not
-    /// be read back without changing its value.
-    #[error("an event uses the reserved key \"$serde_json::private::Number\"")]
+    /// encodings (`$serde_json::private::Number` for exact numbers,
+    /// `$serde_json::private::RawValue` for raw values), so it could not be
+    /// read back without changing its value.
+    #[error(
+        "an event uses a key the JSON library reserves (\"$serde_json::private::Number\" or \"$serde_json::private::RawValue\")"
+    )]
     ReservedKey,
 }
 
@@ -638,9 +641,9 @@ impl Shape {
 }
 
 /// The slow path, for the rare text with surrogate escapes or that could hold
-/// the reserved key: a full parse must succeed (a lone surrogate fails it),
-/// and no object key may decode to the reserved key (a full parse would turn
-/// that object into a number).
+/// a reserved key: a full parse must succeed (a lone surrogate fails it),
+/// and no object key may decode to a reserved key (a full parse would turn
+/// that object into a number or raw text).
 fn check_reserved_key(text: &str) -> Result<(), EnvelopeError> {
     let bytes = text.as_bytes();
     let mut i = 0;
@@ -661,7 +664,7 @@ fn check_reserved_key(text: &str) -> Result<(), EnvelopeError> {
         }
         if bytes.get(next) == Some(&b':') {
             let key: String = serde_json::from_str(literal).map_err(EnvelopeError::Syntax)?;
-            if key == RESERVED_KEY {
+            if RESERVED_KEYS.contains(&key.as_str()) {
                 return Err(EnvelopeError::ReservedKey);
             }
         }
@@ -671,8 +674,13 @@ fn check_reserved_key(text: &str) -> Result<(), EnvelopeError> {
     Ok(())
 }
 
-/// The key serde_json's exact-number mode reserves for itself.
-pub(crate) const RESERVED_KEY: &str = "$serde_json::private::Number";
+/// The keys serde_json reserves for itself: with its exact-number mode an
+/// object keyed by the first is read as a number, with its raw-value mode one
+/// keyed by the second as raw JSON text; neither round-trips as a value.
+pub(crate) const RESERVED_KEYS: [&str; 2] = [
+    "$serde_json::private::Number",
+    "$serde_json::private::RawValue",
+];
 
 /// Removes insignificant whitespace from valid JSON text.
 fn one_line(text: &str) -> String {
@@ -789,11 +797,14 @@ mod tests {
     }
 
     #[test]
-    fn the_reserved_number_key_is_refused_in_every_spelling() {
+    fn the_reserved_keys_are_refused_in_every_spelling() {
         for text in [
             r#"{"type":"RAW","event":{"$serde_json::private::Number":"5"}}"#,
             r#"{"type":"RAW","event":{"\u0024serde_json::private::Number":"5"}}"#,
             r#"{"type":"RAW","event":{"\u0024serde\u005fjson\u003a\u003aprivate::Number":"5"}}"#,
+            r#"{"type":"RAW","event":{"$serde_json::private::RawValue":"5"}}"#,
+            r#"{"$serde_json::private::RawValue":"{}","type":"TOOL_CALL_END","toolCallId":"t"}"#,
+            r#"{"type":"TEXT_MESSAGE_END","messageId":"m","metadata":{"\u0024serde_json::private::RawValue":"5"}}"#,
         ] {
             assert!(
                 matches!(Event::from_json(text), Err(EnvelopeError::ReservedKey)),

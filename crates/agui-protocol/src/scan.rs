@@ -351,7 +351,10 @@ fn container_end(text: &[u8], mut i: usize, object: bool) -> Option<usize> {
 /// this test on the raw body is exact.
 #[inline(always)]
 fn is_reserved(body: &[u8]) -> bool {
-    body.first() == Some(&b'$') && body == crate::event::RESERVED_KEY.as_bytes()
+    body.first() == Some(&b'$')
+        && crate::event::RESERVED_KEYS
+            .iter()
+            .any(|key| body == key.as_bytes())
 }
 
 fn member(key: (usize, usize), value: (usize, usize)) -> Member {

@@ -17,8 +17,9 @@ use crate::Event;
 /// walk is not sure of (an escaped key, a timestamp that is not a short
 /// integer, a field of the wrong kind), is read by `parse_event`.
 ///
-/// The walk relies on what every [`Event`] holds: valid JSON without the
-/// reserved key.
+/// The walk relies on what every [`Event`] holds: valid JSON without a key
+/// the JSON library reserves (which would make a full parse read an object
+/// as a number or raw text).
 pub fn check_event(event: &Event) -> Result<(), SchemaError> {
     if streamed_event_is_valid(event) {
         return Ok(());
@@ -108,7 +109,7 @@ pub fn parse_event(event: &Event) -> Result<TypedEvent, SchemaError> {
         // `{"$serde_json::private::Number": <not a numeric string>}`.
         SchemaError::new(super::SchemaErrorKind::WrongType {
             expected: "JSON that serde_json can represent",
-            found: "an object keyed \"$serde_json::private::Number\"",
+            found: "an object keyed by a key the JSON library reserves",
         })
         .in_event(ty)
     })?;
