@@ -1330,7 +1330,6 @@ fn js_string(v: Option<&serde_json::Value>) -> String {
     }
 }
 
-/// An absent tag always agrees; a present one must equal the owner.
 /// A string field of an event, borrowed; `BadField` when it is anything else.
 fn str_field<'v>(
     event_type: &str,
@@ -1343,6 +1342,7 @@ fn str_field<'v>(
     })
 }
 
+/// An absent tag always agrees; a present one must equal the owner.
 fn tag_agrees(
     event_type: &str,
     tag: Option<&str>,
