@@ -3,6 +3,11 @@
 //! The reducer reads a handful of fields per event. This view keeps each
 //! value as its raw JSON text and parses only what a rule needs. A key that
 //! appears twice keeps its last value, as `JSON.parse` does.
+//!
+//! An event's text is valid JSON (the wire layer checked it), so the view
+//! is read with [`agui_protocol::members_of_valid`], one walk that
+//! checks nothing again; an object with an escaped key is read by
+//! `serde_json` instead (a test holds the two ways to the same fields).
 
 use std::borrow::Cow;
 use std::fmt;
@@ -16,16 +21,29 @@ use serde_json::value::RawValue;
 use super::js::{self, KeyRef};
 
 pub(crate) struct Fields<'a> {
-    items: Vec<(Cow<'a, str>, &'a RawValue)>,
+    items: Vec<(Cow<'a, str>, &'a str)>,
 }
 
 impl<'a> Fields<'a> {
+    /// The members of an event's text (valid JSON; any JSON object text
+    /// is read correctly, through the library when the walk steps aside).
     pub(crate) fn parse(json: &'a str) -> Result<Fields<'a>, serde_json::Error> {
+        let mut items = Vec::with_capacity(8);
+        if agui_protocol::members_of_valid(json, |key, value| {
+            items.push((Cow::Borrowed(key), value));
+        }) {
+            return Ok(Fields { items });
+        }
+        Fields::parse_slow(json)
+    }
+
+    /// [`Fields::parse`] through `serde_json`.
+    fn parse_slow(json: &'a str) -> Result<Fields<'a>, serde_json::Error> {
         serde_json::from_str(json)
     }
 
     /// The raw value of a field (`None` when absent).
-    pub(crate) fn raw(&self, name: &str) -> Option<&'a RawValue> {
+    pub(crate) fn raw(&self, name: &str) -> Option<&'a str> {
         self.items
             .iter()
             .rev()
@@ -35,9 +53,7 @@ impl<'a> Fields<'a> {
 
     /// A field as a JSON value (`None` when absent).
     pub(crate) fn value(&self, name: &str) -> Result<Option<Value>, serde_json::Error> {
-        self.raw(name)
-            .map(|raw| serde_json::from_str(raw.get()))
-            .transpose()
+        self.raw(name).map(serde_json::from_str).transpose()
     }
 
     /// A field as an id for `===` look-ups.
@@ -48,8 +64,7 @@ impl<'a> Fields<'a> {
     /// A field as a string when it is one (borrowed when it has no escapes).
     pub(crate) fn str(&self, name: &str) -> Result<Option<Cow<'a, str>>, serde_json::Error> {
         match self.raw(name) {
-            Some(raw) if raw.get().starts_with('"') => {
-                let text = raw.get();
+            Some(text) if text.starts_with('"') => {
                 if !text.contains('\\') && text.len() >= 2 {
                     Ok(Some(Cow::Borrowed(&text[1..text.len() - 1])))
                 } else {
@@ -62,7 +77,7 @@ impl<'a> Fields<'a> {
 
     /// True when the field is present and not `null` (`x != null`).
     pub(crate) fn is_set(&self, name: &str) -> bool {
-        self.raw(name).is_some_and(|r| r.get() != "null")
+        self.raw(name).is_some_and(|r| r != "null")
     }
 }
 
@@ -78,11 +93,90 @@ impl<'de> Deserialize<'de> for Fields<'de> {
                 let mut items = Vec::with_capacity(8);
                 while let Some(ObjectKey(k)) = map.next_key::<ObjectKey<'de>>()? {
                     let v: &'de RawValue = map.next_value()?;
-                    items.push((k, v));
+                    items.push((k, v.get()));
                 }
                 Ok(Fields { items })
             }
         }
         d.deserialize_map(V)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agui_protocol::Event;
+
+    fn members<'a>(f: &Fields<'a>) -> Vec<(String, &'a str)> {
+        f.items.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+    }
+
+    /// Event texts with the keys the reducer reads, repeated keys, escaped
+    /// keys, nested look-alikes and odd spacing.
+    fn event_text() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let key = prop_oneof![
+            Just("messageId".to_owned()),
+            Just("delta".to_owned()),
+            Just("role".to_owned()),
+            Just("snapshot".to_owned()),
+            Just("toolCallId".to_owned()),
+            Just("message\\u0049d".to_owned()),
+            Just("d\\\\x".to_owned()),
+            (0u8..12).prop_map(|i| format!("k{i}")),
+        ];
+        let value = prop_oneof![
+            Just("null".to_owned()),
+            Just("\"m1\"".to_owned()),
+            Just("\"m\\\"1\\u00e9\"".to_owned()),
+            Just("-0.0".to_owned()),
+            Just("1e2".to_owned()),
+            Just("true".to_owned()),
+            Just("{\"messageId\":\"inner\",\"a\":[1,{}]}".to_owned()),
+            Just("[\"}\",{\"delta\":null}]".to_owned()),
+        ];
+        let space = prop_oneof![Just(""), Just(" "), Just("\r\n\t ")];
+        proptest::collection::vec((key, value, space), 0..16).prop_map(|members| {
+            let mut text = String::from("{\"type\":\"TEXT_MESSAGE_CONTENT\"");
+            for (k, v, sp) in members {
+                text.push_str(&format!(",{sp}\"{k}\"{sp}:{sp}{v}{sp}"));
+            }
+            text.push('}');
+            text
+        })
+    }
+
+    #[test]
+    fn an_escaped_key_is_read_by_the_library() {
+        let text = r#"{"type":"X","message\u0049d":"a","messageId":"b"}"#;
+        let f = Fields::parse(text).unwrap();
+        assert_eq!(f.raw("messageId"), Some("\"b\""));
+        assert_eq!(members(&f), members(&Fields::parse_slow(text).unwrap()));
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig {
+            cases: 512,
+            failure_persistence: None,
+            ..proptest::prelude::ProptestConfig::default()
+        })]
+
+        /// The walk over an event's valid text reads what the library reads,
+        /// and every look-up answers the same.
+        #[test]
+        fn the_walk_reads_the_fields_the_library_reads(text in event_text()) {
+            let event = Event::from_json(&text).unwrap();
+            let fast = Fields::parse(event.json()).unwrap();
+            let slow = Fields::parse_slow(event.json()).unwrap();
+            proptest::prop_assert_eq!(members(&fast), members(&slow));
+            for name in ["messageId", "delta", "role", "snapshot", "toolCallId", "k3"] {
+                proptest::prop_assert_eq!(fast.raw(name), slow.raw(name));
+                proptest::prop_assert_eq!(fast.is_set(name), slow.is_set(name));
+                proptest::prop_assert_eq!(
+                    fast.str(name).unwrap(),
+                    slow.str(name).unwrap()
+                );
+            }
+        }
     }
 }

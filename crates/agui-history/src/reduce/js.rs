@@ -8,7 +8,6 @@
 
 use std::borrow::Cow;
 
-use serde_json::value::RawValue;
 use serde_json::{Map, Number, Value};
 
 /// The identity of an id as JavaScript's `===` (and `Map`/`Set` lookups) sees
@@ -79,11 +78,10 @@ pub(crate) fn key_of(value: Option<&Value>) -> KeyRef<'_> {
 }
 
 /// The key of an optional raw value, borrowing string ids when possible.
-pub(crate) fn key_of_raw(raw: Option<&RawValue>) -> Result<KeyRef<'_>, serde_json::Error> {
-    let Some(raw) = raw else {
+pub(crate) fn key_of_raw(raw: Option<&str>) -> Result<KeyRef<'_>, serde_json::Error> {
+    let Some(text) = raw else {
         return Ok(KeyRef::Undefined);
     };
-    let text = raw.get();
     Ok(match text.as_bytes().first() {
         Some(b'"') => KeyRef::Str(serde_json::from_str::<Cow<'_, str>>(text)?),
         Some(b'{' | b'[') => KeyRef::Never,
