@@ -18,7 +18,7 @@
 //! The reducer never mutates its input: events are read through borrowed
 //! views and the starting conversation is owned.
 
-use std::collections::{HashMap, HashSet};
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 
 use agui_protocol::chunks::ChunkExpander;
 use agui_protocol::{Event, EventType};

@@ -57,7 +57,8 @@
 //! expander's state is then unspecified (it never panics).
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+
+use foldhash::HashMap;
 
 use serde::Deserialize;
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};

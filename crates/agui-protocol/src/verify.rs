@@ -60,8 +60,9 @@
 //! still ends the run. A rejected chunk is skipped.
 
 use std::borrow::{Borrow, Cow};
-use std::collections::HashMap;
 use std::fmt;
+
+use foldhash::HashMap;
 
 use serde::Deserialize;
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};

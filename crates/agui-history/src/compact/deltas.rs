@@ -20,7 +20,9 @@
 //! that arrived mid-stream. State events follow the official window rule
 //! (see [`super::state`]).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use foldhash::{HashMap, HashMapExt};
 
 use agui_protocol::{Event, EventType};
 use serde_json::{Map, Value};
