@@ -865,6 +865,13 @@ enum TagOf {
 
 /// Reads only `subagentRunId` (a repeated one names no lane).
 fn read_tag_of(event: &Event) -> TagOf {
+    // Most events have no such member. Its name is all letters, so any
+    // spelling of it in the text is the name itself or holds a `\u` escape:
+    // without either, no member at any depth has that name.
+    let text = event.json();
+    if !text.contains("subagentRunId") && !text.contains("\\u") {
+        return TagOf::Tag(Tag::Absent);
+    }
     // One walk over the valid text; the JSON library reads an event with
     // an escaped key.
     let mut found: Option<&str> = None;

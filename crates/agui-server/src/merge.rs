@@ -29,7 +29,6 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
-
 use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
