@@ -426,10 +426,8 @@ impl AppendParams {
             ),
         };
         let mut first = plan.first_seq;
-        for (part, c) in events
-            .chunks(frame::CHUNK_EVENTS)
-            .zip(frame::encode_batch(events)?)
-        {
+        for part in events.chunks(frame::CHUNK_EVENTS) {
+            let c = frame::encode(part)?;
             let last = first + part.len() as u64 - 1;
             p.c_first.push(to_i64(first)?);
             p.c_last.push(to_i64(last)?);

@@ -346,14 +346,12 @@ impl Backend for SqliteStore {
     async fn commit(&self, tenant: &str, thread: &str, req: AppendRequest) -> Result<Committed> {
         check_id("tenant", tenant)?;
         check_id("thread", thread)?;
-        let frames = frame::encode_batch(&req.events)?;
         let (tenant_s, thread_s) = (tenant.to_owned(), thread.to_owned());
         let (appended, plan) = self
             .write(|reply| Op::Append {
                 tenant: tenant_s,
                 thread: thread_s,
                 req,
-                frames,
                 reply,
             })
             .await?;

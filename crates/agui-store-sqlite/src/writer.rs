@@ -29,9 +29,6 @@ pub enum Op {
         tenant: String,
         thread: String,
         req: AppendRequest,
-        /// `req.events` as [`frame::encode_batch`] frames, made by the
-        /// caller (compression stays off the writer's thread).
-        frames: Vec<frame::Frame>,
         reply: oneshot::Sender<Result<(Appended, BatchPlan)>>,
     },
     SaveCheckpoint {
@@ -308,7 +305,7 @@ impl Writer {
             }
             let mut local: HashMap<(String, String), Option<Head>> = HashMap::new();
             let resets_heads = matches!(op, Op::MarkInterrupted { .. });
-            let d = self.apply(op, &overlay, &mut local);
+            let d = self.apply(op, &overlay, &mut local, sync);
             if d.is_ok() {
                 let _ = self.conn.execute_batch("RELEASE op");
                 if resets_heads {
@@ -373,16 +370,16 @@ impl Writer {
         op: Op,
         overlay: &HashMap<(String, String), Option<Head>>,
         local: &mut HashMap<(String, String), Option<Head>>,
+        sync: bool,
     ) -> Done {
         match op {
             Op::Append {
                 tenant,
                 thread,
                 req,
-                frames,
                 reply,
             } => {
-                let result = self.append(&tenant, &thread, req, &frames, overlay, local);
+                let result = self.append(&tenant, &thread, req, overlay, local, sync);
                 Done::Append { reply, result }
             }
             Op::SaveCheckpoint {
@@ -477,17 +474,15 @@ impl Writer {
         }))
     }
 
-    /// Appends one batch inside the group's transaction. Its commit is
-    /// synced when the group's is (`synchronous_full`, set for the group
-    /// before any of its operations runs).
+    #[allow(clippy::type_complexity)]
     fn append(
         &mut self,
         tenant: &str,
         thread: &str,
         req: AppendRequest,
-        frames: &[frame::Frame],
         overlay: &HashMap<(String, String), Option<Head>>,
         local: &mut HashMap<(String, String), Option<Head>>,
+        sync: bool,
     ) -> Result<(Appended, BatchPlan)> {
         check_id("tenant", tenant)?;
         check_id("thread", thread)?;
@@ -528,7 +523,8 @@ impl Writer {
             }
         };
         let mut seq = plan.first_seq;
-        for (part, c) in req.events.chunks(frame::CHUNK_EVENTS).zip(frames) {
+        for part in req.events.chunks(frame::CHUNK_EVENTS) {
+            let c = frame::encode(part)?;
             let last = seq + part.len() as u64 - 1;
             conn.prepare_cached(
                 "INSERT INTO chunks (thread_id, first_seq, last_seq, received_at, codec,
@@ -628,7 +624,7 @@ impl Writer {
             first_seq: plan.first_seq,
             last_seq: plan.last_seq(),
             received_at: plan.received_at,
-            durable: self.synchronous_full,
+            durable: sync,
         };
         Ok((appended, plan))
     }

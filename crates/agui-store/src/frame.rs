@@ -201,15 +201,6 @@ pub fn encode(events: &[Event]) -> Result<Frame> {
     })
 }
 
-/// Frames a batch of any size as [`encode`] frames of at most
-/// [`CHUNK_EVENTS`] events each, in order: the rows (SQLite, PostgreSQL) a
-/// batch is stored as. Backends call it before they take a lock or queue
-/// the batch for their writer, so that compression runs on the caller's
-/// core, beside other commits.
-pub fn encode_batch(events: &[Event]) -> Result<Vec<Frame>> {
-    events.chunks(CHUNK_EVENTS).map(encode).collect()
-}
-
 /// Reads a stored frame back into its `count` events, checking the codec,
 /// the length, the checksum, the framing and the count. `raw_len` and `crc`
 /// are `None` only for the legacy one-event codecs, which have neither.
