@@ -25,8 +25,9 @@ pub(crate) struct Fields<'a> {
 }
 
 impl<'a> Fields<'a> {
-    /// The members of an event's text (valid JSON; any JSON object text
-    /// is read correctly, through the library when the walk steps aside).
+    /// The members of an event's text, which must be valid JSON (an
+    /// [`agui_protocol::Event`]'s: on other text the walk's answer means
+    /// nothing). An escaped key sends the text through `serde_json`.
     pub(crate) fn parse(json: &'a str) -> Result<Fields<'a>, serde_json::Error> {
         let mut items = Vec::with_capacity(8);
         if agui_protocol::members_of_valid(json, |key, value| {
