@@ -1340,35 +1340,29 @@ mod tests {
 
     /// Object texts with repeated keys, escaped keys, nested look-alikes,
     /// odd spacing and wide objects (the key index).
-    fn object_text() -> impl proptest::strategy::Strategy<Value = String> {
-        use proptest::prelude::*;
-        let key = prop_oneof![
-            Just("subagentRunId".to_owned()),
-            Just("messageId".to_owned()),
-            Just("delta".to_owned()),
-            Just("metadata".to_owned()),
-            Just("subagent\\u0052unId".to_owned()),
-            Just("m\\\\x".to_owned()),
-            (0u8..24).prop_map(|i| format!("k{i}")),
-        ];
-        let value = prop_oneof![
-            Just("null".to_owned()),
-            Just("\"lane\"".to_owned()),
-            Just("\"la\\\"ne\\u00e9\"".to_owned()),
-            Just("12.50".to_owned()),
-            Just("false".to_owned()),
-            Just("{\"subagentRunId\":\"inner\",\"a\":[1,{}]}".to_owned()),
-            Just("[\"}\",{\"subagentRunId\":null}]".to_owned()),
-        ];
-        let space = prop_oneof![Just(""), Just(" "), Just("\n\t ")];
-        proptest::collection::vec((key, value, space), 0..24).prop_map(|members| {
-            let mut text = String::from("{\"type\":\"X_TEST\"");
-            for (k, v, sp) in members {
-                text.push_str(&format!(",{sp}\"{k}\"{sp}:{sp}{v}{sp}"));
-            }
-            text.push('}');
-            text
-        })
+    fn object_text() -> proptest::strategy::BoxedStrategy<String> {
+        agui_testkit::texts::object_text(
+            "X_TEST",
+            &[
+                "subagentRunId",
+                "messageId",
+                "delta",
+                "metadata",
+                "subagent\\u0052unId",
+                "m\\\\x",
+            ],
+            &[
+                "null",
+                "\"lane\"",
+                "\"la\\\"ne\\u00e9\"",
+                "12.50",
+                "false",
+                "{\"subagentRunId\":\"inner\",\"a\":[1,{}]}",
+                "[\"}\",{\"subagentRunId\":null}]",
+            ],
+            24,
+            23,
+        )
     }
 
     proptest::proptest! {

@@ -114,37 +114,31 @@ mod tests {
 
     /// Event texts with the keys the reducer reads, repeated keys, escaped
     /// keys, nested look-alikes and odd spacing.
-    fn event_text() -> impl proptest::strategy::Strategy<Value = String> {
-        use proptest::prelude::*;
-        let key = prop_oneof![
-            Just("messageId".to_owned()),
-            Just("delta".to_owned()),
-            Just("role".to_owned()),
-            Just("snapshot".to_owned()),
-            Just("toolCallId".to_owned()),
-            Just("message\\u0049d".to_owned()),
-            Just("d\\\\x".to_owned()),
-            (0u8..12).prop_map(|i| format!("k{i}")),
-        ];
-        let value = prop_oneof![
-            Just("null".to_owned()),
-            Just("\"m1\"".to_owned()),
-            Just("\"m\\\"1\\u00e9\"".to_owned()),
-            Just("-0.0".to_owned()),
-            Just("1e2".to_owned()),
-            Just("true".to_owned()),
-            Just("{\"messageId\":\"inner\",\"a\":[1,{}]}".to_owned()),
-            Just("[\"}\",{\"delta\":null}]".to_owned()),
-        ];
-        let space = prop_oneof![Just(""), Just(" "), Just("\r\n\t ")];
-        proptest::collection::vec((key, value, space), 0..16).prop_map(|members| {
-            let mut text = String::from("{\"type\":\"TEXT_MESSAGE_CONTENT\"");
-            for (k, v, sp) in members {
-                text.push_str(&format!(",{sp}\"{k}\"{sp}:{sp}{v}{sp}"));
-            }
-            text.push('}');
-            text
-        })
+    fn event_text() -> proptest::strategy::BoxedStrategy<String> {
+        agui_testkit::texts::object_text(
+            "TEXT_MESSAGE_CONTENT",
+            &[
+                "messageId",
+                "delta",
+                "role",
+                "snapshot",
+                "toolCallId",
+                "message\\u0049d",
+                "d\\\\x",
+            ],
+            &[
+                "null",
+                "\"m1\"",
+                "\"m\\\"1\\u00e9\"",
+                "-0.0",
+                "1e2",
+                "true",
+                "{\"messageId\":\"inner\",\"a\":[1,{}]}",
+                "[\"}\",{\"delta\":null}]",
+            ],
+            12,
+            16,
+        )
     }
 
     #[test]
