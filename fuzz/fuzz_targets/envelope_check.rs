@@ -4,7 +4,9 @@
 //! Fuzzes the event envelope: the one-pass scanner (`Event::from_json`'s fast
 //! path) must agree with the reference path on every input: the same
 //! verdict, the same text and type, the same error. No panic on either.
-//! And on every event it accepts, the schema check's walk
+//! Recording the members (`Event::check_recording`) gives the same verdict
+//! and a table equal to the walk over the accepted text. And on every event
+//! it accepts, the schema check's walk
 //! (`model::check_event`) gives the full parse's verdict and error.
 
 use agui_protocol::Event;
@@ -27,6 +29,24 @@ pub fn check(data: &[u8]) {
     assert_eq!(fast, reference, "text: {text:?}");
     let owned = outcome(Event::from_json_string(text.to_owned()));
     assert_eq!(owned, reference, "owned text: {text:?}");
+    // Recording the members: the same verdict, and a table that holds
+    // exactly what the walk over the accepted text finds.
+    let mut members = Vec::new();
+    let recorded = Event::check_recording(text, &mut members);
+    let recorded_outcome = match &recorded {
+        Ok(c) => Ok((c.json().to_owned(), c.event_type().as_str().to_owned())),
+        Err(e) => Err(format!("{e:?}")),
+    };
+    assert_eq!(recorded_outcome, reference, "recorded: {text:?}");
+    if let Ok(checked) = &recorded
+        && !members.is_empty()
+    {
+        let json = checked.json();
+        let table: Vec<_> = members.iter().map(|m| m.of(json).unwrap()).collect();
+        let mut walked = Vec::new();
+        assert!(agui_protocol::members_of_valid(json, |k, v| walked.push((k, v))));
+        assert_eq!(table, walked, "members of {text:?}");
+    }
     if let Ok(event) = Event::from_json(text) {
         let walked = agui_protocol::model::check_event(&event).map_err(|e| e.to_string());
         let parsed = agui_protocol::model::parse_event(&event)

@@ -71,6 +71,24 @@ pub fn read_events_on_one_thread(
     decode(path, options, one, false)
 }
 
+/// Like [`read_event_chunks`] on one decoding thread (unless
+/// `AGUI_DECODE_SPLIT` is set), for a command that only reads events and
+/// whose own work per event weighs more than decoding (`verify`): an NDJSON
+/// file is still read in chunks decoded in place, so its events are never
+/// copied, and each keeps the member table its scan recorded.
+pub fn read_event_chunks_on_one_thread(
+    path: Option<&Path>,
+    options: DecodeOptions,
+) -> anyhow::Result<Events> {
+    let one = Split {
+        // Not 0: an empty file has no chunk to decode.
+        threshold: 1,
+        threads: 1,
+        ..Split::default()
+    };
+    decode(path, options, one, true)
+}
+
 fn decode(
     path: Option<&Path>,
     options: DecodeOptions,

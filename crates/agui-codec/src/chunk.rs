@@ -3,12 +3,15 @@
 //! A decoder that reads a piece of NDJSON into one buffer validates every
 //! line in place and records where each event's text starts and ends, so a
 //! piece of thousands of events costs one buffer and one table, not an
-//! allocation per event. Readers hand such chunks over whole; code that only
+//! allocation per event. The same scan records where each event's top-level
+//! members lie ([`Event::check_recording`]); the chunk keeps those tables,
+//! so a reader of an event's fields walks no text. Readers hand such chunks
+//! over whole; code that only
 //! reads events (writing, verifying) takes each one as an [`EventRef`] and
 //! never copies it, and code that keeps events makes owned [`Event`]s from
 //! them with [`EventRef::to_event`] (a copy, not validated again).
 
-use agui_protocol::{Checked, Event, EventRef, EventType};
+use agui_protocol::{Checked, Event, EventRef, EventType, Member};
 
 use crate::ndjson::{Line, Lines};
 use crate::{DecodeError, check_event};
@@ -19,15 +22,20 @@ use crate::{DecodeError, check_event};
 pub struct EventChunk {
     text: String,
     spans: Vec<Span>,
+    /// The member tables of the slice spans, one after another.
+    members: Vec<Member>,
 }
 
 #[derive(Debug, Clone)]
 enum Span {
-    /// `text[start..start + len]`, validated as an event of type `ty`.
+    /// `text[start..start + len]`, validated as an event of type `ty`;
+    /// `members[members.0..members.1]` is its member table (empty when none
+    /// was recorded).
     Slice {
         start: usize,
         len: usize,
         ty: EventType,
+        members: (u32, u32),
     },
     /// An event whose text is not a slice of `text`.
     Owned(Event),
@@ -59,15 +67,31 @@ impl EventChunk {
         self.spans.iter().map(|span| self.event(span))
     }
 
-    /// Appends a copy of `event`.
+    /// Appends a copy of `event` (and of its member table, if it has one).
     pub fn push(&mut self, event: EventRef<'_>) {
         let start = self.text.len();
         self.text.push_str(event.json());
+        let first = self.members.len();
+        self.members
+            .extend_from_slice(event.members().unwrap_or_default());
+        let members = self.table(first);
         self.spans.push(Span::Slice {
             start,
             len: event.len_bytes(),
             ty: event.event_type().clone(),
+            members,
         });
+    }
+
+    /// The range of the member table that starts at `first` and ends at the
+    /// end of `members`. A chunk holds at most a few MiB of text, so far
+    /// fewer than `u32::MAX` members (each takes at least four bytes).
+    fn table(&self, first: usize) -> (u32, u32) {
+        let end = self.members.len();
+        (
+            u32::try_from(first).unwrap_or(u32::MAX),
+            u32::try_from(end).unwrap_or(u32::MAX),
+        )
     }
 
     /// Owned copies of the events.
@@ -79,6 +103,7 @@ impl EventChunk {
     pub fn clear(&mut self) {
         self.text.clear();
         self.spans.clear();
+        self.members.clear();
     }
 
     fn event<'a>(&'a self, span: &'a Span) -> EventRef<'a> {
@@ -86,18 +111,44 @@ impl EventChunk {
             // Every slice span covers text `Event::check` accepted as an
             // event of `ty` (see `decode_ndjson`) or text copied from an
             // `EventRef` (`push`).
-            Span::Slice { start, len, ty } => {
-                EventRef::from_checked(&self.text[*start..*start + *len], ty)
-            }
+            // Its member table was recorded from that very text (see
+            // `decode_text`) or copied with it (`push`).
+            Span::Slice {
+                start,
+                len,
+                ty,
+                members,
+            } => EventRef::from_checked_members(
+                &self.text[*start..*start + *len],
+                ty,
+                self.members
+                    .get(members.0 as usize..members.1 as usize)
+                    .unwrap_or_default(),
+            ),
             Span::Owned(event) => event.as_event_ref(),
         }
     }
 
     /// Appends a checked event: a copy of a slice, or the re-written event.
-    fn add(&mut self, checked: Checked<'_>) {
+    /// `recorded` is where the check's member table starts in `members`
+    /// (it runs to the end; an empty table when nothing was recorded).
+    fn add(&mut self, checked: Checked<'_>, recorded: usize) {
         match checked {
-            Checked::Slice { json, ty, .. } => self.push(EventRef::from_checked(json, &ty)),
-            Checked::Rewritten { event, .. } => self.spans.push(Span::Owned(event)),
+            Checked::Slice { json, ty, .. } => {
+                let start = self.text.len();
+                self.text.push_str(json);
+                let members = self.table(recorded);
+                self.spans.push(Span::Slice {
+                    start,
+                    len: json.len(),
+                    ty,
+                    members,
+                });
+            }
+            Checked::Rewritten { event, .. } => {
+                self.members.truncate(recorded);
+                self.spans.push(Span::Owned(event));
+            }
         }
     }
 
@@ -105,6 +156,7 @@ impl EventChunk {
     pub(crate) fn into_buffer(mut self) -> (Vec<u8>, EventChunk) {
         let text = std::mem::take(&mut self.text);
         self.spans.clear();
+        self.members.clear();
         (text.into_bytes(), self)
     }
 }
@@ -205,13 +257,20 @@ fn decode_text(
                 return too_large(&mut chunk, out, err);
             }
         };
-        match Event::check(&piece[start - offset..end - offset]) {
+        let first = chunk.members.len();
+        match Event::check_recording(&piece[start - offset..end - offset], &mut chunk.members) {
             Ok(Checked::Slice { json, ty, .. }) if !copying => {
                 let start = json.as_ptr() as usize - piece.as_ptr() as usize;
                 let len = json.len();
-                chunk.spans.push(Span::Slice { start, len, ty });
+                let members = chunk.table(first);
+                chunk.spans.push(Span::Slice {
+                    start,
+                    len,
+                    ty,
+                    members,
+                });
             }
-            Ok(checked) => chunk.add(checked),
+            Ok(checked) => chunk.add(checked, first),
             Err(source) => {
                 if !copying {
                     let rest = piece[end..].to_owned();
@@ -244,7 +303,10 @@ fn decode_bytes(
         match lines.next_in(bytes, 0) {
             None => break,
             Some(Line::Event { start, end, at }) => match check_event(&bytes[start..end], at) {
-                Ok(checked) => chunk.add(checked),
+                Ok(checked) => {
+                    let recorded = chunk.members.len();
+                    chunk.add(checked, recorded)
+                }
                 Err(err) => {
                     if !bad_line(&mut chunk, out, err) {
                         return None;
@@ -316,12 +378,71 @@ mod tests {
         let mut got = Vec::new();
         decode_ndjson(input.to_vec(), 0, true, max, EventChunk::new(), &mut |p| {
             match p {
-                Piece::Events(c) => got.extend(c.iter().map(|e| Ok(e.json().to_owned()))),
+                Piece::Events(c) => {
+                    for e in c.iter() {
+                        same_members(e);
+                    }
+                    got.extend(c.iter().map(|e| Ok(e.json().to_owned())));
+                }
                 Piece::Error(e) => got.push(Err(e.to_string())),
             }
             true
         });
         got
+    }
+
+    /// An event's members, read from its recorded table when it has one,
+    /// are those the walk over its text finds; `true` when it had a table.
+    fn same_members(event: EventRef<'_>) -> bool {
+        let mut read = Vec::new();
+        let read_all = event.for_each_member(|k, v| read.push((k, v)));
+        let mut walked = Vec::new();
+        let walked_all = agui_protocol::members_of_valid(event.json(), |k, v| walked.push((k, v)));
+        assert_eq!((read_all, read), (walked_all, walked), "{}", event.json());
+        event.members().is_some()
+    }
+
+    #[test]
+    fn each_event_keeps_the_member_table_its_scan_recorded() {
+        // Plain events, an event after a bad line (copied out of the piece),
+        // one with an escaped key (the scanner defers it: no table) and one
+        // with a carriage return inside (re-written on one line: no table).
+        let input = "{\"type\":\"A\",\"n\":[1,{\"k\":2}],\"s\":\"x\"}\n\
+                     {\"type\":\"B\"}\n\
+                     nope\n\
+                     {\"type\":\"C\",\"m\":null}\n\
+                     {\"type\":\"D\",\"\\u0061\":1}\n\
+                     {\"type\":\r\"E\"}\n";
+        let mut tables = Vec::new();
+        let mut copy = EventChunk::new();
+        decode_ndjson(
+            input.as_bytes().to_vec(),
+            0,
+            true,
+            1 << 20,
+            EventChunk::new(),
+            &mut |p| {
+                if let Piece::Events(c) = p {
+                    for e in c.iter() {
+                        tables.push((e.type_name().to_owned(), same_members(e)));
+                        copy.push(e);
+                    }
+                }
+                true
+            },
+        );
+        let expected = [
+            ("A", true),
+            ("B", true),
+            ("C", true),
+            ("D", false),
+            ("E", false),
+        ];
+        let expected: Vec<_> = expected.map(|(t, m)| (t.to_owned(), m)).into();
+        assert_eq!(tables, expected);
+        // A copy keeps the tables.
+        let copied: Vec<bool> = copy.iter().map(same_members).collect();
+        assert_eq!(copied, [true, true, true, false, false]);
     }
 
     #[test]

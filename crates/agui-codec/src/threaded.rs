@@ -115,7 +115,8 @@ impl std::fmt::Debug for ThreadedReader {
 /// How a [`ThreadedReader`] splits its work (tests pick tiny chunks).
 #[derive(Debug, Clone, Copy)]
 pub struct Split {
-    /// Files at least this large (and NDJSON) are decoded on two threads.
+    /// Files at least this large (and NDJSON) are cut into chunks decoded
+    /// on `threads` threads (one thread still decodes each chunk in place).
     pub threshold: u64,
     /// The nominal chunk size (chunks end at the first line end at or after
     /// each multiple of it).
@@ -190,7 +191,7 @@ impl ThreadedReader {
         }
         let parallel = format == Some(Format::Ndjson)
             && len >= split.threshold
-            && split.threads > 1
+            && split.threads >= 1
             && split.chunk > 0;
         if parallel {
             let file = Arc::new(file);

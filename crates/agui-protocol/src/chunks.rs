@@ -65,7 +65,7 @@ use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use crate::{Event, EventType};
+use crate::{Event, EventRef, EventType};
 
 /// Why chunk expansion failed. Messages follow the official client's.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -286,7 +286,12 @@ impl ChunkExpander {
     /// `true` when `event` itself comes next (every event that is not a
     /// chunk); it is then not appended. After an error, what was appended is
     /// unspecified.
-    pub fn push_into(&mut self, event: &Event, out: &mut Vec<Event>) -> Result<bool, ChunkError> {
+    pub fn push_into<'e>(
+        &mut self,
+        event: impl Into<EventRef<'e>>,
+        out: &mut Vec<Event>,
+    ) -> Result<bool, ChunkError> {
+        let event = event.into();
         let closes = match event.event_type() {
             EventType::TextMessageChunk => {
                 return self.chunk(event, Kind::Text, out).map(|()| false);
@@ -419,12 +424,12 @@ impl ChunkExpander {
 
     fn chunk(
         &mut self,
-        event: &Event,
+        event: EventRef<'_>,
         kind: Kind,
         events: &mut Vec<Event>,
     ) -> Result<(), ChunkError> {
         let chunk_type = kind.chunk_type();
-        let fields = Fields::parse(event.json());
+        let fields = Fields::parse(event);
         let id = match fields.get(kind.id_field()) {
             None => None,
             Some(raw) => Some(as_str(raw).ok_or(ChunkError::NotAString {
@@ -759,19 +764,20 @@ struct Fields<'a> {
 }
 
 impl<'a> Fields<'a> {
-    /// Reads the members of an event's text: one walk over text that is
-    /// already valid; the JSON library reads an object with an escaped key.
-    fn parse(json: &'a str) -> Fields<'a> {
+    /// Reads the members of an event: from its recorded member table, or
+    /// in one walk over its text, which is already valid; the JSON library
+    /// reads an object with an escaped key.
+    fn parse(event: EventRef<'a>) -> Fields<'a> {
         let mut fields = Fields {
             entries: Vec::with_capacity(8),
             positions: None,
         };
-        if crate::scan::members_of_valid(json, |key, value| {
+        if event.for_each_member(|key, value| {
             fields.put(Cow::Borrowed(key), value);
         }) {
             return fields;
         }
-        Fields::parse_slow(json)
+        Fields::parse_slow(event.json())
     }
 
     /// [`Fields::parse`] through the JSON library (any object text).
@@ -864,7 +870,7 @@ enum TagOf {
 }
 
 /// Reads only `subagentRunId` (a repeated one names no lane).
-fn read_tag_of(event: &Event) -> TagOf {
+fn read_tag_of(event: EventRef<'_>) -> TagOf {
     // Most events have no such member. Its name is all letters, so any
     // spelling of it in the text is the name itself or holds a `\u` escape:
     // without either, no member at any depth has that name.
@@ -893,7 +899,7 @@ fn read_tag_of(event: &Event) -> TagOf {
 }
 
 /// [`read_tag_of`] through the JSON library (any event text).
-fn read_tag_slow(event: &Event) -> TagOf {
+fn read_tag_slow(event: EventRef<'_>) -> TagOf {
     struct V;
     impl<'de> Visitor<'de> for V {
         type Value = Tag;
@@ -1372,15 +1378,21 @@ mod tests {
             ..proptest::prelude::ProptestConfig::default()
         })]
 
-        /// The walk over valid text reads what the JSON library reads.
+        /// The walk over valid text, and the member table the envelope scan
+        /// records, read what the JSON library reads.
         #[test]
         fn fields_and_tags_read_by_the_walk_agree_with_the_library(text in object_text()) {
             let event = Event::from_json(&text).unwrap();
-            proptest::prop_assert_eq!(
-                &Fields::parse(event.json()).entries,
-                &Fields::parse_slow(event.json()).entries
-            );
-            proptest::prop_assert_eq!(read_tag_of(&event), read_tag_slow(&event));
+            let mut members = Vec::new();
+            let checked = Event::check_recording(event.json(), &mut members).unwrap();
+            proptest::prop_assert_eq!(checked.json(), event.json());
+            let recorded = EventRef::from_checked_members(event.json(), event.event_type(), &members);
+            let slow = Fields::parse_slow(event.json()).entries;
+            proptest::prop_assert_eq!(&Fields::parse(event.as_event_ref()).entries, &slow);
+            proptest::prop_assert_eq!(&Fields::parse(recorded).entries, &slow);
+            let tag = read_tag_slow(event.as_event_ref());
+            proptest::prop_assert_eq!(&read_tag_of(event.as_event_ref()), &tag);
+            proptest::prop_assert_eq!(&read_tag_of(recorded), &tag);
         }
     }
 }

@@ -16,7 +16,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::value::RawValue;
 
 use crate::EventType;
-use crate::scan;
+use crate::scan::{self, Member};
 
 /// One AG-UI event, kept as its JSON text.
 ///
@@ -78,11 +78,15 @@ pub const MAX_DEPTH: usize = 127;
 ///
 /// An `EventRef` only comes from text that was validated as an event (by
 /// [`Event::check`] or an owned [`Event`]), so [`EventRef::to_event`] copies
-/// it without validating it again.
+/// it without validating it again. One made from a scan that recorded the
+/// event's top-level members ([`EventRef::from_checked_members`]) keeps
+/// their table, and reading its fields walks no text.
 #[derive(Clone, Copy)]
 pub struct EventRef<'a> {
     json: &'a str,
     ty: &'a EventType,
+    /// The members [`Event::check_recording`] recorded for `json`, if any.
+    members: Option<&'a [Member]>,
 }
 
 /// The outcome of [`Event::check`]: valid event text, borrowed where it could
@@ -149,7 +153,42 @@ impl<'a> EventRef<'a> {
             Event::from_json(json).is_ok_and(|e| e.json() == json && &e.ty == ty),
             "borrowed event text is not a valid envelope of its type: {json}"
         );
-        EventRef { json, ty }
+        EventRef {
+            json,
+            ty,
+            members: None,
+        }
+    }
+
+    /// [`EventRef::from_checked`] for an event whose top-level members
+    /// [`Event::check_recording`] recorded: `members` is the table it
+    /// appended for `json` (an empty table means none was recorded, and
+    /// the members are then found by walking the text).
+    ///
+    /// The caller guarantees what `from_checked` asks, and that `members`
+    /// was recorded from exactly this text. Debug builds check both.
+    pub fn from_checked_members(
+        json: &'a str,
+        ty: &'a EventType,
+        members: &'a [Member],
+    ) -> EventRef<'a> {
+        debug_assert!(
+            members.is_empty() || {
+                let mut again = Vec::new();
+                Event::check_recording(json, &mut again).is_ok() && again == members
+            },
+            "a member table that was not recorded from this text: {json}"
+        );
+        EventRef {
+            members: (!members.is_empty()).then_some(members),
+            ..EventRef::from_checked(json, ty)
+        }
+    }
+
+    /// The member table recorded for this event, if any (see
+    /// [`EventRef::from_checked_members`]).
+    pub fn members(&self) -> Option<&'a [Member]> {
+        self.members
     }
 
     /// The exact JSON text of the event (one line).
@@ -177,9 +216,21 @@ impl<'a> EventRef<'a> {
         serde_json::from_str(self.json)
     }
 
-    /// Walks the event's top-level members, as [`Event::for_each_member`].
-    pub fn for_each_member(&self, f: impl FnMut(&'a str, &'a str)) -> bool {
-        scan::members_of_valid(self.json, f)
+    /// Walks the event's top-level members, as [`Event::for_each_member`]:
+    /// from the recorded member table when there is one (no walk over the
+    /// text), by walking the text otherwise.
+    pub fn for_each_member(&self, mut f: impl FnMut(&'a str, &'a str)) -> bool {
+        match self.members {
+            Some(members) => {
+                for m in members {
+                    if let Some((key, value)) = m.of(self.json) {
+                        f(key, value);
+                    }
+                }
+                true
+            }
+            None => scan::members_of_valid(self.json, f),
+        }
     }
 
     /// The event as an owned [`Event`]: a copy of the text, not validated
@@ -230,6 +281,31 @@ impl Event {
         if let Some(ty) = fast_type(text) {
             return Ok(Checked::Slice { json: text, ty });
         }
+        check_reference(text)
+    }
+
+    /// [`Event::check`] that also records where each top-level member of the
+    /// event's text lies: when the one-pass scanner accepts the text, the
+    /// table of its members (offsets from the start of the returned
+    /// [`Checked::json`]) is appended to `members`; when the text takes the
+    /// reference path (an escaped key, a line break, an escape a full parse
+    /// must judge), nothing is appended. An event always has its `type`
+    /// member, so an empty addition means "not recorded". Decoders that hand
+    /// out events as slices of one buffer keep these tables beside them
+    /// ([`EventRef::from_checked_members`]), so that no later reader walks
+    /// the text again.
+    pub fn check_recording<'t>(
+        text: &'t str,
+        members: &mut Vec<Member>,
+    ) -> Result<Checked<'t>, EnvelopeError> {
+        let text = trim(text);
+        let mark = members.len();
+        if let Some(scanned) = scan::scan(text.as_bytes(), members) {
+            let ty = EventType::from_wire(&text[scanned.ty.0..scanned.ty.1]);
+            return Ok(Checked::Slice { json: text, ty });
+        }
+        // The scan may have recorded members before it deferred the text.
+        members.truncate(mark);
         check_reference(text)
     }
 
@@ -341,6 +417,7 @@ impl Event {
         EventRef {
             json: &self.json,
             ty: &self.ty,
+            members: None,
         }
     }
 

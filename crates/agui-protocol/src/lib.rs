@@ -22,6 +22,7 @@ pub mod verify;
 pub use event::{Checked, EnvelopeError, Event, EventRef, MAX_DEPTH};
 pub use event_type::EventType;
 pub use key::ObjectKey;
+pub use scan::Member;
 pub use scan::{
     elements_of_valid, for_each_member, members_of_valid, objects_of_valid, value_end_of_valid,
 };

@@ -22,14 +22,37 @@
 
 use crate::MAX_DEPTH;
 
-/// The byte range of one top-level member: its key's body (between the
-/// quotes, escapes kept) and its raw value.
+/// Where one top-level member of an event's text lies, as the envelope scan
+/// found it: the byte range of its key's body (between the quotes; the scan
+/// records only keys written without escapes) and of its raw value, both
+/// counted from the start of the event's text.
+///
+/// [`Event::check_recording`] records a table of these for each event it
+/// accepts on its fast path, so that readers of the event's fields
+/// ([`EventRef::for_each_member`]) need not walk its text again. A table is
+/// only meaningful with the text it was recorded from.
+///
+/// [`Event::check_recording`]: crate::Event::check_recording
+/// [`EventRef::for_each_member`]: crate::EventRef::for_each_member
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Member {
+pub struct Member {
     /// Start and end (exclusive) of the key's body.
     pub(crate) key: (u32, u32),
     /// Start and end (exclusive) of the raw value.
     pub(crate) value: (u32, u32),
+}
+
+impl Member {
+    /// The key and the raw value of this member in `text`, the event text
+    /// the member was recorded from; `None` when the offsets do not fall on
+    /// character boundaries of `text` (another text).
+    #[inline]
+    pub fn of<'a>(&self, text: &'a str) -> Option<(&'a str, &'a str)> {
+        Some((
+            text.get(self.key.0 as usize..self.key.1 as usize)?,
+            text.get(self.value.0 as usize..self.value.1 as usize)?,
+        ))
+    }
 }
 
 /// What a successful [`scan`] found.
@@ -65,14 +88,10 @@ struct Each<'a, F> {
 impl<'a, F: FnMut(&'a str, &'a str)> Sink for Each<'a, F> {
     #[inline]
     fn member(&mut self, m: Member) {
-        let text = self.text;
         // The offsets come from the scanner on this very text and sit on
         // ASCII delimiters (quotes and value boundaries), so they are char
-        // boundaries; `get` keeps this panic-free regardless.
-        if let (Some(key), Some(value)) = (
-            text.get(m.key.0 as usize..m.key.1 as usize),
-            text.get(m.value.0 as usize..m.value.1 as usize),
-        ) {
+        // boundaries; `of` keeps this panic-free regardless.
+        if let Some((key, value)) = m.of(self.text) {
             (self.f)(key, value);
         }
     }

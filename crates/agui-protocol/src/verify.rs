@@ -69,7 +69,7 @@ use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
 use crate::chunks::{ChunkError, ChunkExpander};
-use crate::{Event, EventType};
+use crate::{Event, EventRef, EventType};
 
 /// The kinds of item that open and close by id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -534,7 +534,7 @@ impl<'a> View<'a> {
     /// The fields of `event`, read in one walk over its members (the JSON
     /// library reads an event with an escaped key). As with the derived
     /// reader, a field given twice makes the whole view empty.
-    fn read(event: &'a Event) -> View<'a> {
+    fn read(event: EventRef<'a>) -> View<'a> {
         let mut view = View::default();
         let mut seen = 0u32;
         let mut duplicate = false;
@@ -728,7 +728,8 @@ impl Verifier {
     /// Verifies one raw event (a chunk is expanded first, and every event it
     /// expands into is verified). Unknown event types are accepted without
     /// any check.
-    pub fn push(&mut self, event: &Event) -> Result<(), VerifyError> {
+    pub fn push<'e>(&mut self, event: impl Into<EventRef<'e>>) -> Result<(), VerifyError> {
+        let event = event.into();
         if !event.event_type().is_known() {
             self.count += 1;
             return Ok(());
@@ -746,7 +747,7 @@ impl Verifier {
     /// Expands `event` into `expanded` and verifies each event it stands for.
     fn push_expanding(
         &mut self,
-        event: &Event,
+        event: EventRef<'_>,
         expanded: &mut Vec<Event>,
     ) -> Result<(), VerifyError> {
         let itself = self.expander.push_into(event, expanded)?;
@@ -761,7 +762,8 @@ impl Verifier {
 
     /// Verifies one event that is already chunk-expanded (a chunk event given
     /// here is checked only by the global rules, as upstream would).
-    pub fn push_expanded(&mut self, event: &Event) -> Result<(), VerifyError> {
+    pub fn push_expanded<'e>(&mut self, event: impl Into<EventRef<'e>>) -> Result<(), VerifyError> {
+        let event = event.into();
         let ty = event.event_type();
         if !ty.is_known() {
             return Ok(());
@@ -1430,15 +1432,28 @@ mod tests {
             ]
             .map(str::to_owned),
         );
+        let mut recorded = 0;
         for text in &texts {
             let event = Event::from_json(text).unwrap();
             let derived: View<'_> = event.view().unwrap_or_default();
             assert_eq!(
-                format!("{:?}", View::read(&event)),
+                format!("{:?}", View::read(event.as_event_ref())),
+                format!("{derived:?}"),
+                "{text}"
+            );
+            // The same view from the member table the envelope scan records.
+            let mut members = Vec::new();
+            Event::check_recording(event.json(), &mut members).unwrap();
+            recorded += usize::from(!members.is_empty());
+            let from_table =
+                EventRef::from_checked_members(event.json(), event.event_type(), &members);
+            assert_eq!(
+                format!("{:?}", View::read(from_table)),
                 format!("{derived:?}"),
                 "{text}"
             );
         }
+        assert!(recorded > 1000, "{recorded}");
         assert!(texts.len() > 1000, "{}", texts.len());
     }
 

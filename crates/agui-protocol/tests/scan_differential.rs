@@ -24,6 +24,24 @@ fn same(text: &str) {
     assert_eq!(fast, reference, "text: {text:?}");
     let owned = outcome(Event::from_json_string(text.to_owned()));
     assert_eq!(owned, reference, "owned text: {text:?}");
+    // Recording the members gives the same verdict, and the table it
+    // records holds exactly the members the walk over the valid text finds.
+    let mut members = vec![];
+    let recorded = Event::check_recording(text, &mut members);
+    let recorded_outcome = match &recorded {
+        Ok(c) => Ok((c.json().to_owned(), c.event_type().as_str().to_owned())),
+        Err(e) => Err(format!("{e:?}")),
+    };
+    assert_eq!(recorded_outcome, reference, "recorded: {text:?}");
+    if let Ok(checked) = recorded
+        && !members.is_empty()
+    {
+        let json = checked.json();
+        let from_table: Vec<_> = members.iter().map(|m| m.of(json).unwrap()).collect();
+        let mut walked = vec![];
+        assert!(agui_protocol::members_of_valid(json, |k, v| walked.push((k, v))));
+        assert_eq!(from_table, walked, "members of {text:?}");
+    }
 }
 
 #[test]

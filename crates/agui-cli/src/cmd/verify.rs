@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use agui_codec::DecodeOptions;
 use agui_protocol::verify::{Diagnostic, Verifier};
 
-use crate::io::{read_events_on_one_thread, stdout};
+use crate::io::{read_event_chunks_on_one_thread, stdout};
 
 /// Check an event stream (JSON array, NDJSON or SSE, detected) against the
 /// AG-UI sequence rules.
@@ -27,7 +27,8 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let input = read_events_on_one_thread(args.file.as_deref(), DecodeOptions::default())?;
+    let mut input =
+        read_event_chunks_on_one_thread(args.file.as_deref(), DecodeOptions::default())?;
     let mut out = stdout();
     let mut verifier = if args.all {
         Verifier::collecting()
@@ -35,27 +36,32 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Verifier::new()
     };
     let mut problems = 0u64;
+    // Events and decoding errors seen so far (an error takes an index too).
     let mut count = 0usize;
-    for (i, item) in input.enumerate() {
-        count = i + 1;
+    'input: while let Some(item) = input.next_chunk() {
         match item {
-            Ok(event) => {
-                if let Err(error) = verifier.push(&event) {
-                    problems += 1;
-                    let d = Diagnostic {
-                        index: i,
-                        event_type: event.type_name().to_owned(),
-                        error,
-                    };
-                    writeln!(out, "error at {d}")?;
-                    if !args.all {
-                        break;
+            Ok(chunk) => {
+                for event in chunk.iter() {
+                    let index = count;
+                    count += 1;
+                    if let Err(error) = verifier.push(event) {
+                        problems += 1;
+                        let d = Diagnostic {
+                            index,
+                            event_type: event.type_name().to_owned(),
+                            error,
+                        };
+                        writeln!(out, "error at {d}")?;
+                        if !args.all {
+                            break 'input;
+                        }
                     }
                 }
             }
             Err(err) => {
                 problems += 1;
-                let index = err.position().map_or(i as u64, |p| p.index);
+                let index = err.position().map_or(count as u64, |p| p.index);
+                count += 1;
                 writeln!(out, "error at event #{index}: cannot decode: {err}")?;
                 if !args.all || !err.is_recoverable() {
                     break;
