@@ -54,12 +54,12 @@ pub fn read_event_chunks(path: Option<&Path>, options: DecodeOptions) -> anyhow:
 
 /// Like [`read_events`], but a big file too is decoded on one background
 /// thread (unless `AGUI_DECODE_SPLIT` is set), for a command whose own work
-/// per event weighs more than decoding (`compact`, `reduce`, `verify`,
-/// `store import`): decoding then keeps up on one thread, and a second one
-/// would only compete with the caller for the two cores. On 1M events (165
-/// MB), medians: `agui compact` 206 ms on one decoding thread, 272 ms split
-/// in 1 MiB chunks; `agui verify` 488 ms against 524 ms; `agui reduce` the
-/// same either way.
+/// per event weighs more than decoding and that keeps events (`compact`,
+/// `reduce`, `store import`): decoding then keeps up on one thread, and a
+/// second one would only compete with the caller for the two cores. On 1M
+/// events (165 MB), medians: `agui compact` 206 ms on one decoding thread,
+/// 272 ms split in 1 MiB chunks; `agui verify` (before it read chunks)
+/// 488 ms against 524 ms; `agui reduce` the same either way.
 pub fn read_events_on_one_thread(
     path: Option<&Path>,
     options: DecodeOptions,

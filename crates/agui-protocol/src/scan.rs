@@ -149,11 +149,42 @@ fn special_mask(x: u64) -> u64 {
 }
 
 /// The offset of the first special byte of a string's content from `i` on,
-/// eight bytes at a time (or of the first of the last seven bytes, which the
+/// sixteen bytes at a time where SSE2 is at hand (every x86-64 processor),
+/// then eight at a time (or of the first of the last seven bytes, which the
 /// caller reads one by one). The one loop of both string walks: the
 /// validating scanner's and the member walk of already-valid text.
 #[inline(always)]
 fn skip_plain(text: &[u8], mut i: usize) -> Option<usize> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{
+            _mm_cmpeq_epi8, _mm_loadu_si128, _mm_max_epu8, _mm_movemask_epi8, _mm_or_si128,
+            _mm_set1_epi8,
+        };
+        while let Some(chunk) = text.get(i..i + 16) {
+            // SAFETY: `chunk` is sixteen readable bytes (the `get` above
+            // checked the range), and `_mm_loadu_si128` reads exactly
+            // sixteen bytes from its pointer, with no alignment required.
+            // The other calls only compute on registers; they are `unsafe`
+            // because they need SSE2, which is part of the x86-64 baseline
+            // (this block is compiled for x86-64 only), so every processor
+            // this code runs on has it.
+            let mask = unsafe {
+                let x = _mm_loadu_si128(chunk.as_ptr().cast());
+                let quote = _mm_cmpeq_epi8(x, _mm_set1_epi8(b'"' as i8));
+                let backslash = _mm_cmpeq_epi8(x, _mm_set1_epi8(b'\\' as i8));
+                // Below 0x20 exactly when the unsigned max with 0x1f is 0x1f.
+                let low = _mm_set1_epi8(0x1f);
+                let control = _mm_cmpeq_epi8(_mm_max_epu8(x, low), low);
+                let special = _mm_or_si128(_mm_or_si128(quote, backslash), control);
+                _mm_movemask_epi8(special) as u32
+            };
+            if mask != 0 {
+                return Some(i + mask.trailing_zeros() as usize);
+            }
+            i += 16;
+        }
+    }
     while let Some(chunk) = text.get(i..i + 8) {
         let mask = special_mask(u64::from_le_bytes(chunk.try_into().ok()?));
         if mask != 0 {
@@ -833,6 +864,42 @@ mod tests {
             assert!(!has_special(u64::from_ne_bytes(bytes)));
         }
         assert!(!has_special(u64::from_ne_bytes(*b"abc~\x7f\x80\xff ")));
+    }
+
+    /// The wide loop and the eight-byte loop find the first special byte
+    /// at every offset, before every kind of neighbour (plain ASCII, bytes
+    /// above 0x7f that a signed compare would take for controls, the
+    /// boundary bytes 0x1f and 0x20), and stop short of the last bytes
+    /// exactly as the byte-by-byte reading after them expects.
+    #[test]
+    fn skip_plain_stops_at_the_first_special_byte() {
+        let special = |b: u8| b == b'"' || b == b'\\' || b < 0x20;
+        for len in 0..48usize {
+            for fill in [b'a', 0x80, 0xff, 0x20, b'!'] {
+                for at in 0..=len {
+                    for s in [b'"', b'\\', 0x00, 0x1f, 0x0a] {
+                        let mut text = vec![fill; len];
+                        if at < len {
+                            text[at] = s;
+                        }
+                        for from in 0..=len.min(3) {
+                            let found = skip_plain(&text, from).unwrap();
+                            let first = (from..len).find(|&k| special(text[k]));
+                            match first {
+                                // Found exactly, or left for the byte loop
+                                // (fewer than eight bytes from `found` on).
+                                Some(k) => assert!(
+                                    found == k || (found < k && len - found < 8),
+                                    "len {len} fill {fill} at {at} from {from}: {found}"
+                                ),
+                                None => assert!(found <= len && len - found < 8),
+                            }
+                            assert!(found >= from);
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]
