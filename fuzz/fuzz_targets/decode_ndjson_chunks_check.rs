@@ -4,7 +4,8 @@
 //! `ThreadedReader`'s split files) gives exactly what the push decoder
 //! gives: the same events, the same errors at the same positions, in the
 //! same order, ending at the same place. Every borrowed event also equals
-//! its owned copy, and no chunk is empty.
+//! its owned copy, its recorded member table (if any) reads what the walk
+//! over its text reads, and no chunk is empty.
 //!
 //! The first input byte switches a 64-byte maximum event size on and off;
 //! the rest is the stream.
@@ -32,6 +33,14 @@ pub fn check(data: &[u8]) {
                     let owned = event.to_event();
                     assert_eq!(owned.json(), event.json());
                     assert_eq!(owned.event_type(), event.event_type());
+                    // The member table the scan recorded (if any) reads
+                    // what the walk over the text reads.
+                    let mut read = Vec::new();
+                    let read_all = event.for_each_member(|k, v| read.push((k, v)));
+                    let mut walked = Vec::new();
+                    let walked_all =
+                        agui_protocol::members_of_valid(event.json(), |k, v| walked.push((k, v)));
+                    assert_eq!((read_all, read), (walked_all, walked), "{}", event.json());
                     got.push(Ok(event.json().to_owned()));
                 }
             }
