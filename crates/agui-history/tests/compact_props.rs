@@ -16,13 +16,13 @@
 //! hold for every input the reducer accepts.
 
 use agui_history::compact::{
-    LatestOptions, Mode, SnapshotCompactor, compact, compact_latest_from, compact_snapshot_last,
-    count_runs,
+    DeltaCompactor, LatestOptions, Mode, SnapshotCompactor, compact, compact_deltas,
+    compact_latest_from, compact_snapshot_last, count_runs,
 };
 use agui_history::lineage::Lineage;
 use agui_history::reduce::{Conversation, Reducer};
-use agui_protocol::Event;
 use agui_protocol::verify::verify_events;
+use agui_protocol::{Event, EventRef, Member};
 use agui_testkit::{Profile, invalid_stream, stream};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
@@ -436,12 +436,67 @@ proptest! {
     }
 }
 
+/// `deltas` over events borrowed as a decoder lends them (each with the
+/// member table its scan recorded, or none), fed one at a time and drained
+/// every `every` events, gives what it gives over owned events.
+fn check_borrowed_input(events: &[Event], every: usize) -> Result<(), TestCaseError> {
+    let owned = compact_deltas(events.iter().cloned());
+    let mut tables: Vec<Vec<Member>> = Vec::new();
+    for event in events {
+        let mut members = Vec::new();
+        let checked = Event::check_recording(event.json(), &mut members);
+        prop_assert!(checked.is_ok(), "an owned event checks again: {event}");
+        tables.push(members);
+    }
+    let mut compactor = DeltaCompactor::new();
+    let mut borrowed = Vec::new();
+    let mut result = Ok(());
+    for (i, (event, members)) in events.iter().zip(&tables).enumerate() {
+        let event = EventRef::from_checked_members(event.json(), event.event_type(), members);
+        if let Err(err) = compactor.push(event) {
+            result = Err(err);
+            break;
+        }
+        if i % every == 0 {
+            borrowed.extend(compactor.drain());
+        }
+    }
+    let borrowed = result.and_then(|()| compactor.finish()).map(|()| {
+        borrowed
+            .into_iter()
+            .chain(compactor.drain())
+            .collect::<Vec<_>>()
+    });
+    match (owned, borrowed) {
+        (Ok(owned), Ok(borrowed)) => {
+            let texts = |events: &[Event]| {
+                events
+                    .iter()
+                    .map(|e| e.json().to_owned())
+                    .collect::<Vec<_>>()
+            };
+            prop_assert_eq!(texts(&owned), texts(&borrowed));
+        }
+        (Err(_), Err(_)) => {}
+        (owned, borrowed) => prop_assert!(false, "owned {owned:?}, borrowed {borrowed:?}"),
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: cases(2500), failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
     fn deltas_on_free_form_sequences(events in free_stream()) {
         check(&events, Mode::Deltas)?;
+    }
+
+    #[test]
+    fn deltas_reads_borrowed_events_as_it_reads_owned_ones(
+        events in any_stream(),
+        every in 1usize..9,
+    ) {
+        check_borrowed_input(&events, every)?;
     }
 
     #[test]

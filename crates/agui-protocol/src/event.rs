@@ -261,6 +261,65 @@ impl fmt::Display for EventRef<'_> {
     }
 }
 
+/// An event that is either owned or borrowed from a buffer its caller
+/// reuses. Code that reads every event it is given but keeps only some (a
+/// compactor merges most deltas away and holds back only a few events)
+/// takes this: it reads the event in place ([`EventCow::as_ref`]) and copies
+/// a borrowed one only when it keeps it ([`EventCow::into_event`]), while an
+/// owned one is moved, never copied.
+#[derive(Clone, Debug)]
+pub enum EventCow<'a> {
+    /// A slice of a buffer, valid for `'a`.
+    Borrowed(EventRef<'a>),
+    /// An event the caller hands over.
+    Owned(Event),
+}
+
+impl EventCow<'_> {
+    /// The event, borrowed.
+    pub fn as_ref(&self) -> EventRef<'_> {
+        match self {
+            EventCow::Borrowed(event) => *event,
+            EventCow::Owned(event) => event.as_event_ref(),
+        }
+    }
+
+    /// The event's `type`.
+    pub fn event_type(&self) -> &EventType {
+        match self {
+            EventCow::Borrowed(event) => event.event_type(),
+            EventCow::Owned(event) => event.event_type(),
+        }
+    }
+
+    /// The event as an owned [`Event`]: moved when owned, copied (not
+    /// validated again) when borrowed.
+    pub fn into_event(self) -> Event {
+        match self {
+            EventCow::Borrowed(event) => event.to_event(),
+            EventCow::Owned(event) => event,
+        }
+    }
+}
+
+impl From<Event> for EventCow<'_> {
+    fn from(event: Event) -> Self {
+        EventCow::Owned(event)
+    }
+}
+
+impl<'a> From<EventRef<'a>> for EventCow<'a> {
+    fn from(event: EventRef<'a>) -> Self {
+        EventCow::Borrowed(event)
+    }
+}
+
+impl<'a> From<&'a Event> for EventCow<'a> {
+    fn from(event: &'a Event) -> Self {
+        EventCow::Borrowed(event.as_event_ref())
+    }
+}
+
 impl Event {
     /// Reads one event from its JSON text.
     ///

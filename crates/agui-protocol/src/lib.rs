@@ -19,7 +19,7 @@ pub mod model;
 mod scan;
 pub mod verify;
 
-pub use event::{Checked, EnvelopeError, Event, EventRef, MAX_DEPTH};
+pub use event::{Checked, EnvelopeError, Event, EventCow, EventRef, MAX_DEPTH};
 pub use event_type::EventType;
 pub use key::ObjectKey;
 pub use scan::Member;

@@ -1,27 +1,30 @@
 //! `agui compact`: fewer events, the same meaning.
 //!
 //! Reading and decoding run on a background thread (`ThreadedReader`) that
-//! hands events over in batches, so decoding and compaction overlap on two
-//! cores. Memory stays
-//! bounded by what is open at once (`deltas`, `snapshot`). `latest` reads a
+//! lends the events of an NDJSON file as slices of its read buffer, so
+//! decoding and compaction overlap on two cores, and `deltas` copies only the
+//! events it holds back (the pieces it merges, most of a log, never are).
+//! Memory stays bounded by what is open at once (`deltas`, `snapshot`). `latest` reads a
 //! file two or three times and holds the run index and the conversation, not
 //! the events; from standard input (which cannot be read again) it holds
 //! the log.
 
 use std::cell::{Cell, RefCell};
 use std::fs::File;
-use std::io::Write;
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use agui_codec::{DecodeOptions, Format, Writer};
 use agui_history::compact::{self, DeltaCompactor, LatestOptions, Mode, SnapshotCompactor};
 use agui_history::reduce::Conversation;
-use agui_protocol::Event;
+use agui_protocol::{Event, EventRef};
 use anyhow::{Context, bail};
 use serde_json::Value;
 
-use crate::io::{Events, read_events, read_events_on_one_thread, stdout};
+use crate::io::{
+    Events, read_event_chunks_on_one_thread, read_events, read_events_on_one_thread, stdout,
+};
 use crate::progress::{self, Unit};
 
 /// Compact an event stream without changing its meaning.
@@ -86,13 +89,10 @@ struct Tally {
 }
 
 impl Tally {
-    fn add(&mut self, event: &Event) {
+    /// Counts one event of `len` bytes.
+    fn add(&mut self, len: usize) {
         self.events += 1;
-        self.bytes += event.len_bytes() as u64;
-    }
-
-    fn add_all(&mut self, batches: &[Vec<Event>]) {
-        batches.iter().flatten().for_each(|event| self.add(event));
+        self.bytes += len as u64;
     }
 }
 
@@ -121,8 +121,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         None => None,
     };
     // Decoding on one background thread: compaction keeps the other core
-    // busy (see `read_events_on_one_thread`).
-    let input = read_events_on_one_thread(args.file.as_deref(), DecodeOptions::default())?;
+    // busy (see `read_event_chunks_on_one_thread`).
+    let input = read_event_chunks_on_one_thread(args.file.as_deref(), DecodeOptions::default())?;
     let bar = progress::bar(input_size(args.file.as_deref()), Unit::Bytes, "compact");
     let mut read = Tally::default();
     let mut out = Tally::default();
@@ -188,7 +188,7 @@ fn latest_from_file(
                 Some(Ok(event)) => {
                     if first {
                         let mut t = read.get();
-                        t.add(&event);
+                        t.add(event.len_bytes());
                         read.set(t);
                         if detected.get().is_none() {
                             detected.set(r.format());
@@ -220,7 +220,7 @@ fn latest_from_file(
             let format = args.to.or(detected.get()).unwrap_or(Format::Ndjson);
             Writer::new(stdout(), format)
         });
-        out.add(&event);
+        out.add(event.len_bytes());
         w.write_event(&event)
             .map_err(|e| compact::CompactError::Emit(Box::new(e)))
     };
@@ -254,154 +254,189 @@ fn compact_stream(
     bar: &indicatif::ProgressBar,
     total_runs: Option<u64>,
 ) -> anyhow::Result<()> {
-    // The format is known once the first batch is in (or the input ended).
-    let first = input.next_batch();
-    let format = args.to.or(input.format()).unwrap_or(Format::Ndjson);
-    let mut writer = Writer::new(stdout(), format);
-    let mut warned = false;
-    let mode = args.mode;
-    // Writes what the compactor let go of, after every STEP events read and
-    // at the end; `read` is the input taken so far.
-    let mut write = |events: &mut dyn Iterator<Item = Event>, read: Tally| -> anyhow::Result<()> {
-        for event in events {
-            tally.add(&event);
-            writer
-                .write_event(&event)
-                .context("cannot write the output")?;
-        }
-        // Event bytes plus a separator each: the input's size for NDJSON,
-        // close to it for the other framings.
-        bar.set_position(read.bytes + read.events);
-        bar.set_message(format!(
-            "-> {} out",
-            progress::amount(tally.bytes as f64, Unit::Bytes)
-        ));
-        if !warned && read.bytes > 0 && tally.bytes > GROWTH_WARNING * read.bytes {
-            warned = true;
-            progress::warn(bar, &growth_warning(mode, tally.bytes, read.bytes));
-        }
-        Ok(())
+    let mut work = match args.mode {
+        Mode::Deltas => Work::Deltas(DeltaCompactor::new()),
+        Mode::Snapshot => Work::Snapshot(match (total_runs, args.runs) {
+            (Some(total), Some(last)) => SnapshotCompactor::last_runs(start, total, last),
+            _ => SnapshotCompactor::new(start),
+        }),
+        Mode::Latest => Work::Latest(Vec::new()),
     };
-    let mut steps = Steps::new(first, input);
-    match args.mode {
-        Mode::Deltas => {
-            let mut compactor = DeltaCompactor::new();
-            for step in steps.by_ref() {
-                let step = step?;
-                read.add_all(&step);
-                for event in step.into_iter().flatten() {
-                    compactor.push(event)?;
-                }
-                write(&mut compactor.drain(), *read)?;
+    let mut output = Output {
+        writer: None,
+        to: args.to,
+        mode: args.mode,
+        warned: false,
+        pending: Vec::new(),
+        marks: Vec::new(),
+    };
+    // Events of the step being taken.
+    let mut taken = 0usize;
+    while let Some(item) = input.next_chunk() {
+        // The events of a step cut short by an input error are left out.
+        let chunk = match item {
+            Ok(chunk) => chunk,
+            Err(err) => {
+                output.write(input.format(), tally, bar)?;
+                return Err(anyhow::Error::new(err).context("cannot read the input"));
             }
-            compactor.finish()?;
-            write(&mut compactor.drain(), *read)?;
-        }
-        Mode::Snapshot => {
-            let mut compactor = match (total_runs, args.runs) {
-                (Some(total), Some(last)) => SnapshotCompactor::last_runs(start, total, last),
-                _ => SnapshotCompactor::new(start),
-            };
-            for step in steps.by_ref() {
-                let step = step?;
-                read.add_all(&step);
-                for event in step.into_iter().flatten() {
-                    compactor.push(event)?;
-                }
-                write(&mut compactor.drain(), *read)?;
+        };
+        let mut failed = None;
+        for event in chunk.iter() {
+            read.add(event.len_bytes());
+            if let Err(err) = work.push(event) {
+                failed = Some(err);
+                break;
             }
-            compactor.finish()?;
-            write(&mut compactor.drain(), *read)?;
-        }
-        Mode::Latest => {
-            let mut events = Vec::new();
-            for step in steps.by_ref() {
-                let step = step?;
-                read.add_all(&step);
-                bar.set_position(read.bytes + read.events);
-                events.extend(step.into_iter().flatten());
+            taken += 1;
+            if taken == STEP {
+                taken = 0;
+                // A write that failed is not tried again.
+                output.step(&mut work, *read, tally, bar)?;
             }
-            let options = LatestOptions {
-                start: start.clone(),
-                branch: args.branch.clone(),
-            };
-            let compacted = compact::compact_latest(events, &options)?;
-            write(&mut compacted.into_iter(), *read)?;
         }
+        // The chunk is given back: the format is known by now, and the
+        // steps it completed are written (before a compaction error too).
+        output.write(input.format(), tally, bar)?;
+        if let Some(err) = failed {
+            return Err(err);
+        }
+        bar.set_position(read.bytes + read.events);
     }
-    let mut inner = writer.finish().context("cannot write the output")?;
+    work.finish(start, args.branch.as_ref())?;
+    output.step(&mut work, *read, tally, bar)?;
+    let writer = output.write(input.format(), tally, bar)?;
+    let mut inner = writer
+        .take()
+        .unwrap_or_else(|| Writer::new(stdout(), args.to.unwrap_or(Format::Ndjson)))
+        .finish()
+        .context("cannot write the output")?;
     inner.flush().context("cannot write the output")?;
     Ok(())
 }
 
-/// The input regrouped in steps of [`STEP`] events (the last one shorter),
-/// whatever batches the decoder handed over; a step is a few of those
-/// batches (one is cut only where it straddles a step's end). An input
-/// error ends it, and the events of the step it interrupted are left out,
-/// so what is written before the error does not depend on how decoding was
-/// split.
-struct Steps {
-    /// The decoder's first batch, taken to learn the format.
-    first: Option<Result<Vec<Event>, agui_codec::DecodeError>>,
-    input: Events,
-    /// The end of a batch cut at a step's end: the next step's start.
-    carry: Option<Vec<Event>>,
-    step: Vec<Vec<Event>>,
-    /// Events in `step`.
-    len: usize,
-    done: bool,
+/// What a mode does with the events it reads.
+// One value per process: the size of its variants does not matter.
+#[allow(clippy::large_enum_variant)]
+enum Work {
+    Deltas(DeltaCompactor),
+    Snapshot(SnapshotCompactor),
+    /// The whole log (read from standard input, which cannot be read twice),
+    /// then its one run envelope.
+    Latest(Vec<Event>),
+    /// `latest`'s output, once the log is in.
+    LatestDone(Vec<Event>),
 }
 
-impl Steps {
-    fn new(first: Option<Result<Vec<Event>, agui_codec::DecodeError>>, input: Events) -> Steps {
-        Steps {
-            first,
-            input,
-            carry: None,
-            step: Vec::new(),
-            len: 0,
-            done: false,
+impl Work {
+    fn push(&mut self, event: EventRef<'_>) -> anyhow::Result<()> {
+        match self {
+            // The compactor copies only the events it holds back.
+            Work::Deltas(compactor) => compactor.push(event)?,
+            Work::Snapshot(compactor) => compactor.push(event.to_event())?,
+            Work::Latest(events) => events.push(event.to_event()),
+            Work::LatestDone(_) => bail!("an event after the end of the input"),
         }
+        Ok(())
+    }
+
+    /// Moves what is ready into `out`.
+    fn drain_into(&mut self, out: &mut Vec<Event>) {
+        match self {
+            Work::Deltas(compactor) => out.extend(compactor.drain()),
+            Work::Snapshot(compactor) => out.extend(compactor.drain()),
+            Work::Latest(_) => {}
+            Work::LatestDone(events) => out.append(events),
+        }
+    }
+
+    fn finish(&mut self, start: &Conversation, branch: Option<&String>) -> anyhow::Result<()> {
+        match self {
+            Work::Deltas(compactor) => compactor.finish()?,
+            Work::Snapshot(compactor) => compactor.finish()?,
+            Work::Latest(events) => {
+                let options = LatestOptions {
+                    start: start.clone(),
+                    branch: branch.cloned(),
+                };
+                *self =
+                    Work::LatestDone(compact::compact_latest(std::mem::take(events), &options)?);
+            }
+            Work::LatestDone(_) => {}
+        }
+        Ok(())
     }
 }
 
-impl Iterator for Steps {
-    type Item = anyhow::Result<Vec<Vec<Event>>>;
+/// The output, written step by step once the format is known.
+struct Output {
+    writer: Option<Writer<io::BufWriter<io::StdoutLock<'static>>>>,
+    to: Option<Format>,
+    mode: Mode,
+    warned: bool,
+    /// Released events not written yet.
+    pending: Vec<Event>,
+    /// The end of each step in `pending`, and the input read by then.
+    marks: Vec<(usize, Tally)>,
+}
 
-    fn next(&mut self) -> Option<Self::Item> {
-        while !self.done {
-            let batch = match (self.carry.take(), self.first.take()) {
-                (Some(carry), _) => Some(Ok(carry)),
-                (None, Some(first)) => Some(first),
-                (None, None) => self.input.next_batch(),
-            };
-            match batch {
-                Some(Ok(mut events)) => {
-                    let room = STEP - self.len;
-                    if events.len() > room {
-                        self.carry = Some(events.split_off(room));
-                    }
-                    self.len += events.len();
-                    self.step.push(events);
-                    if self.len == STEP {
-                        self.len = 0;
-                        return Some(Ok(std::mem::take(&mut self.step)));
-                    }
-                }
-                Some(Err(err)) => {
-                    self.done = true;
-                    self.step.clear();
-                    return Some(Err(anyhow::Error::new(err).context("cannot read the input")));
-                }
-                None => {
-                    self.done = true;
-                    if self.len > 0 {
-                        return Some(Ok(std::mem::take(&mut self.step)));
-                    }
-                }
+impl Output {
+    /// Ends a step: what `work` released is written now when the format is
+    /// known, or else with the next [`Output::write`].
+    fn step(
+        &mut self,
+        work: &mut Work,
+        read: Tally,
+        tally: &mut Tally,
+        bar: &indicatif::ProgressBar,
+    ) -> anyhow::Result<()> {
+        work.drain_into(&mut self.pending);
+        self.marks.push((self.pending.len(), read));
+        if self.writer.is_some() {
+            self.write(None, tally, bar)?;
+        }
+        Ok(())
+    }
+
+    /// Writes the finished steps, in the format given, detected (`format`)
+    /// or NDJSON; returns the writer for the end.
+    fn write(
+        &mut self,
+        format: Option<Format>,
+        tally: &mut Tally,
+        bar: &indicatif::ProgressBar,
+    ) -> anyhow::Result<&mut Option<Writer<io::BufWriter<io::StdoutLock<'static>>>>> {
+        if self.marks.is_empty() {
+            return Ok(&mut self.writer);
+        }
+        let to = self.to;
+        let writer = self
+            .writer
+            .get_or_insert_with(|| Writer::new(stdout(), to.or(format).unwrap_or(Format::Ndjson)));
+        let mut from = 0;
+        for &(end, read) in &self.marks {
+            for event in &self.pending[from..end] {
+                tally.add(event.len_bytes());
+                writer
+                    .write_event(event)
+                    .context("cannot write the output")?;
+            }
+            from = end;
+            // Event bytes plus a separator each: the input's size for
+            // NDJSON, close to it for the other framings.
+            bar.set_position(read.bytes + read.events);
+            bar.set_message(format!(
+                "-> {} out",
+                progress::amount(tally.bytes as f64, Unit::Bytes)
+            ));
+            if !self.warned && read.bytes > 0 && tally.bytes > GROWTH_WARNING * read.bytes {
+                self.warned = true;
+                progress::warn(bar, &growth_warning(self.mode, tally.bytes, read.bytes));
             }
         }
-        None
+        self.pending.clear();
+        self.marks.clear();
+        Ok(&mut self.writer)
     }
 }
 

@@ -24,7 +24,7 @@ use std::collections::VecDeque;
 
 use foldhash::{HashMap, HashMapExt};
 
-use agui_protocol::{Event, EventType};
+use agui_protocol::{Event, EventCow, EventRef, EventType};
 use serde_json::{Map, Value};
 
 use super::CompactError;
@@ -183,10 +183,13 @@ impl DeltaCompactor {
         self.held.len() + self.state.len() + usize::from(self.chunk_run.is_some())
     }
 
-    /// Feeds one event.
-    pub fn push(&mut self, event: Event) -> Result<(), CompactError> {
+    /// Feeds one event: owned, or borrowed from a buffer the caller reuses
+    /// (the compactor reads it in place, and copies it only if it holds it
+    /// back; the deltas it merges are never copied whole).
+    pub fn push<'e>(&mut self, event: impl Into<EventCow<'e>>) -> Result<(), CompactError> {
+        let event = event.into();
         if let Some(run) = self.chunk_run.as_mut() {
-            if run.absorb(&event) {
+            if run.absorb(event.as_ref()) {
                 return Ok(());
             }
             self.flush_chunk_run()?;
@@ -197,7 +200,7 @@ impl DeltaCompactor {
                 self.close_all();
                 self.release()?;
                 self.state.flush(&mut self.ready)?;
-                self.ready.push(event);
+                self.ready.push(event.into_event());
                 self.chunk_lanes = false;
                 return Ok(());
             }
@@ -208,7 +211,7 @@ impl DeltaCompactor {
                 self.barrier(event);
             }
             EventType::StateSnapshot | EventType::StateDelta => {
-                self.state.push(event);
+                self.state.push(event.into_event());
                 return Ok(());
             }
             EventType::MessagesSnapshot => {
@@ -227,9 +230,9 @@ impl DeltaCompactor {
                     self.chunk_lanes = true;
                 }
                 self.close_all();
-                match ChunkRun::start(&event) {
-                    Some(run) => self.chunk_run = Some(run),
-                    None => self.place(event),
+                match ChunkRun::start(event) {
+                    Ok(run) => self.chunk_run = Some(run),
+                    Err(event) => self.place(event),
                 }
             }
             _ if self.chunk_lanes => self.barrier(event),
@@ -270,22 +273,22 @@ impl DeltaCompactor {
     fn flush_chunk_run(&mut self) -> Result<(), CompactError> {
         if let Some(run) = self.chunk_run.take() {
             let event = run.into_event()?;
-            self.place(event);
+            self.place(event.into());
         }
         Ok(())
     }
 
-    fn place(&mut self, event: Event) {
-        self.held.push_back(Slot::Event(event));
+    fn place(&mut self, event: EventCow<'_>) {
+        self.held.push_back(Slot::Event(event.into_event()));
     }
 
-    fn barrier(&mut self, event: Event) {
+    fn barrier(&mut self, event: EventCow<'_>) {
         self.close_all();
         self.place(event);
     }
 
-    fn start(&mut self, event: Event, kind: Kind) {
-        let id = match Fields::read(&event, [kind.id_field()]).and_then(|f| f.string(0)) {
+    fn start(&mut self, event: EventCow<'_>, kind: Kind) {
+        let id = match Fields::read(event.as_ref(), [kind.id_field()]).and_then(|f| f.string(0)) {
             Some(Ok(id)) => id.into_owned(),
             _ => return self.barrier(event),
         };
@@ -295,8 +298,8 @@ impl DeltaCompactor {
         self.open_anchor(kind, key, id, true);
     }
 
-    fn tool_start(&mut self, event: Event) {
-        let fields = match Fields::read(&event, ["toolCallId", "parentMessageId"]) {
+    fn tool_start(&mut self, event: EventCow<'_>) {
+        let fields = match Fields::read(event.as_ref(), ["toolCallId", "parentMessageId"]) {
             Some(f) => f,
             None => return self.barrier(event),
         };
@@ -329,8 +332,9 @@ impl DeltaCompactor {
 
     /// An `ACTIVITY_SNAPSHOT` can replace any message with an activity
     /// message, taking the tool calls it holds away with it.
-    fn activity_snapshot(&mut self, event: Event) {
-        let Some(Ok(id)) = Fields::read(&event, ["messageId"]).and_then(|f| f.string(0)) else {
+    fn activity_snapshot(&mut self, event: EventCow<'_>) {
+        let Some(Ok(id)) = Fields::read(event.as_ref(), ["messageId"]).and_then(|f| f.string(0))
+        else {
             return self.barrier(event);
         };
         let id = id.into_owned();
@@ -354,20 +358,21 @@ impl DeltaCompactor {
         }
         let key = Key::Msg(id);
         self.close(&key);
-        match ActivityAnchor::start(&event) {
-            Some(anchor) => {
+        match ActivityAnchor::start(event) {
+            Ok(anchor) => {
                 let seq = self.base + self.held.len() as u64;
                 self.held.push_back(Slot::Activity(Box::new(anchor)));
                 self.open.insert(key, seq);
             }
-            None => self.place(event),
+            Err(event) => self.place(event),
         }
     }
 
     /// An `ACTIVITY_DELTA` on a message whose replacing snapshot is still
     /// open is folded into it; any other one is kept in place.
-    fn activity_delta(&mut self, event: Event) {
-        let Some(Ok(id)) = Fields::read(&event, ["messageId"]).and_then(|f| f.string(0)) else {
+    fn activity_delta(&mut self, event: EventCow<'_>) {
+        let Some(Ok(id)) = Fields::read(event.as_ref(), ["messageId"]).and_then(|f| f.string(0))
+        else {
             return self.barrier(event);
         };
         let key = Key::Msg(id.into_owned());
@@ -376,7 +381,7 @@ impl DeltaCompactor {
                 .checked_sub(self.base)
                 .and_then(|i| usize::try_from(i).ok())
             && let Some(Slot::Activity(anchor)) = self.held.get_mut(index)
-            && anchor.fold(&event)
+            && anchor.fold(event.as_ref())
         {
             return;
         }
@@ -384,8 +389,8 @@ impl DeltaCompactor {
         self.place(event);
     }
 
-    fn touches_message(&mut self, event: Event) {
-        match Fields::read(&event, ["messageId"]).and_then(|f| f.string(0)) {
+    fn touches_message(&mut self, event: EventCow<'_>) {
+        match Fields::read(event.as_ref(), ["messageId"]).and_then(|f| f.string(0)) {
             Some(Ok(id)) => {
                 self.close(&Key::Msg(id.into_owned()));
                 self.place(event);
@@ -394,8 +399,8 @@ impl DeltaCompactor {
         }
     }
 
-    fn piece(&mut self, event: Event, kind: Kind) {
-        let fields = match Fields::read(&event, [kind.id_field(), "delta", "metadata"]) {
+    fn piece(&mut self, event: EventCow<'_>, kind: Kind) {
+        let fields = match Fields::read(event.as_ref(), [kind.id_field(), "delta", "metadata"]) {
             Some(f) => f,
             None => return self.barrier(event),
         };
@@ -432,8 +437,8 @@ impl DeltaCompactor {
         }
     }
 
-    fn end(&mut self, event: Event, kind: Kind) {
-        let id = match Fields::read(&event, [kind.id_field()]).and_then(|f| f.string(0)) {
+    fn end(&mut self, event: EventCow<'_>, kind: Kind) {
+        let id = match Fields::read(event.as_ref(), [kind.id_field()]).and_then(|f| f.string(0)) {
             Some(Ok(id)) => id.into_owned(),
             _ => return self.barrier(event),
         };
@@ -442,7 +447,7 @@ impl DeltaCompactor {
             if let Some(anchor) = self.anchor_mut(seq)
                 && anchor.kind == kind
             {
-                anchor.end = Some(event);
+                anchor.end = Some(event.into_event());
                 anchor.open = false;
                 self.open.remove(&key);
                 return;
@@ -569,11 +574,30 @@ fn small_ops(patch: &Value) -> bool {
     })
 }
 
+/// An anchoring snapshot's content, `activityType` and metadata.
+type ActivityParts = (Value, Value, Option<Map<String, Value>>);
+
 impl ActivityAnchor {
     /// An anchor for a snapshot that sets its message's whole content
     /// (`replace` absent, null or true; `content` present and not null), so
     /// that the content every later delta patches is known here.
-    fn start(event: &Event) -> Option<ActivityAnchor> {
+    /// `Err` gives back an event that cannot anchor.
+    fn start(event: EventCow<'_>) -> Result<ActivityAnchor, EventCow<'_>> {
+        let Some((content, activity_type, metadata)) = Self::parts(event.as_ref()) else {
+            return Err(event);
+        };
+        Ok(ActivityAnchor {
+            event: event.into_event(),
+            open: true,
+            content,
+            activity_type,
+            metadata,
+            folded: 0,
+        })
+    }
+
+    /// The content, type and metadata of a snapshot that can anchor.
+    fn parts(event: EventRef<'_>) -> Option<ActivityParts> {
         let f = Fields::read(event, ["replace", "content", "activityType", "metadata"])?;
         if !matches!(f.raw(0), None | Some("null" | "true")) {
             return None;
@@ -590,20 +614,13 @@ impl ActivityAnchor {
             None => None,
             Some(raw) => Some(serde_json::from_str::<Map<String, Value>>(raw).ok()?),
         };
-        Some(ActivityAnchor {
-            event: event.clone(),
-            open: true,
-            content,
-            activity_type,
-            metadata,
-            folded: 0,
-        })
+        Some((content, activity_type, metadata))
     }
 
     /// Applies an `ACTIVITY_DELTA` as the reducer does (metadata first, then
     /// the patch, atomically; on success the delta's `activityType`), or
     /// returns false when it cannot be folded exactly.
-    fn fold(&mut self, event: &Event) -> bool {
+    fn fold(&mut self, event: EventRef<'_>) -> bool {
         let Some(f) = Fields::read(event, ["activityType", "patch", "metadata"]) else {
             return false;
         };
@@ -665,13 +682,16 @@ struct ChunkRun {
     first: Event,
     /// The first chunk's members: each key and where its value lies in
     /// `first`'s text (read once; merging compares raw values).
-    fields: Vec<(String, std::ops::Range<usize>)>,
+    fields: ChunkFields,
     /// Concatenated string bodies (escapes kept); `None` while no chunk of
     /// the run had a `delta`.
     delta: Option<String>,
     metadata: Option<RawMap>,
     merged: usize,
 }
+
+/// A chunk's members: each key and where its value lies in the text.
+type ChunkFields = Vec<(String, std::ops::Range<usize>)>;
 
 fn chunk_id_field(ty: &EventType) -> Option<&'static str> {
     match ty {
@@ -713,7 +733,23 @@ fn chunk_parts(fields: &Members<'_>) -> Option<ChunkParts> {
 }
 
 impl ChunkRun {
-    fn start(event: &Event) -> Option<ChunkRun> {
+    /// `Err` gives back an event that cannot start a run.
+    fn start(event: EventCow<'_>) -> Result<ChunkRun, EventCow<'_>> {
+        let Some((fields, delta, metadata)) = Self::parts(event.as_ref()) else {
+            return Err(event);
+        };
+        Ok(ChunkRun {
+            first: event.into_event(),
+            fields,
+            delta,
+            metadata,
+            merged: 0,
+        })
+    }
+
+    /// A chunk's members (each key and where its value lies in the text),
+    /// `delta` body and metadata, when it can start a run.
+    fn parts(event: EventRef<'_>) -> Option<(ChunkFields, Option<String>, Option<RawMap>)> {
         chunk_id_field(event.event_type())?;
         let json = event.json();
         let members = Members::read(event)?;
@@ -727,13 +763,7 @@ impl ChunkRun {
                 (key.to_owned(), at..at + value.len())
             })
             .collect();
-        Some(ChunkRun {
-            first: event.clone(),
-            fields,
-            delta,
-            metadata,
-            merged: 0,
-        })
+        Some((fields, delta, metadata))
     }
 
     /// The first chunk's raw value of `key` (its last occurrence).
@@ -746,7 +776,7 @@ impl ChunkRun {
     /// continuation of the run's item in the same lane: the same type, no id
     /// or the run's own id, the same `subagentRunId`, and every other field
     /// but `delta`, `metadata` and `timestamp` repeating the first chunk's.
-    fn absorb(&mut self, event: &Event) -> bool {
+    fn absorb(&mut self, event: EventRef<'_>) -> bool {
         if event.event_type() != self.first.event_type() {
             return false;
         }

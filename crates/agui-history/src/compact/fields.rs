@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 use std::fmt;
 
-use agui_protocol::Event;
+use agui_protocol::EventRef;
 use serde::Deserializer;
 use serde::de::{self, IgnoredAny, MapAccess, Visitor};
 use serde_json::value::RawValue;
@@ -18,9 +18,11 @@ impl<'a, const N: usize> Fields<'a, N> {
     /// Reads `names` from `json`. `None` when the text is not an object or a
     /// wanted key appears twice (JavaScript would keep the last one; callers
     /// treat such events as opaque, which is always safe).
-    pub(crate) fn read(event: &'a Event, names: [&'static str; N]) -> Option<Self> {
-        // A walk over the members first (no allocation, no DOM, no second
-        // validation); the JSON library reads an event with an escaped key.
+    pub(crate) fn read(event: impl Into<EventRef<'a>>, names: [&'static str; N]) -> Option<Self> {
+        // The scan's member table or a walk over the members first (no
+        // allocation, no DOM, no second validation); the JSON library reads
+        // an event with an escaped key.
+        let event = event.into();
         let json = event.json();
         let mut values: [Option<&'a str>; N] = [None; N];
         let mut duplicate = false;
@@ -92,7 +94,8 @@ pub(crate) struct Members<'a> {
 
 impl<'a> Members<'a> {
     /// Reads the members of `json`; `None` when it is not an object.
-    pub(crate) fn read(event: &'a Event) -> Option<Self> {
+    pub(crate) fn read(event: impl Into<EventRef<'a>>) -> Option<Self> {
+        let event = event.into();
         let json = event.json();
         let mut list = Vec::with_capacity(8);
         if event.for_each_member(|key, value| {
@@ -262,6 +265,7 @@ pub(crate) fn string_body(raw: &str) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use agui_protocol::Event;
 
     fn ev(text: &str) -> Event {
         Event::from_json(text).unwrap()
