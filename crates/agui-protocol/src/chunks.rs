@@ -65,7 +65,7 @@ use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use crate::{Event, EventRef, EventType};
+use crate::{Event, EventRef, EventType, Member};
 
 /// Why chunk expansion failed. Messages follow the official client's.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -256,6 +256,68 @@ struct Pending {
 pub struct ChunkExpander {
     /// Open items by lane, in the order the lanes opened.
     lanes: Vec<(Option<String>, Pending)>,
+    /// What [`ChunkExpander::push_into`] synthesizes, before it is moved
+    /// to the caller's vector (kept for its capacity).
+    scratch: Synthesized,
+}
+
+/// The events a [`ChunkExpander`] synthesizes, with the member table each
+/// one's rendering recorded (unless `plain`) (the verifier reads their fields
+/// from these and walks none of them).
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Synthesized {
+    events: Vec<Event>,
+    /// The tables, back to back.
+    members: Vec<Member>,
+    /// Where each event's table ends in `members` (it starts where the
+    /// previous one ends; an empty table means none).
+    ends: Vec<usize>,
+    /// Record no tables (for callers that read no fields).
+    plain: bool,
+}
+
+impl Synthesized {
+    pub(crate) fn len(&self) -> usize {
+        self.events.len()
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.events.clear();
+        self.members.clear();
+        self.ends.clear();
+    }
+
+    /// Event `i`, with its table if one was recorded.
+    pub(crate) fn get(&self, i: usize) -> Option<EventRef<'_>> {
+        let event = self.events.get(i)?;
+        let start = match i {
+            0 => 0,
+            _ => *self.ends.get(i - 1)?,
+        };
+        let members = self.members.get(start..*self.ends.get(i)?)?;
+        Some(EventRef::with_rendered_members(
+            event.json(),
+            event.event_type(),
+            members,
+        ))
+    }
+
+    /// Appends the event `{...first, ...second}` of type `ty`.
+    fn put(&mut self, ty: EventType, first: &[(&str, &str)], second: &Obj<'_>) {
+        let text = if !self.plain {
+            let mark = self.members.len();
+            let text = render(first, second, Some(&mut self.members));
+            // A table only for text it can describe in `u32` offsets.
+            if u32::try_from(text.len()).is_err() {
+                self.members.truncate(mark);
+            }
+            text
+        } else {
+            render(first, second, None)
+        };
+        self.events.push(Event::from_trusted_text(text, ty));
+        self.ends.push(self.members.len());
+    }
 }
 
 impl ChunkExpander {
@@ -291,7 +353,22 @@ impl ChunkExpander {
         event: impl Into<EventRef<'e>>,
         out: &mut Vec<Event>,
     ) -> Result<bool, ChunkError> {
-        let event = event.into();
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        scratch.plain = true;
+        let result = self.push_synthesized(event.into(), &mut scratch);
+        out.append(&mut scratch.events);
+        self.scratch = scratch;
+        result
+    }
+
+    /// [`ChunkExpander::push_into`], into a list that may record the
+    /// synthesized events' member tables.
+    pub(crate) fn push_synthesized(
+        &mut self,
+        event: EventRef<'_>,
+        out: &mut Synthesized,
+    ) -> Result<bool, ChunkError> {
         let closes = match event.event_type() {
             EventType::TextMessageChunk => {
                 return self.chunk(event, Kind::Text, out).map(|()| false);
@@ -352,19 +429,24 @@ impl ChunkExpander {
     /// **discards** them; [`expand_chunks`] does the same. Use this only when
     /// you deliberately want a stream cut mid-chunk to read as closed.
     pub fn finish(&mut self) -> Vec<Event> {
-        let mut out = Vec::new();
+        let mut out = Synthesized {
+            plain: true,
+            ..Synthesized::default()
+        };
         self.close_all_into(&mut out);
-        out
+        out.events
     }
 
-    fn close_all_into(&mut self, out: &mut Vec<Event>) {
-        out.extend(self.lanes.drain(..).map(|(_, p)| end_event(&p)));
+    fn close_all_into(&mut self, out: &mut Synthesized) {
+        for (_, p) in self.lanes.drain(..) {
+            put_end(&p, out);
+        }
     }
 
-    fn close_lane(&mut self, lane: Option<&str>, out: &mut Vec<Event>) {
+    fn close_lane(&mut self, lane: Option<&str>, out: &mut Synthesized) {
         if let Some(i) = self.lanes.iter().position(|(l, _)| l.as_deref() == lane) {
             let (_, p) = self.lanes.remove(i);
-            out.push(end_event(&p));
+            put_end(&p, out);
         }
     }
 
@@ -426,7 +508,7 @@ impl ChunkExpander {
         &mut self,
         event: EventRef<'_>,
         kind: Kind,
-        events: &mut Vec<Event>,
+        events: &mut Synthesized,
     ) -> Result<(), ChunkError> {
         let chunk_type = kind.chunk_type();
         let fields = Fields::parse(event);
@@ -489,7 +571,7 @@ impl ChunkExpander {
             None => {
                 if let Some(i) = at {
                     let (_, p) = self.lanes.remove(i);
-                    events.push(end_event(&p));
+                    put_end(&p, events);
                 }
                 let Some(id) = id else {
                     return Err(ChunkError::MissingId {
@@ -620,12 +702,11 @@ impl ChunkExpander {
         // whose own fields win a clash (keeping the remainder's position).
         let n = out.len();
         for (k, (ty, obj)) in out.into_iter().enumerate() {
-            let text = if k + 1 == n {
-                render(&remainder, &obj)
+            if k + 1 == n {
+                events.put(ty, &remainder, &obj);
             } else {
-                render(&[], &obj)
-            };
-            events.push(Event::from_trusted_text(text, ty));
+                events.put(ty, &[], &obj);
+            }
         }
         Ok(())
     }
@@ -689,7 +770,9 @@ fn as_str(raw: &str) -> Option<Cow<'_, str>> {
         return None;
     }
     match raw.get(1..raw.len().saturating_sub(1)) {
-        Some(body) if raw.len() >= 2 && !body.contains('\\') => Some(Cow::Borrowed(body)),
+        Some(body) if raw.len() >= 2 && memchr::memchr(b'\\', body.as_bytes()).is_none() => {
+            Some(Cow::Borrowed(body))
+        }
         _ => serde_json::from_str::<String>(raw).ok().map(Cow::Owned),
     }
 }
@@ -717,8 +800,14 @@ type Obj<'a> = Vec<(&'static str, &'a str)>;
 
 /// Writes `{...first, ...second}` as JavaScript's spread does: the keys of
 /// `first` in order (with `second`'s value where both have the key), then
-/// the other keys of `second`.
-fn render(first: &[(&str, &str)], second: &Obj<'_>) -> String {
+/// the other keys of `second`. With `members`, appends the table of the
+/// members written (as [`Event::check_recording`] would); when a key has to
+/// be escaped, it appends none (readers then walk the text).
+fn render(
+    first: &[(&str, &str)],
+    second: &Obj<'_>,
+    mut members: Option<&mut Vec<Member>>,
+) -> String {
     let len = first
         .iter()
         .chain(second.iter())
@@ -726,26 +815,58 @@ fn render(first: &[(&str, &str)], second: &Obj<'_>) -> String {
         .sum::<usize>();
     let mut text = String::with_capacity(len + 2);
     text.push('{');
+    let mark = members.as_ref().map_or(0, |m| m.len());
     let mut comma = false;
-    let mut put = |text: &mut String, key: &str, value: &str| {
+    // `plain`: the key is one of ours, letters only, written as it is.
+    let mut put = |text: &mut String, key: &str, value: &str, plain: bool| {
         if comma {
             text.push(',');
         }
         comma = true;
-        push_quoted(text, key);
+        let key_at = text.len() + 1;
+        if plain {
+            debug_assert!(key.bytes().all(|b| b.is_ascii_alphabetic()), "{key}");
+            text.push('"');
+            text.push_str(key);
+            text.push('"');
+        } else {
+            push_quoted(text, key);
+        }
+        let key_end = text.len() - 1;
         text.push(':');
+        let value_at = text.len();
         text.push_str(value);
+        if let Some(table) = members.as_deref_mut() {
+            // The key was written as it is, or escaped (no table then).
+            let plain = key_end - key_at == key.len();
+            let offsets = (
+                u32::try_from(key_at),
+                u32::try_from(key_end),
+                u32::try_from(value_at),
+                u32::try_from(text.len()),
+            );
+            match offsets {
+                (Ok(k0), Ok(k1), Ok(v0), Ok(v1)) if plain => table.push(Member {
+                    key: (k0, k1),
+                    value: (v0, v1),
+                }),
+                _ => {
+                    table.truncate(mark);
+                    members = None;
+                }
+            }
+        }
     };
     for &(k, v) in first {
         let value = second
             .iter()
             .find(|(k2, _)| *k2 == k)
             .map_or(v, |(_, v2)| *v2);
-        put(&mut text, k, value);
+        put(&mut text, k, value, false);
     }
     for &(k, v) in second {
         if !first.iter().any(|(k1, _)| *k1 == k) {
-            put(&mut text, k, v);
+            put(&mut text, k, v, true);
         }
     }
     text.push('}');
@@ -849,7 +970,7 @@ impl<'a> Fields<'a> {
     }
 }
 
-fn end_event(p: &Pending) -> Event {
+fn put_end(p: &Pending, out: &mut Synthesized) {
     let (ty, key) = match p.kind {
         Kind::Text => ("\"TEXT_MESSAGE_END\"", "messageId"),
         Kind::Tool => ("\"TOOL_CALL_END\"", "toolCallId"),
@@ -859,7 +980,7 @@ fn end_event(p: &Pending) -> Event {
     if let Some(t) = &p.tag_json {
         obj.push(("subagentRunId", t));
     }
-    Event::from_trusted_text(render(&[], &obj), p.kind.end_type())
+    out.put(p.kind.end_type(), &[], &obj);
 }
 
 /// `subagentRunId` of a non-chunk event, as the closing rules read it.
@@ -873,9 +994,13 @@ enum TagOf {
 fn read_tag_of(event: EventRef<'_>) -> TagOf {
     // Most events have no such member. Its name is all letters, so any
     // spelling of it in the text is the name itself or holds a `\u` escape:
-    // without either, no member at any depth has that name.
-    let text = event.json();
-    if !text.contains("subagentRunId") && !text.contains("\\u") {
+    // without either, no member at any depth has that name. An event with
+    // a member table reads it instead, which costs less than the search.
+    let text = event.json().as_bytes();
+    if event.members().is_none()
+        && memchr::memmem::find(text, b"subagentRunId").is_none()
+        && memchr::memmem::find(text, b"\\u").is_none()
+    {
         return TagOf::Tag(Tag::Absent);
     }
     // One walk over the valid text; the JSON library reads an event with
@@ -970,6 +1095,7 @@ pub fn expand_chunks(events: &[Event]) -> Result<Vec<Event>, (usize, ChunkError)
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scan;
 
     fn ev(text: &str) -> Event {
         Event::from_json(text).expect("test event")
@@ -1194,6 +1320,52 @@ mod tests {
                 ]
             );
         }
+    }
+
+    /// The synthesized events' tables list what a walk over their text
+    /// finds; a key that had to be escaped leaves its event without one.
+    #[test]
+    fn synthesized_events_carry_the_members_a_walk_finds() {
+        let lines = [
+            r#"{"type":"TEXT_MESSAGE_CHUNK","messageId":"m","delta":"a","subagentRunId":"s","x":[1, {"y":2}]}"#,
+            r#"{"type":"TOOL_CALL_CHUNK","toolCallId":"t","toolCallName":"f","delta":"{}","k\"ey":1}"#,
+            r#"{"type":"RUN_FINISHED","threadId":"t","runId":"r"}"#,
+        ];
+        let mut expander = ChunkExpander::new();
+        let mut out = Synthesized::default();
+        let mut tables = 0;
+        for line in lines {
+            let event = ev(line);
+            out.clear();
+            expander
+                .push_synthesized(event.as_event_ref(), &mut out)
+                .expect("valid chunks");
+            for i in 0..out.len() {
+                let synthesized = out.get(i).expect("each event is there");
+                let mut walked = Vec::new();
+                assert!(
+                    scan::members_of_valid(synthesized.json(), |k, v| { walked.push((k, v)) })
+                        || synthesized.json().contains("k\\\"ey")
+                );
+                match synthesized.members() {
+                    Some(table) => {
+                        tables += 1;
+                        let listed: Vec<_> = table
+                            .iter()
+                            .map(|m| m.of(synthesized.json()).expect("offsets of this text"))
+                            .collect();
+                        assert_eq!(listed, walked, "{synthesized}");
+                    }
+                    None => assert!(
+                        synthesized.json().contains("k\\\"ey"),
+                        "only the escaped key goes without a table: {synthesized}"
+                    ),
+                }
+            }
+        }
+        // START and CONTENT of the text chunk, START of the tool call (its
+        // CONTENT has the escaped key), and the two ENDs at the run's end.
+        assert_eq!(tables, 5);
     }
 
     #[test]

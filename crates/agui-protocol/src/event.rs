@@ -185,6 +185,32 @@ impl<'a> EventRef<'a> {
         }
     }
 
+    /// An event the chunk expander rendered, with the member table its
+    /// rendering recorded (empty: none). The table lists what a walk over
+    /// the text finds, which debug builds check.
+    pub(crate) fn with_rendered_members(
+        json: &'a str,
+        ty: &'a EventType,
+        members: &'a [Member],
+    ) -> EventRef<'a> {
+        debug_assert!(
+            members.is_empty() || {
+                let mut walked = Vec::new();
+                scan::members_of_valid(json, |key, value| walked.push((key, value)))
+                    && walked.len() == members.len()
+                    && walked
+                        .iter()
+                        .zip(members)
+                        .all(|(&found, m)| m.of(json) == Some(found))
+            },
+            "a member table that does not describe this text: {json}"
+        );
+        EventRef {
+            members: (!members.is_empty()).then_some(members),
+            ..EventRef::from_checked(json, ty)
+        }
+    }
+
     /// The member table recorded for this event, if any (see
     /// [`EventRef::from_checked_members`]).
     pub fn members(&self) -> Option<&'a [Member]> {

@@ -68,7 +68,7 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
-use crate::chunks::{ChunkError, ChunkExpander};
+use crate::chunks::{ChunkError, ChunkExpander, Synthesized};
 use crate::{Event, EventRef, EventType};
 
 /// The kinds of item that open and close by id.
@@ -417,7 +417,9 @@ impl<'a> Loose<'a> {
     fn of(raw: &'a str) -> Loose<'a> {
         match raw.as_bytes().first() {
             Some(b'"') => match raw.get(1..raw.len() - 1) {
-                Some(body) if !body.contains('\\') => Loose::Str(Cow::Borrowed(body)),
+                Some(body) if memchr::memchr(b'\\', body.as_bytes()).is_none() => {
+                    Loose::Str(Cow::Borrowed(body))
+                }
                 _ => serde_json::from_str::<String>(raw)
                     .map_or(Loose::Other, |s| Loose::Str(Cow::Owned(s))),
             },
@@ -700,9 +702,9 @@ pub struct Verifier {
     count: usize,
     /// Keep going after an error (see [`verify_all`]).
     lenient: bool,
-    /// The events a chunk expands into (reused, so that an event costs no
-    /// allocation here).
-    expanded: Vec<Event>,
+    /// The events a chunk expands into, with their member tables (reused,
+    /// so that an event costs no allocation here).
+    expanded: Synthesized,
 }
 
 impl Verifier {
@@ -748,11 +750,13 @@ impl Verifier {
     fn push_expanding(
         &mut self,
         event: EventRef<'_>,
-        expanded: &mut Vec<Event>,
+        expanded: &mut Synthesized,
     ) -> Result<(), VerifyError> {
-        let itself = self.expander.push_into(event, expanded)?;
-        for e in expanded.iter() {
-            self.push_expanded(e)?;
+        let itself = self.expander.push_synthesized(event, expanded)?;
+        for i in 0..expanded.len() {
+            if let Some(e) = expanded.get(i) {
+                self.push_expanded(e)?;
+            }
         }
         if itself {
             self.push_expanded(event)?;
