@@ -533,9 +533,10 @@ struct View<'a> {
 }
 
 impl<'a> View<'a> {
-    /// The fields of `event`, read in one walk over its members (the JSON
-    /// library reads an event with an escaped key). As with the derived
-    /// reader, a field given twice makes the whole view empty.
+    /// The fields of `event`, read from its member table when it has one,
+    /// else in one walk over its members (the JSON library reads an event
+    /// with an escaped key). As with the derived reader, a field given
+    /// twice makes the whole view empty.
     fn read(event: EventRef<'a>) -> View<'a> {
         let mut view = View::default();
         let mut seen = 0u32;
