@@ -51,6 +51,7 @@ impl StreamDecoder {
         let options = DecodeOptions {
             format: Some(format),
             max_event_size,
+            ..DecodeOptions::default()
         };
         Ok(StreamDecoder {
             decoder: Decoder::new(options),

@@ -172,20 +172,13 @@ pub fn decode_ndjson_buffer(
     options: &crate::DecodeOptions,
 ) -> Vec<Result<EventChunk, DecodeError>> {
     let mut out = Vec::new();
-    decode_ndjson(
-        bytes,
-        0,
-        true,
-        options.max_event_size,
-        EventChunk::new(),
-        &mut |piece| {
-            out.push(match piece {
-                Piece::Events(chunk) => Ok(chunk),
-                Piece::Error(err) => Err(err),
-            });
-            true
-        },
-    );
+    decode_ndjson(bytes, 0, true, options, EventChunk::new(), &mut |piece| {
+        out.push(match piece {
+            Piece::Events(chunk) => Ok(chunk),
+            Piece::Error(err) => Err(err),
+        });
+        true
+    });
     out
 }
 
@@ -205,22 +198,23 @@ pub(crate) enum Piece {
 /// start, and bytes from the stream's start, as a chunk of
 /// [`crate::ThreadedReader`] reports them. Returns how many event indexes
 /// and line ends the piece held, or `None` when `out` asked to stop (it
-/// returned `false`) or a fatal error ended decoding. A line over `max` is
-/// fatal and always reported: its error goes to `out` even when `out` asked
-/// to stop while the events before it were handed over. The buffers of
-/// `spare` are reused.
+/// returned `false`) or a fatal error ended decoding. A line over the
+/// maximum event size is fatal and always reported: its error goes to `out`
+/// even when `out` asked to stop while the events before it were handed
+/// over. The buffers of `spare` are reused. `options.format` is not read.
 pub(crate) fn decode_ndjson(
     bytes: Vec<u8>,
     base: u64,
     first: bool,
-    max: usize,
+    options: &crate::DecodeOptions,
     spare: EventChunk,
     out: &mut dyn FnMut(Piece) -> bool,
 ) -> Option<(u64, u64)> {
+    let max = options.max_event_size;
     match String::from_utf8(bytes) {
         // The usual case: the whole piece is UTF-8, so every event is a
         // slice of it.
-        Ok(text) => decode_text(text, base, first, max, spare, out),
+        Ok(text) => decode_text(text, base, first, max, options.member_tables, spare, out),
         // Some line is not: decode line by line, copying events out.
         Err(e) => decode_bytes(e.as_bytes(), base, first, max, spare, out),
     }
@@ -231,6 +225,7 @@ fn decode_text(
     base: u64,
     first: bool,
     max: usize,
+    tables: bool,
     mut chunk: EventChunk,
     out: &mut dyn FnMut(Piece) -> bool,
 ) -> Option<(u64, u64)> {
@@ -258,7 +253,13 @@ fn decode_text(
             }
         };
         let first = chunk.members.len();
-        match Event::check_recording(&piece[start - offset..end - offset], &mut chunk.members) {
+        let line = &piece[start - offset..end - offset];
+        let checked = if tables {
+            Event::check_recording(line, &mut chunk.members)
+        } else {
+            Event::check(line)
+        };
+        match checked {
             Ok(Checked::Slice { json, ty, .. }) if !copying => {
                 let start = json.as_ptr() as usize - piece.as_ptr() as usize;
                 let len = json.len();
@@ -376,18 +377,26 @@ mod tests {
 
     fn chunked(input: &[u8], max: usize) -> Vec<Result<String, String>> {
         let mut got = Vec::new();
-        decode_ndjson(input.to_vec(), 0, true, max, EventChunk::new(), &mut |p| {
-            match p {
-                Piece::Events(c) => {
-                    for e in c.iter() {
-                        same_members(e);
+        let options = DecodeOptions::default().with_max_event_size(max);
+        decode_ndjson(
+            input.to_vec(),
+            0,
+            true,
+            &options,
+            EventChunk::new(),
+            &mut |p| {
+                match p {
+                    Piece::Events(c) => {
+                        for e in c.iter() {
+                            same_members(e);
+                        }
+                        got.extend(c.iter().map(|e| Ok(e.json().to_owned())));
                     }
-                    got.extend(c.iter().map(|e| Ok(e.json().to_owned())));
+                    Piece::Error(e) => got.push(Err(e.to_string())),
                 }
-                Piece::Error(e) => got.push(Err(e.to_string())),
-            }
-            true
-        });
+                true
+            },
+        );
         got
     }
 
@@ -419,7 +428,7 @@ mod tests {
             input.as_bytes().to_vec(),
             0,
             true,
-            1 << 20,
+            &DecodeOptions::default(),
             EventChunk::new(),
             &mut |p| {
                 if let Piece::Events(c) = p {
@@ -472,6 +481,55 @@ mod tests {
     }
 
     #[test]
+    fn without_member_tables_the_same_events_come_without_tables() {
+        let input = b"{\"type\":\"A\",\"n\":[1,{\"k\":2}]}\nnope\n{\"type\":\"B\",\"s\":\"x\"}\n";
+        let decode = |options: &DecodeOptions| {
+            decode_ndjson_buffer(input.to_vec(), options)
+                .into_iter()
+                .map(|item| {
+                    item.map(|chunk| {
+                        chunk
+                            .iter()
+                            .map(|e| (e.json().to_owned(), e.members().map(<[_]>::len)))
+                            .collect::<Vec<_>>()
+                    })
+                    .map_err(|e| e.to_string())
+                })
+                .collect::<Vec<_>>()
+        };
+        let with = decode(&DecodeOptions::default());
+        let without = decode(&DecodeOptions::default().without_member_tables());
+        assert_eq!(with.len(), 3, "{with:?}");
+        assert_eq!(with[0].as_ref().expect("events")[0].1, Some(2));
+        // Each item: its events' texts and table lengths, or its error.
+        type Decoded = Result<Vec<(String, Option<usize>)>, String>;
+        let strip = |items: &[Decoded]| {
+            items
+                .iter()
+                .map(|item| {
+                    item.as_ref()
+                        .map(|events| {
+                            events
+                                .iter()
+                                .map(|(json, _)| json.clone())
+                                .collect::<Vec<_>>()
+                        })
+                        .map_err(Clone::clone)
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(strip(&with), strip(&without));
+        assert!(
+            without
+                .iter()
+                .flatten()
+                .flatten()
+                .all(|(_, table)| table.is_none()),
+            "{without:?}"
+        );
+    }
+
+    #[test]
     fn events_are_slices_of_the_piece_and_copies_equal_them() {
         let input = b"{\"type\":\"A\",\"n\":1}\n{\"type\":\"X_CUSTOM\"}\n";
         let mut chunks = Vec::new();
@@ -479,7 +537,7 @@ mod tests {
             input.to_vec(),
             0,
             true,
-            1 << 20,
+            &DecodeOptions::default(),
             EventChunk::new(),
             &mut |p| {
                 if let Piece::Events(c) = p {

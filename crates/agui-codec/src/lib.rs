@@ -179,6 +179,11 @@ pub struct DecodeOptions {
     pub format: Option<Format>,
     /// The largest event accepted, in bytes.
     pub max_event_size: usize,
+    /// Whether events decoded in place ([`EventChunk`]s) keep the member
+    /// table their envelope scan recorded (on by default): readers of
+    /// their fields then walk no text. A caller that reads no fields (a
+    /// format conversion) turns it off and saves the recording.
+    pub member_tables: bool,
 }
 
 impl Default for DecodeOptions {
@@ -186,6 +191,7 @@ impl Default for DecodeOptions {
         DecodeOptions {
             format: None,
             max_event_size: DEFAULT_MAX_EVENT_SIZE,
+            member_tables: true,
         }
     }
 }
@@ -196,6 +202,15 @@ impl DecodeOptions {
         DecodeOptions {
             format: Some(format),
             ..DecodeOptions::default()
+        }
+    }
+
+    /// The same options without member tables (see
+    /// [`DecodeOptions::member_tables`]).
+    pub fn without_member_tables(self) -> DecodeOptions {
+        DecodeOptions {
+            member_tables: false,
+            ..self
         }
     }
 

@@ -599,27 +599,20 @@ fn decode_chunk(
         return io_error(e, start);
     }
     let mut spare_events = None;
-    let counts = decode_ndjson(
-        buf,
-        start,
-        span.index == 0,
-        options.max_event_size,
-        spare,
-        &mut |piece| {
-            let msg = match piece {
-                Piece::Events(chunk) => match to.handover {
-                    Handover::Chunks => Msg::Chunk(chunk),
-                    Handover::Events => {
-                        let events = chunk.to_events();
-                        spare_events = Some(chunk);
-                        Msg::Events(events)
-                    }
-                },
-                Piece::Error(err) => Msg::Error(err),
-            };
-            to.tx.send(msg).is_ok()
-        },
-    );
+    let counts = decode_ndjson(buf, start, span.index == 0, options, spare, &mut |piece| {
+        let msg = match piece {
+            Piece::Events(chunk) => match to.handover {
+                Handover::Chunks => Msg::Chunk(chunk),
+                Handover::Events => {
+                    let events = chunk.to_events();
+                    spare_events = Some(chunk);
+                    Msg::Events(events)
+                }
+            },
+            Piece::Error(err) => Msg::Error(err),
+        };
+        to.tx.send(msg).is_ok()
+    });
     *keep = spare_events;
     let Some((events, lines)) = counts else {
         return Err(Hangup);

@@ -44,9 +44,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Some(p) if p.as_os_str() != "-" => p.display().to_string(),
         _ => "<stdin>".to_owned(),
     };
+    // Conversion reads no fields, unless it expands chunks: only then
+    // does the decoder record member tables.
     let options = DecodeOptions {
         format: args.from,
         max_event_size: args.max_event_size,
+        member_tables: args.expand_chunks,
     };
     let mut reader = crate::io::read_event_chunks(args.input.as_deref(), options)?;
     let size = args
