@@ -179,10 +179,7 @@ impl<'a> EventRef<'a> {
             },
             "a member table that was not recorded from this text: {json}"
         );
-        EventRef {
-            members: (!members.is_empty()).then_some(members),
-            ..EventRef::from_checked(json, ty)
-        }
+        EventRef::with_table(json, ty, members)
     }
 
     /// An event the chunk expander rendered, with the member table its
@@ -205,6 +202,12 @@ impl<'a> EventRef<'a> {
             },
             "a member table that does not describe this text: {json}"
         );
+        EventRef::with_table(json, ty, members)
+    }
+
+    /// [`EventRef::from_checked`] with `members` as its table (an empty
+    /// one: none), once the caller has vouched for both.
+    fn with_table(json: &'a str, ty: &'a EventType, members: &'a [Member]) -> EventRef<'a> {
         EventRef {
             members: (!members.is_empty()).then_some(members),
             ..EventRef::from_checked(json, ty)
