@@ -833,6 +833,13 @@ pub(crate) async fn store_and_send(ctx: &RunCtx, st: &mut RunState, batch: Vec<E
                 }
             }
             send(st, Bytes::from(buf));
+            if st.finished {
+                // The run's end: let the client's connection write this
+                // frame before the run's cleanup (watchers woken, channel
+                // recorded, slot released) and the checkpoint worker queued
+                // by this append take the thread.
+                tokio::task::yield_now().await;
+            }
             for e in &req.events {
                 match e.event_type() {
                     EventType::RunFinished => {
