@@ -9,7 +9,12 @@
 //!    `restore_runs` runs of `restore_run_len` events: repeated (the engine
 //!    answers from the text it kept), then cold (its caches cleared before
 //!    each restore, so the checkpoint chain is read, checked and composed);
-//! 4. stored bytes against raw JSON bytes.
+//! 4. stored bytes against raw JSON bytes;
+//! 5. append latency (p50/p99) of one event per append, one writer waiting
+//!    for each, over `latency_runs` runs of `latency_run_len` events: every
+//!    append but the last of a run, then the run's last (`RUN_FINISHED`,
+//!    where `RunEnd` durability flushes). This is the store's share of the
+//!    latency a gateway adds to each event it stores before sending.
 //!
 //! Events are generated before each timed phase; timings are wall clock.
 
@@ -37,6 +42,10 @@ pub struct BenchOptions {
     pub restore_run_len: usize,
     /// Restores measured.
     pub restore_samples: usize,
+    /// Runs appended one event at a time in the latency phase.
+    pub latency_runs: usize,
+    /// Events per run in the latency phase.
+    pub latency_run_len: usize,
     /// Tenant used (threads are named `bench-*`).
     pub tenant: String,
 }
@@ -50,6 +59,8 @@ impl Default for BenchOptions {
             restore_runs: 1000,
             restore_run_len: 1000,
             restore_samples: 200,
+            latency_runs: 200,
+            latency_run_len: 20,
             tenant: "bench".into(),
         }
     }
@@ -84,6 +95,14 @@ pub struct BenchReport {
     pub raw_bytes: u64,
     /// Bytes the backend reports using.
     pub stored_bytes: u64,
+    /// Latency of a one-event append inside a run, median.
+    pub append_latency_p50: Duration,
+    /// Latency of a one-event append inside a run, 99th percentile.
+    pub append_latency_p99: Duration,
+    /// Latency of a run's last append (`RUN_FINISHED`, flushed), median.
+    pub run_end_latency_p50: Duration,
+    /// Latency of a run's last append, 99th percentile.
+    pub run_end_latency_p99: Duration,
 }
 
 fn batches(
@@ -249,7 +268,47 @@ pub async fn run(
         stats.stored_bytes,
         stats.stored_per_raw_byte()
     ));
+
+    // One event per append, each awaited.
+    let (mut inside, mut ends) = (Vec::new(), Vec::new());
+    for k in 0..opts.latency_runs {
+        let run = realistic_run(
+            "bench-latency",
+            &format!("lat-{k}"),
+            None,
+            opts.latency_run_len,
+        );
+        let last = run.len() - 1;
+        for (i, e) in run.into_iter().enumerate() {
+            let req = AppendRequest::new(vec![e]).durability(Durability::RunEnd);
+            let t = Instant::now();
+            store.append(tenant, "bench-latency", req).await?;
+            if i == last { &mut ends } else { &mut inside }.push(t.elapsed());
+        }
+    }
+    store.flush().await?;
+    (report.append_latency_p50, report.append_latency_p99) = quantiles(&mut inside);
+    (report.run_end_latency_p50, report.run_end_latency_p99) = quantiles(&mut ends);
+    log(&format!(
+        "append latency, 1 event per append: p50 {:?}, p99 {:?} ({} appends); a run's last (flushed): p50 {:?}, p99 {:?} ({} runs)",
+        report.append_latency_p50,
+        report.append_latency_p99,
+        inside.len(),
+        report.run_end_latency_p50,
+        report.run_end_latency_p99,
+        ends.len()
+    ));
     Ok(report)
+}
+
+/// The median and 99th percentile of `took` (zero when empty).
+fn quantiles(took: &mut [Duration]) -> (Duration, Duration) {
+    if took.is_empty() {
+        return (Duration::ZERO, Duration::ZERO);
+    }
+    took.sort();
+    let at = |q: f64| took[((took.len() - 1) as f64 * q).round() as usize];
+    (at(0.50), at(0.99))
 }
 
 /// The median and 99th percentile of `samples` restores of `run`, each
@@ -279,9 +338,8 @@ async fn restore_latency(
         }
         bytes = r.json.len();
     }
-    took.sort();
-    let at = |q: f64| took[((took.len() - 1) as f64 * q).round() as usize];
-    Ok((at(0.50), at(0.99), bytes))
+    let (p50, p99) = quantiles(&mut took);
+    Ok((p50, p99, bytes))
 }
 
 #[cfg(test)]
@@ -298,19 +356,26 @@ mod tests {
             restore_runs: 5,
             restore_run_len: 100,
             restore_samples: 10,
+            latency_runs: 3,
+            latency_run_len: 10,
             tenant: "b".into(),
         };
         let mut lines = Vec::new();
         let r = run(store.clone(), &opts, |l| lines.push(l.to_owned()))
             .await
             .unwrap();
-        assert_eq!(lines.len(), 6);
+        assert_eq!(lines.len(), 7);
         assert_eq!(r.restore_thread_events, 500);
         assert!(r.append_1 > 0.0 && r.append_8 > 0.0 && r.read > 0.0);
         assert!(r.restore_p50 <= r.restore_p99);
         assert!(r.restore_cold_p50 <= r.restore_cold_p99);
+        assert!(r.append_latency_p50 > Duration::ZERO);
+        assert!(r.append_latency_p50 <= r.append_latency_p99);
+        assert!(r.run_end_latency_p50 > Duration::ZERO);
+        assert!(r.run_end_latency_p50 <= r.run_end_latency_p99);
         let stats = store.stats().await.unwrap();
-        assert_eq!(stats.events, 800 + 800 + 500);
-        assert_eq!(r.raw_bytes, stats.raw_bytes);
+        // The size is measured before the latency phase's three runs.
+        assert!(r.raw_bytes < stats.raw_bytes);
+        assert_eq!(stats.events, 800 + 800 + 500 + 3 * 10);
     }
 }

@@ -60,14 +60,15 @@ pub enum Durability {
 /// Checkpoints are an accelerator, never the truth: a run without one is
 /// restored by replaying the log from the nearest checkpoint up its branch
 /// (or from the thread's start), and that restore stores the checkpoints it
-/// builds. Building them on the append path needs the thread's current
+/// builds. Building them as batches arrive needs the thread's current
 /// conversation in memory (see [`crate::restore`]), which for a very large
 /// thread is the largest cost of copying it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Checkpoints {
-    /// Build and store the checkpoint of every run the batch ends before
-    /// the append returns (what a gateway appending live runs wants).
+    /// Build and store the checkpoint of every run the batch ends, on the
+    /// engine's background worker after the append returns (what a gateway
+    /// appending live runs wants; a restore that comes first replays).
     #[default]
     Build,
     /// Build none: the append holds nothing but its batch. For bulk copies

@@ -835,11 +835,11 @@ async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
         reports.push((name, finish(&store, result).await?));
     }
     let mut text = String::from(
-        "backend\tappend_1w_ev_s\tappend_8w_ev_s\tread_ev_s\tlong_thread_append_ev_s\trestore_p50_ms\trestore_p99_ms\tcold_restore_p50_ms\tcold_restore_p99_ms\tconversation_bytes\traw_bytes\tstored_bytes\tstored_per_raw_byte\n",
+        "backend\tappend_1w_ev_s\tappend_8w_ev_s\tread_ev_s\tlong_thread_append_ev_s\trestore_p50_ms\trestore_p99_ms\tcold_restore_p50_ms\tcold_restore_p99_ms\tconversation_bytes\traw_bytes\tstored_bytes\tstored_per_raw_byte\tappend_latency_p50_ms\tappend_latency_p99_ms\trun_end_latency_p50_ms\trun_end_latency_p99_ms\n",
     );
     for (name, r) in reports {
         text.push_str(&format!(
-            "{name}\t{:.0}\t{:.0}\t{:.0}\t{:.0}\t{:.3}\t{:.3}\t{:.3}\t{:.3}\t{}\t{}\t{}\t{:.2}\n",
+            "{name}\t{:.0}\t{:.0}\t{:.0}\t{:.0}\t{:.3}\t{:.3}\t{:.3}\t{:.3}\t{}\t{}\t{}\t{:.2}\t{:.3}\t{:.3}\t{:.3}\t{:.3}\n",
             r.append_1,
             r.append_8,
             r.read,
@@ -851,7 +851,11 @@ async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
             r.restore_json_bytes,
             r.raw_bytes,
             r.stored_bytes,
-            r.stored_bytes as f64 / r.raw_bytes.max(1) as f64
+            r.stored_bytes as f64 / r.raw_bytes.max(1) as f64,
+            r.append_latency_p50.as_secs_f64() * 1e3,
+            r.append_latency_p99.as_secs_f64() * 1e3,
+            r.run_end_latency_p50.as_secs_f64() * 1e3,
+            r.run_end_latency_p99.as_secs_f64() * 1e3
         ));
     }
     crate::io::write_all_stdout(text.as_bytes())?;
