@@ -146,8 +146,8 @@ pub fn connect(path: &Path, write: bool) -> Result<Connection, StoreError> {
             .map_err(|e| map(e, "be opened"))?;
         // Each request of a group commit runs in a savepoint; past 64 KiB
         // of changed pages SQLite spills a savepoint's journal to a new
-        // temporary file (create, unlink, write: about once every 50 ms
-        // under paced load). In memory it is only a copy.
+        // temporary file (create, unlink, write: about four times a second
+        // under the gateway's paced load bench). In memory it is a copy.
         conn.pragma_update(None, "temp_store", "MEMORY")
             .map_err(|e| map(e, "be opened"))?;
         create_or_upgrade(&conn)?;
