@@ -185,8 +185,10 @@ pub struct Decoded {
     pub base: Option<BaseRef>,
     /// The end offset of each message in `text`.
     ends: Vec<u32>,
-    /// The body (messages text then state text), and where the state starts.
-    body: Vec<u8>,
+    /// The body, checked UTF-8 once: its binary fields (read into the
+    /// fields above) blanked with spaces, then the messages' text and the
+    /// state's; `text_at`, every end and `state_at` are char boundaries.
+    body: String,
     text_at: usize,
     state_at: usize,
     /// A version 1 blob: `body` is the whole conversation's text.
@@ -205,14 +207,14 @@ impl Decoded {
     }
 
     /// The JSON text of its first `n` own messages, joined with `,`.
-    fn first_messages(&self, n: usize) -> &[u8] {
+    fn first_messages(&self, n: usize) -> &str {
         match n {
-            0 => &[],
+            0 => "",
             n => &self.body[self.text_at..self.text_at + self.ends[n - 1] as usize],
         }
     }
 
-    fn state(&self) -> &[u8] {
+    fn state(&self) -> &str {
         &self.body[self.state_at..]
     }
 }
@@ -244,7 +246,7 @@ pub fn decode(blob: &[u8]) -> Result<Decoded> {
         return Err(damaged("checksum mismatch"));
     }
     if version == VERSION_1 {
-        std::str::from_utf8(&body).map_err(|_| damaged("not UTF-8"))?;
+        let body = String::from_utf8(body).map_err(|_| damaged("not UTF-8"))?;
         let state_at = body.len();
         return Ok(Decoded {
             last_seq,
@@ -259,7 +261,7 @@ pub fn decode(blob: &[u8]) -> Result<Decoded> {
     parse_body(body, last_seq)
 }
 
-fn parse_body(body: Vec<u8>, last_seq: u64) -> Result<Decoded> {
+fn parse_body(mut body: Vec<u8>, last_seq: u64) -> Result<Decoded> {
     let bad = || damaged("malformed body");
     let mut at = 0usize;
     let kind = *body.first().ok_or_else(bad)?;
@@ -309,12 +311,19 @@ fn parse_body(body: Vec<u8>, last_seq: u64) -> Result<Decoded> {
         .checked_add(text_len)
         .filter(|&s| s < body.len())
         .ok_or_else(bad)?;
-    std::str::from_utf8(&body[text_at..]).map_err(|_| damaged("not UTF-8"))?;
-    // Messages start at a comma boundary: the separators are where promised.
+    // Messages start at a comma boundary: the separators are where promised
+    // (so each end is a char boundary; `state_at` is checked below).
     for &e in &ends[..count.saturating_sub(1)] {
         if body[text_at + e as usize] != b',' {
             return Err(bad());
         }
+    }
+    // One UTF-8 check for the text and the state: the binary fields before
+    // them, already read, become spaces.
+    body[..text_at].fill(b' ');
+    let body = String::from_utf8(body).map_err(|_| damaged("not UTF-8"))?;
+    if !body.is_char_boundary(state_at) {
+        return Err(damaged("not UTF-8"));
     }
     Ok(Decoded {
         last_seq,
@@ -343,7 +352,7 @@ pub fn compose(chain: &[Decoded]) -> Result<String> {
         if chain.len() != 1 {
             return Err(bad());
         }
-        return String::from_utf8(first.body.clone()).map_err(|_| bad());
+        return Ok(first.body.clone());
     }
     // How many messages each level contributes from its own list.
     let mut take = Vec::with_capacity(chain.len());
@@ -369,24 +378,24 @@ pub fn compose(chain: &[Decoded]) -> Result<String> {
         .sum::<usize>()
         + state.len()
         + 24;
-    let mut out = Vec::with_capacity(size);
-    out.extend_from_slice(b"{\"messages\":[");
+    // Every piece was checked UTF-8 once, at decode.
+    let mut out = String::with_capacity(size);
+    out.push_str("{\"messages\":[");
     let mut any = false;
     for (d, &n) in chain.iter().zip(&take).rev() {
         if n == 0 {
             continue;
         }
         if any {
-            out.push(b',');
+            out.push(',');
         }
-        out.extend_from_slice(d.first_messages(n));
+        out.push_str(d.first_messages(n));
         any = true;
     }
-    out.extend_from_slice(b"],\"state\":");
-    out.extend_from_slice(state);
-    out.push(b'}');
-    // Every piece was checked UTF-8 at decode and is cut at ASCII commas.
-    String::from_utf8(out).map_err(|_| bad())
+    out.push_str("],\"state\":");
+    out.push_str(state);
+    out.push('}');
+    Ok(out)
 }
 
 fn damaged(why: &str) -> StoreError {
@@ -423,6 +432,40 @@ mod tests {
 
     fn conv(ms: &[Value], state: &Value) -> String {
         serde_json::to_string(&json!({"messages": ms, "state": state})).unwrap()
+    }
+
+    /// A blob whose checksum holds but whose offsets cut a character: the
+    /// slices it names would not be text. Refused as damage, no panic.
+    #[test]
+    fn offsets_inside_a_character_are_damage() {
+        let body_with = |ends: &[u32], text: &str, state: &str| {
+            let mut b = vec![0u8];
+            b.extend_from_slice(&(ends.len() as u32).to_le_bytes());
+            for e in ends {
+                b.extend_from_slice(&e.to_le_bytes());
+            }
+            let len = ends.last().copied().unwrap_or(0);
+            b.extend_from_slice(&len.to_le_bytes());
+            b.extend_from_slice(text.as_bytes());
+            b.extend_from_slice(state.as_bytes());
+            b
+        };
+        // The text is one message, "é" (bytes 22 C3 A9 22).
+        let good = seal(VERSION, &body_with(&[4], "\"é\"", "{}"), 1);
+        assert_eq!(
+            compose(&[decode(&good).unwrap()]).unwrap(),
+            r#"{"messages":["é"],"state":{}}"#
+        );
+        // Its only message ends in the middle of the é: the state starts
+        // inside a character.
+        let cut = seal(VERSION, &body_with(&[2], "\"é\"", "{}"), 1);
+        let err = decode(&cut).unwrap_err();
+        assert_eq!(err.kind(), crate::ErrorKind::Corrupt);
+        // Invalid UTF-8 in the text.
+        let mut bad = body_with(&[4], "\"é\"", "{}");
+        let at = bad.len() - 4;
+        bad[at] = 0xff;
+        assert!(decode(&seal(VERSION, &bad, 1)).is_err());
     }
 
     #[test]
