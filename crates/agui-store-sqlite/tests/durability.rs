@@ -1,5 +1,7 @@
-//! The durability choices as documented: `Append` fsyncs every append,
-//! `RunEnd` only appends that end a run (and groups that contain one).
+//! The durability choices as documented: `Append` flushes every append,
+//! `RunEnd` only appends that end a run (acknowledged by the writer's sync
+//! thread after its flush of the WAL; other appends of the same group are
+//! acknowledged at once, unflushed).
 
 use agui_store::sample::{event, run_finished, run_started};
 use agui_store::{AppendRequest, Durability};
@@ -34,5 +36,57 @@ async fn acknowledgements_say_what_was_flushed() {
         .await
         .unwrap();
     assert!(a.durable, "RunEnd flushes the append that ends a run");
+    s.close().await.unwrap();
+}
+
+/// Many threads at once, half of them ending their run: every run end is
+/// acknowledged flushed, every other append not, through a store opened by
+/// a path with a symbolic link in it (the sync thread flushes the WAL of
+/// the path SQLite resolved).
+#[tokio::test]
+async fn concurrent_run_ends_are_flushed_through_a_linked_path() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("real")).unwrap();
+    std::os::unix::fs::symlink(dir.path().join("real"), dir.path().join("link")).unwrap();
+    let s = agui_store::Store::new(
+        SqliteStore::open_path(&dir.path().join("link/d.db"))
+            .await
+            .unwrap(),
+    );
+    let mut tasks = Vec::new();
+    for i in 0..32 {
+        let s = s.clone();
+        tasks.push(tokio::spawn(async move {
+            let th = format!("th-{i}");
+            let run = format!("r-{i}");
+            let req = |events| AppendRequest::new(events).durability(Durability::RunEnd);
+            let a = s
+                .append("t", &th, req(vec![run_started(&th, &run, None)]))
+                .await
+                .unwrap();
+            assert!(!a.durable);
+            if i % 2 == 0 {
+                let a = s
+                    .append("t", &th, req(vec![run_finished(&th, &run)]))
+                    .await
+                    .unwrap();
+                assert!(a.durable, "a run's end is flushed");
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    s.close().await.unwrap();
+    assert!(dir.path().join("real/d.db").is_file());
+    let s = agui_store::Store::new(
+        SqliteStore::open_path(&dir.path().join("real/d.db"))
+            .await
+            .unwrap(),
+    );
+    for i in 0..32 {
+        let events = s.read("t", &format!("th-{i}"), 1, 10).await.unwrap();
+        assert_eq!(events.events.len(), if i % 2 == 0 { 2 } else { 1 });
+    }
     s.close().await.unwrap();
 }
