@@ -440,15 +440,13 @@ impl Writer {
             }
         }
         let mut overlay: HashMap<(String, String), Option<Head>> = HashMap::new();
-        let mut done = Vec::with_capacity(group.len());
-        // Per request: its reply waits for the syncer.
-        let mut deferred = Vec::with_capacity(group.len());
+        // Each request's outcome, and whether its reply waits for the syncer.
+        let mut done: Vec<(Done, bool)> = Vec::with_capacity(group.len());
         for op in group {
             let defer = !full && op.needs_sync();
             if let Err(e) = self.conn.execute_batch("SAVEPOINT op") {
                 let err = map(e, "start a savepoint");
-                done.push(failed(op, err));
-                deferred.push(false);
+                done.push((failed(op, err), false));
                 continue;
             }
             let mut local: HashMap<(String, String), Option<Head>> = HashMap::new();
@@ -465,14 +463,14 @@ impl Writer {
             } else {
                 let _ = self.conn.execute_batch("ROLLBACK TO op; RELEASE op");
             }
-            deferred.push(defer && d.is_ok());
-            done.push(d);
+            let defer = defer && d.is_ok();
+            done.push((d, defer));
         }
         if let Err(e) = self.conn.execute_batch("COMMIT") {
             let err = map(e, "commit");
             let _ = self.conn.execute_batch("ROLLBACK");
             self.heads.clear();
-            for d in done {
+            for (d, _) in done {
                 d.fail(&err);
             }
             return;
@@ -500,7 +498,7 @@ impl Writer {
             }
         }
         let mut waiting = Vec::new();
-        for (d, defer) in done.into_iter().zip(deferred) {
+        for (d, defer) in done {
             if defer {
                 waiting.push(d);
             } else {
@@ -959,6 +957,37 @@ mod tests {
         assert!(ra.blocking_recv().unwrap().is_ok());
         assert!(rb.blocking_recv().unwrap().is_ok());
         assert!(!syncer.is_broken());
+    }
+
+    /// After a failed flush the writer refuses every request, an append
+    /// that needs no flush included, and writes nothing.
+    #[test]
+    fn a_writer_whose_flush_failed_refuses_writes() {
+        use agui_store::sample::run_started;
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = Writer::open(&dir.path().join("w.db")).unwrap();
+        let append = |w: &mut Writer| {
+            let (reply, mut rx) = oneshot::channel();
+            w.process(vec![Op::Append {
+                tenant: "t".into(),
+                thread: "th".into(),
+                req: AppendRequest::new(vec![run_started("th", "r", None)]),
+                reply,
+            }]);
+            rx.try_recv().unwrap()
+        };
+        w.syncer.broken.store(true, Ordering::Release);
+        let err = append(&mut w).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Unavailable);
+        assert!(err.message().contains("reopen"), "{err}");
+        let stored: i64 = w
+            .conn
+            .query_row("SELECT count(*) FROM chunks", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(stored, 0);
+        // The same writer, healthy: the append is stored.
+        w.syncer.broken.store(false, Ordering::Release);
+        assert!(append(&mut w).is_ok());
     }
 
     #[test]

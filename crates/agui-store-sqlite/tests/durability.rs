@@ -40,9 +40,8 @@ async fn acknowledgements_say_what_was_flushed() {
 }
 
 /// Many threads at once, half of them ending their run: every run end is
-/// acknowledged flushed, every other append not, through a store opened by
-/// a path with a symbolic link in it (the sync thread flushes the WAL of
-/// the path SQLite resolved).
+/// acknowledged flushed, every other append not, all of it there after
+/// reopening; the store is opened by a path with a symbolic link in it.
 #[tokio::test]
 async fn concurrent_run_ends_are_flushed_through_a_linked_path() {
     let dir = tempfile::tempdir().unwrap();
