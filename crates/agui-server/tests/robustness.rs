@@ -12,7 +12,7 @@ use agui_protocol::verify::verify_events;
 use agui_server::{Auth, GatewayConfig, SessionMode, config::parse_agent_flag};
 use agui_store::conformance::hooked::{Hooked, Hooks};
 use agui_store::{
-    AppendRequest, Backend, Committed, EventPage, MemoryStore, Result, Store, StoreError,
+    AppendRequest, Backend, Batch, Commit, EventPage, MemoryStore, Result, Store, StoreError,
 };
 use axum::Router;
 use axum::body::Body;
@@ -48,15 +48,18 @@ impl Hooks for Faults {
         inner: &dyn Backend,
         tenant: &str,
         thread: &str,
-        req: AppendRequest,
-    ) -> Result<Committed> {
-        let terminal = req.events.iter().any(|e| e.event_type().is_run_terminal());
+        batch: &Batch,
+    ) -> Result<Commit> {
+        let terminal = batch
+            .events
+            .iter()
+            .any(|e| e.event_type().is_run_terminal());
         if self.fail_all.load(Ordering::SeqCst)
             || (terminal && self.fail_terminal.load(Ordering::SeqCst))
         {
             return Err(StoreError::unavailable("the disk is gone (test)"));
         }
-        inner.commit(tenant, thread, req).await
+        inner.commit(tenant, thread, batch).await
     }
     /// With `break_subscriptions`, the log reads as damaged after its first
     /// event (what a subscription's catch-up then meets).

@@ -116,11 +116,11 @@ use std::thread::JoinHandle;
 
 use agui_store::cursor::{filter_runs, thread_page};
 use agui_store::frame;
-use agui_store::index::BatchPlan;
+use agui_store::index::ThreadHead;
 use agui_store::{
-    AppendRequest, Appended, Backend, Committed, Durability, EventPage, Result, RunFilter, RunPage,
-    RunRecord, StoreError, StoreStats, StoredEvent, ThreadFilter, ThreadInfo, ThreadPage,
-    Timestamp, check_id, page_size,
+    Backend, Batch, Commit, Durability, EventPage, Result, RunFilter, RunPage, RunRecord,
+    StoreError, StoreStats, StoredEvent, ThreadFilter, ThreadInfo, ThreadPage, Timestamp, check_id,
+    page_size,
 };
 use async_trait::async_trait;
 
@@ -779,57 +779,53 @@ impl Inner {
     /// indexes it. Returns, with the plan, the end of the record when the
     /// append must be synced before it is acknowledged (the caller syncs
     /// with [`Inner::sync_through`], on a blocking thread).
+    /// Writes a planned batch if the thread's head is still the batch's:
+    /// `Ok(None)` with the sync it needs, else the head as it is.
     fn append(
         &self,
         tenant: &str,
         thread: &str,
-        req: AppendRequest,
-    ) -> Result<(Appended, BatchPlan, Option<SyncTo>)> {
-        let durability = self.shared.opts.durability.unwrap_or(req.durability);
+        batch: &Batch,
+    ) -> Result<std::result::Result<Option<SyncTo>, ThreadHead>> {
+        let durability = self.shared.opts.durability.unwrap_or(batch.durability);
+        let plan = &batch.plan;
         // Framed (and compressed) before any lock is taken.
-        let data = frame::encode(&req.events)?;
+        let data = frame::encode(&batch.events)?;
+        let frame = record::encode_batch(
+            tenant,
+            thread,
+            batch.agent.as_deref(),
+            plan.received_at.0,
+            plan.first_seq,
+            batch.events.len(),
+            &data,
+        )?;
+        drop(data);
         let mut w = lock(&self.writer);
         let active = w.as_mut().ok_or_else(closed)?;
-        let (plan, frame) = {
+        {
+            // Only writers change the state, and this one holds the writer
+            // lock: the head cannot move before `apply_batch`.
             let st = read_lock(&self.state);
-            let last = st.thread(tenant, thread).map_or(0, |t| t.head.last_seq);
-            if let Some(expected) = req.expected_seq.filter(|&e| e != last) {
-                return Err(StoreError::conflict(expected, last));
+            let head = st.thread(tenant, thread).map(|t| &t.head);
+            if head.unwrap_or(&ThreadHead::default()) != &batch.head {
+                return Ok(Err(head.cloned().unwrap_or_default()));
             }
-            let now = req.received_at.unwrap_or_else(Timestamp::now);
-            let plan = st.plan(tenant, thread, &req.events, req.agent.as_deref(), now)?;
-            let frame = record::encode_batch(
-                tenant,
-                thread,
-                req.agent.as_deref(),
-                plan.received_at.0,
-                plan.first_seq,
-                req.events.len(),
-                &data,
-            )?;
-            (plan, frame)
-        };
+        }
         let loc = self.write(active, &frame)?;
         drop(frame);
-        let count = req.events.len() as u32;
+        let count = batch.events.len() as u32;
         write_lock(&self.state).apply_batch(
             tenant,
             thread,
-            req.agent.as_deref(),
-            &plan,
+            batch.agent.as_deref(),
+            plan,
             count,
             loc,
         );
         drop(w);
         let sync = durability == Durability::Append || plan.ends_a_run();
-        let appended = Appended {
-            first_seq: plan.first_seq,
-            last_seq: plan.last_seq(),
-            received_at: plan.received_at,
-            durable: sync,
-        };
-        let sync_to = sync.then(|| (loc.seg, loc.off + u64::from(loc.len)));
-        Ok((appended, plan, sync_to))
+        Ok(Ok(sync.then(|| (loc.seg, loc.off + u64::from(loc.len)))))
     }
 
     fn read_page(
@@ -914,19 +910,29 @@ fn checkpoint_blob(payload: &[u8]) -> Vec<u8> {
 
 #[async_trait]
 impl Backend for FileStore {
-    async fn commit(&self, tenant: &str, thread: &str, req: AppendRequest) -> Result<Committed> {
+    async fn head(&self, tenant: &str, thread: &str) -> Result<ThreadHead> {
+        self.check_open()?;
+        let st = read_lock(&self.inner.state);
+        Ok(st
+            .thread(tenant, thread)
+            .map(|t| t.head.clone())
+            .unwrap_or_default())
+    }
+
+    async fn commit(&self, tenant: &str, thread: &str, batch: &Batch) -> Result<Commit> {
         self.check_writable()?;
         check_id("tenant", tenant)?;
         check_id("thread", thread)?;
-        if req.events.is_empty() {
-            return Err(StoreError::invalid("an append needs at least one event"));
-        }
         self.check_open()?;
         // A write to the page cache takes microseconds: done here, with no
         // hop to a blocking thread. Only a sync (an fdatasync: milliseconds)
         // goes to one. A full segment's rotation also syncs here, once per
         // `segment_mb`.
-        let (appended, plan, sync_to) = self.inner.append(tenant, thread, req)?;
+        let sync_to = match self.inner.append(tenant, thread, batch)? {
+            Ok(sync_to) => sync_to,
+            Err(head) => return Ok(Commit::HeadMoved(head)),
+        };
+        let durable = sync_to.is_some();
         if let Some((seg, end)) = sync_to {
             // Not `blocking`: a close in between must not turn a written
             // batch into a failed append (a close syncs everything anyway).
@@ -935,7 +941,7 @@ impl Backend for FileStore {
                 .await
                 .map_err(|_| StoreError::internal("a store task failed"))??;
         }
-        Ok(Committed { appended, plan })
+        Ok(Commit::Done { durable })
     }
 
     async fn read(

@@ -92,7 +92,8 @@ impl State {
         self.tenants.get_mut(tenant)?.threads.get_mut(thread)
     }
 
-    /// Plans a batch against the current state.
+    /// Plans a batch against the current state (replaying the log at open:
+    /// the engine plans every new batch).
     pub fn plan(
         &self,
         tenant: &str,

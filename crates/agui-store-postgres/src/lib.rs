@@ -17,16 +17,18 @@
 //!   `checkpoints`. Ids are `bytea`, so any string (NUL included)
 //!   round-trips. Schema version 1 kept one row per event; migration 2 turns
 //!   those rows into one-event chunks in place.
-//! - **Appends** are one statement (`APPEND_SQL`): update the head row only
-//!   if it still is the head the batch was planned against, and, joined on
-//!   that update, insert the chunks and new runs, update continuing runs,
-//!   set the commit mode and `pg_notify`. The process remembers each
-//!   thread's head after writing it, so an append is usually one round trip.
-//!   When the head is unknown or has moved (another writer or replica, a
-//!   `mark_interrupted`), the statement writes nothing and the append
-//!   retries in a transaction that locks the head row first, checks
-//!   `expected_seq` (`Conflict` on mismatch) and plans under the lock. A run
-//!   id used twice violates `runs_pkey` and is `Invalid`.
+//! - **Appends** (the engine plans them) are one statement (`APPEND_SQL`):
+//!   update the head row only if it still is the head the batch was planned
+//!   against, and, joined on that update, insert the chunks and new runs,
+//!   update continuing runs, set the commit mode and `pg_notify`. The
+//!   process remembers each thread's head row after writing it, so a commit
+//!   is usually one round trip. When the head row is unknown or has moved
+//!   (another writer or replica, a `mark_interrupted`), the statement writes
+//!   nothing and the commit goes on in a transaction that locks the head
+//!   row first (creating it for a new thread) and writes under the lock, or
+//!   reports the head as it is (`Commit::HeadMoved`) for the engine to plan
+//!   again. A run id used twice (which the engine's plan already refuses)
+//!   would violate `runs_pkey` and is `Invalid`.
 //! - **Restore** of a run reads its status, its checkpoint and every base
 //!   of its delta chain in one recursive query (each blob's base run is kept
 //!   beside it in `checkpoints.base_run`), checks the chain as the shared
@@ -79,12 +81,12 @@ use std::time::Duration;
 use agui_protocol::Event;
 use agui_store::cursor::{run_page, thread_page};
 use agui_store::frame;
-use agui_store::index::{BatchPlan, ThreadHead, named_parents, plan_batch};
+use agui_store::index::{BatchPlan, ThreadHead};
 use agui_store::subscribe::Hub;
 use agui_store::{
-    AppendRequest, Appended, Backend, CheckpointChain, Committed, Durability, ErrorKind, EventPage,
-    Result, RunFilter, RunPage, RunRecord, RunStatus, StoreError, StoreStats, StoredEvent,
-    ThreadFilter, ThreadInfo, ThreadPage, Timestamp, check_id, checkpoint, page_size,
+    Backend, Batch, CheckpointChain, Commit, ErrorKind, EventPage, Result, RunFilter, RunPage,
+    RunRecord, RunStatus, StoreError, StoreStats, StoredEvent, ThreadFilter, ThreadInfo,
+    ThreadPage, Timestamp, check_id, checkpoint, page_size,
 };
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
@@ -1055,65 +1057,43 @@ impl PgStore {
         rows.iter().map(|row| text(get(row, 0)?)).collect()
     }
 
-    /// Appends one batch. The fast path plans against the head this process
-    /// last saw and writes with one statement ([`APPEND_SQL`]), which checks
-    /// that head under the row lock: one round trip. When the head is
-    /// unknown, or has moved (another writer, another replica), the slow
-    /// path locks the head row in a transaction, checks `expected_seq`,
-    /// plans and writes under the lock.
-    async fn append_tx(
-        &self,
-        tenant: &str,
-        thread: &str,
-        req: AppendRequest,
-    ) -> Result<(BatchPlan, Appended)> {
-        let now = req.received_at.unwrap_or_else(Timestamp::now);
-        let sync_for = |plan: &BatchPlan| match req.durability {
-            Durability::Append => true,
-            Durability::RunEnd => plan.ends_a_run(),
-        };
-        // Plans against `head` (the head row `id`) and builds the statement's
-        // parameters.
-        // The runs the batch names as parents that exist (one query, only
-        // for a batch that names any). Reused run ids are refused by the
-        // database (`runs_pkey`).
-        let named = named_parents(&req.events);
-        let existing = if named.is_empty() {
-            Vec::new()
-        } else {
-            self.existing_runs(tenant, thread, &named).await?
-        };
-        let prepare = |id: i64, head: &ThreadHead| -> Result<(BatchPlan, bool, AppendParams)> {
-            let plan = plan_batch(head, &req.events, req.agent.as_deref(), now, |run| {
-                Ok(existing.iter().any(|e| e == run))
-            })?;
-            let sync = sync_for(&plan);
-            let params = AppendParams::new(
+    /// Commits a planned batch. The fast path writes over the head row
+    /// this process last saw, when that is the head the batch was planned
+    /// against, with one statement ([`APPEND_SQL`]) that checks the head
+    /// under the row lock: one round trip. When this process knows no head
+    /// for the thread, or the head moved (another writer, another replica),
+    /// the slow path locks the head row in a transaction (creating it for a
+    /// new thread), compares it with the batch's and writes under the lock,
+    /// or reports the head as it is.
+    async fn commit_batch(&self, tenant: &str, thread: &str, batch: &Batch) -> Result<Commit> {
+        let now = batch.plan.received_at;
+        let sync = batch.must_sync();
+        let params = |id: i64| {
+            AppendParams::new(
                 id,
-                head,
-                &plan,
-                &req.events,
+                &batch.head,
+                &batch.plan,
+                &batch.events,
                 tenant,
                 thread,
-                req.agent.as_deref(),
+                batch.agent.as_deref(),
                 sync,
                 &self.inner.channel,
                 self.inner.session,
-            )?;
-            Ok((plan, sync, params))
+            )
         };
         let known = self
             .known_head(tenant, thread)
-            .filter(|(_, h)| req.expected_seq.is_none_or(|e| e == h.last_seq));
-        if let Some((id, head)) = known {
-            let (plan, sync, params) = prepare(id, &head)?;
+            .filter(|(_, h)| *h == batch.head);
+        if let Some((id, _)) = known {
+            let params = params(id)?;
             let c = self.conn().await?;
             let st = c.prepare_cached(APPEND_SQL).await.map_err(pg)?;
             let rows = c.query(&st, &params.params()).await.map_err(append_err)?;
             drop(c);
             if !rows.is_empty() {
-                self.remember_head(tenant, thread, id, &plan.head);
-                return Ok(done(plan, sync));
+                self.remember_head(tenant, thread, id, &batch.plan.head);
+                return Ok(Commit::Done { durable: sync });
             }
             // The head moved since: take the slow path.
         }
@@ -1124,27 +1104,17 @@ impl PgStore {
             .query_one(&lock, &[&tenant.as_bytes(), &thread.as_bytes(), &now.0])
             .await
             .map_err(pg)?;
-        let id: i64 = get(&row, 0)?;
-        let last_seq = to_u64(get(&row, 1)?)?;
-        let last_run = match (
-            get::<Option<Vec<u8>>>(&row, 3)?,
-            get::<Option<i16>>(&row, 4)?,
-        ) {
-            (Some(r), Some(s)) => Some((text(r)?, status_from(s)?)),
-            _ => None,
-        };
-        let head = ThreadHead {
-            last_seq,
-            updated_at: (last_seq > 0).then_some(Timestamp(get(&row, 2)?)),
-            last_run,
-        };
-        if let Some(expected) = req.expected_seq.filter(|&e| e != last_seq) {
-            if last_seq > 0 {
+        let (id, head) = head_from_row(&row)?;
+        if head != batch.head {
+            // Rolled back on drop (a head row it created for a new thread
+            // goes with it).
+            drop(tx);
+            if head.last_seq > 0 {
                 self.remember_head(tenant, thread, id, &head);
             }
-            return Err(StoreError::conflict(expected, last_seq));
+            return Ok(Commit::HeadMoved(head));
         }
-        let (plan, sync, params) = prepare(id, &head)?;
+        let params = params(id)?;
         let st = tx.prepare_cached(APPEND_SQL).await.map_err(pg)?;
         let rows = tx.query(&st, &params.params()).await.map_err(append_err)?;
         if rows.is_empty() {
@@ -1153,33 +1123,64 @@ impl PgStore {
             ));
         }
         tx.commit().await.map_err(pg)?;
-        self.remember_head(tenant, thread, id, &plan.head);
-        Ok(done(plan, sync))
+        self.remember_head(tenant, thread, id, &batch.plan.head);
+        Ok(Commit::Done { durable: sync })
     }
 }
 
-/// What an append returns for a committed plan.
-fn done(plan: BatchPlan, durable: bool) -> (BatchPlan, Appended) {
-    let appended = Appended {
-        first_seq: plan.first_seq,
-        last_seq: plan.last_seq(),
-        received_at: plan.received_at,
-        durable,
+/// A thread's row id and head from a row of `id, last_seq, updated_at,
+/// last_run, last_run_status`. A row with no events yet (made by
+/// [`LOCK_HEAD_SQL`] for a new thread) has the default head.
+fn head_from_row(row: &tokio_postgres::Row) -> Result<KnownHead> {
+    let id: i64 = get(row, 0)?;
+    let last_seq = to_u64(get(row, 1)?)?;
+    let last_run = match (get::<Option<Vec<u8>>>(row, 3)?, get::<Option<i16>>(row, 4)?) {
+        (Some(r), Some(s)) => Some((text(r)?, status_from(s)?)),
+        _ => None,
     };
-    (plan, appended)
+    let head = ThreadHead {
+        last_seq,
+        updated_at: (last_seq > 0).then_some(Timestamp(get(row, 2)?)),
+        last_run,
+    };
+    Ok((id, head))
 }
 
 #[async_trait]
 impl Backend for PgStore {
-    async fn commit(&self, tenant: &str, thread: &str, req: AppendRequest) -> Result<Committed> {
+    async fn head(&self, tenant: &str, thread: &str) -> Result<ThreadHead> {
+        let c = self.conn().await?;
+        let row = c
+            .query_opt(
+                "SELECT id, last_seq, updated_at, last_run, last_run_status FROM threads \
+                 WHERE tenant = $1 AND thread = $2",
+                &[&tenant.as_bytes(), &thread.as_bytes()],
+            )
+            .await
+            .map_err(pg)?;
+        drop(c);
+        let Some(row) = row else {
+            return Ok(ThreadHead::default());
+        };
+        let (id, head) = head_from_row(&row)?;
+        if head.last_seq > 0 {
+            self.remember_head(tenant, thread, id, &head);
+        }
+        Ok(head)
+    }
+
+    async fn known_runs(&self, tenant: &str, thread: &str, ids: &[String]) -> Result<Vec<String>> {
+        self.existing_runs(tenant, thread, ids).await
+    }
+
+    async fn commit(&self, tenant: &str, thread: &str, batch: &Batch) -> Result<Commit> {
         check_id("tenant", tenant)?;
         check_id("thread", thread)?;
-        if req.events.is_empty() {
+        if batch.events.is_empty() {
             return Err(StoreError::invalid("an append needs at least one event"));
         }
         // The engine publishes it once committed; its notice is skipped here.
-        let (plan, appended) = self.append_tx(tenant, thread, req).await?;
-        Ok(Committed { appended, plan })
+        self.commit_batch(tenant, thread, batch).await
     }
 
     async fn read(
@@ -1853,7 +1854,11 @@ mod tests {
         let end =
             Event::from_json(r#"{"type":"RUN_FINISHED","threadId":"x","runId":"r1"}"#).unwrap();
         let a = store
-            .append("t", "x", AppendRequest::new(vec![end]).expect_seq(3))
+            .append(
+                "t",
+                "x",
+                agui_store::AppendRequest::new(vec![end]).expect_seq(3),
+            )
             .await
             .unwrap();
         assert_eq!((a.first_seq, a.last_seq), (4, 4));

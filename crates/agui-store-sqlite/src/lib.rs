@@ -43,10 +43,10 @@ use std::thread::JoinHandle;
 
 use agui_store::cursor::{run_page, thread_page};
 use agui_store::frame;
+use agui_store::index::ThreadHead;
 use agui_store::{
-    AppendRequest, Backend, CheckpointChain, Committed, EventPage, Result, RunFilter, RunPage,
-    RunRecord, StoreError, StoreStats, ThreadFilter, ThreadInfo, ThreadPage, Timestamp, check_id,
-    page_size,
+    Backend, Batch, CheckpointChain, Commit, EventPage, Result, RunFilter, RunPage, RunRecord,
+    StoreError, StoreStats, ThreadFilter, ThreadInfo, ThreadPage, Timestamp, check_id, page_size,
 };
 use async_trait::async_trait;
 use rusqlite::types::Value as SqlValue;
@@ -343,19 +343,30 @@ const THREAD_COLUMNS: &str = "thread, agent, created_at, updated_at, last_seq, r
 
 #[async_trait]
 impl Backend for SqliteStore {
-    async fn commit(&self, tenant: &str, thread: &str, req: AppendRequest) -> Result<Committed> {
+    async fn head(&self, tenant: &str, thread: &str) -> Result<ThreadHead> {
+        let (tenant, thread) = (tenant.to_owned(), thread.to_owned());
+        self.read_with(move |c| {
+            Ok(crate::writer::load_head(c, &tenant, &thread)?
+                .map(|h| h.head)
+                .unwrap_or_default())
+        })
+        .await
+    }
+
+    async fn commit(&self, tenant: &str, thread: &str, batch: &Batch) -> Result<Commit> {
         check_id("tenant", tenant)?;
         check_id("thread", thread)?;
         let (tenant_s, thread_s) = (tenant.to_owned(), thread.to_owned());
-        let (appended, plan) = self
-            .write(|reply| Op::Append {
-                tenant: tenant_s,
-                thread: thread_s,
-                req,
-                reply,
-            })
-            .await?;
-        Ok(Committed { appended, plan })
+        // The writer thread owns what it writes: the events are shared
+        // (one reference count each), the plan is small.
+        let batch = batch.clone();
+        self.write(|reply| Op::Append {
+            tenant: tenant_s,
+            thread: thread_s,
+            batch,
+            reply,
+        })
+        .await
     }
 
     async fn read(

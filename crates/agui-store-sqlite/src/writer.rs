@@ -9,14 +9,49 @@ use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
 use agui_store::frame;
-use agui_store::index::{BatchPlan, ThreadHead, plan_batch};
-use agui_store::{
-    AppendRequest, Appended, Durability, Result, RunStatus, StoreError, Timestamp, check_id,
-};
+use agui_store::index::ThreadHead;
+use agui_store::{Batch, Commit, Result, RunStatus, StoreError, Timestamp, check_id};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use tokio::sync::oneshot;
 
 use crate::db::{self, map, status_code, status_from};
+
+/// A thread's row id and head as stored, `None` when it does not exist.
+pub(crate) fn load_head(conn: &Connection, tenant: &str, thread: &str) -> Result<Option<Head>> {
+    let row = conn
+        .prepare_cached(
+            "SELECT id, last_seq, updated_at, last_run, last_run_status FROM threads
+                 WHERE tenant = ?1 AND thread = ?2",
+        )
+        .and_then(|mut st| {
+            st.query_row(params![tenant.as_bytes(), thread.as_bytes()], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, i64>(2)?,
+                    r.get::<_, Option<Vec<u8>>>(3)?,
+                    r.get::<_, Option<i64>>(4)?,
+                ))
+            })
+            .optional()
+        })
+        .map_err(|e| map(e, "read a thread"))?;
+    let Some((id, last_seq, updated_at, last_run, status)) = row else {
+        return Ok(None);
+    };
+    let last_run = match (last_run, status) {
+        (Some(r), Some(s)) => Some((db::text(r)?, status_from(s)?)),
+        _ => None,
+    };
+    Ok(Some(Head {
+        id,
+        head: ThreadHead {
+            last_seq: db::count(last_seq)?,
+            updated_at: Some(Timestamp(updated_at)),
+            last_run,
+        },
+    }))
+}
 
 /// Requests grouped into one transaction at most.
 const GROUP: usize = 512;
@@ -28,8 +63,8 @@ pub enum Op {
     Append {
         tenant: String,
         thread: String,
-        req: AppendRequest,
-        reply: oneshot::Sender<Result<(Appended, BatchPlan)>>,
+        batch: Batch,
+        reply: oneshot::Sender<Result<Commit>>,
     },
     SaveCheckpoint {
         tenant: String,
@@ -66,10 +101,7 @@ pub enum Op {
 impl Op {
     fn needs_sync(&self) -> bool {
         match self {
-            Op::Append { req, .. } => {
-                req.durability == Durability::Append
-                    || req.events.iter().any(|e| e.event_type().is_run_terminal())
-            }
+            Op::Append { batch, .. } => batch.must_sync(),
             Op::Flush { .. }
             | Op::MarkInterrupted { .. }
             | Op::Delete { .. }
@@ -80,16 +112,16 @@ impl Op {
 }
 
 #[derive(Clone)]
-struct Head {
+pub(crate) struct Head {
     id: i64,
-    head: ThreadHead,
+    pub(crate) head: ThreadHead,
 }
 
 /// The outcome of one request, delivered after the commit.
 enum Done {
     Append {
-        reply: oneshot::Sender<Result<(Appended, BatchPlan)>>,
-        result: Result<(Appended, BatchPlan)>,
+        reply: oneshot::Sender<Result<Commit>>,
+        result: Result<Commit>,
     },
     Unit {
         reply: oneshot::Sender<Result<()>>,
@@ -124,6 +156,15 @@ impl Done {
             Done::Append { result, .. } => result.is_ok(),
             Done::Unit { result, .. } => result.is_ok(),
             Done::Count { result, .. } => result.is_ok(),
+        }
+    }
+
+    /// True when the request wrote something (an append over a head that
+    /// moved wrote nothing: its reply waits for no flush).
+    fn wrote(&self) -> bool {
+        match self {
+            Done::Append { result, .. } => matches!(result, Ok(Commit::Done { .. })),
+            _ => self.is_ok(),
         }
     }
 }
@@ -463,7 +504,7 @@ impl Writer {
             } else {
                 let _ = self.conn.execute_batch("ROLLBACK TO op; RELEASE op");
             }
-            let defer = defer && d.is_ok();
+            let defer = defer && d.wrote();
             done.push((d, defer));
         }
         if let Err(e) = self.conn.execute_batch("COMMIT") {
@@ -521,10 +562,10 @@ impl Writer {
             Op::Append {
                 tenant,
                 thread,
-                req,
+                batch,
                 reply,
             } => {
-                let result = self.append(&tenant, &thread, req, overlay, local, sync);
+                let result = self.append(&tenant, &thread, &batch, overlay, local, sync);
                 Done::Append { reply, result }
             }
             Op::SaveCheckpoint {
@@ -582,53 +623,15 @@ impl Writer {
         }
     }
 
-    fn load_head(&self, tenant: &str, thread: &str) -> Result<Option<Head>> {
-        let row = self
-            .conn
-            .prepare_cached(
-                "SELECT id, last_seq, updated_at, last_run, last_run_status FROM threads
-                 WHERE tenant = ?1 AND thread = ?2",
-            )
-            .and_then(|mut st| {
-                st.query_row(params![tenant.as_bytes(), thread.as_bytes()], |r| {
-                    Ok((
-                        r.get::<_, i64>(0)?,
-                        r.get::<_, i64>(1)?,
-                        r.get::<_, i64>(2)?,
-                        r.get::<_, Option<Vec<u8>>>(3)?,
-                        r.get::<_, Option<i64>>(4)?,
-                    ))
-                })
-                .optional()
-            })
-            .map_err(|e| map(e, "read a thread"))?;
-        let Some((id, last_seq, updated_at, last_run, status)) = row else {
-            return Ok(None);
-        };
-        let last_run = match (last_run, status) {
-            (Some(r), Some(s)) => Some((db::text(r)?, status_from(s)?)),
-            _ => None,
-        };
-        Ok(Some(Head {
-            id,
-            head: ThreadHead {
-                last_seq: db::count(last_seq)?,
-                updated_at: Some(Timestamp(updated_at)),
-                last_run,
-            },
-        }))
-    }
-
-    #[allow(clippy::type_complexity)]
     fn append(
         &mut self,
         tenant: &str,
         thread: &str,
-        req: AppendRequest,
+        batch: &Batch,
         overlay: &HashMap<(String, String), Option<Head>>,
         local: &mut HashMap<(String, String), Option<Head>>,
         sync: bool,
-    ) -> Result<(Appended, BatchPlan)> {
+    ) -> Result<Commit> {
         check_id("tenant", tenant)?;
         check_id("thread", thread)?;
         let key = (tenant.to_owned(), thread.to_owned());
@@ -636,24 +639,16 @@ impl Writer {
             Some(h) => h.clone(),
             None => match self.heads.get(&key) {
                 Some(h) => Some(h.clone()),
-                None => self.load_head(tenant, thread)?,
+                None => load_head(&self.conn, tenant, thread)?,
             },
         };
         let head = current.as_ref().map(|h| h.head.clone()).unwrap_or_default();
-        if let Some(expected) = req.expected_seq.filter(|&e| e != head.last_seq) {
-            return Err(StoreError::conflict(expected, head.last_seq));
+        if head != batch.head {
+            return Ok(Commit::HeadMoved(head));
         }
-        let now = req.received_at.unwrap_or_else(Timestamp::now);
+        let (plan, events) = (&batch.plan, &batch.events);
         let conn = &self.conn;
         let thread_id = current.as_ref().map(|h| h.id);
-        let plan = plan_batch(&head, &req.events, req.agent.as_deref(), now, |run| {
-            let Some(id) = thread_id else {
-                return Ok(false);
-            };
-            conn.prepare_cached("SELECT 1 FROM runs WHERE thread_id = ?1 AND run_id = ?2")
-                .and_then(|mut st| st.exists(params![id, run.as_bytes()]))
-                .map_err(|e| map(e, "read the run index"))
-        })?;
         let at = plan.received_at.0;
         let id = match thread_id {
             Some(id) => id,
@@ -668,7 +663,7 @@ impl Writer {
             }
         };
         let mut seq = plan.first_seq;
-        for part in req.events.chunks(frame::CHUNK_EVENTS) {
+        for part in events.chunks(frame::CHUNK_EVENTS) {
             let c = frame::encode(part)?;
             let last = seq + part.len() as u64 - 1;
             conn.prepare_cached(
@@ -752,7 +747,7 @@ impl Writer {
                 plan.last_seq() as i64,
                 plan.bytes as i64,
                 new_runs,
-                req.agent.as_deref().map(str::as_bytes),
+                batch.agent.as_deref().map(str::as_bytes),
                 last_run,
                 last_status
             ])
@@ -765,13 +760,7 @@ impl Writer {
                 head: plan.head.clone(),
             }),
         );
-        let appended = Appended {
-            first_seq: plan.first_seq,
-            last_seq: plan.last_seq(),
-            received_at: plan.received_at,
-            durable: sync,
-        };
-        Ok((appended, plan))
+        Ok(Commit::Done { durable: sync })
     }
 
     fn thread_id(&self, tenant: &str, thread: &str) -> Result<Option<i64>> {
@@ -841,7 +830,7 @@ impl Writer {
             Some(h) => h.clone(),
             None => match self.heads.get(&key) {
                 Some(h) => Some(h.clone()),
-                None => self.load_head(tenant, from)?,
+                None => load_head(&self.conn, tenant, from)?,
             },
         };
         let Some(head) = head else {
@@ -963,15 +952,27 @@ mod tests {
     /// that needs no flush included, and writes nothing.
     #[test]
     fn a_writer_whose_flush_failed_refuses_writes() {
+        use agui_store::Durability;
+        use agui_store::index::plan_batch;
         use agui_store::sample::run_started;
         let dir = tempfile::tempdir().unwrap();
         let mut w = Writer::open(&dir.path().join("w.db")).unwrap();
+        let events = vec![run_started("th", "r", None)];
+        let head = ThreadHead::default();
+        let plan = plan_batch(&head, &events, None, Timestamp::now(), |_| Ok(false)).unwrap();
+        let batch = Batch {
+            head,
+            plan,
+            events,
+            agent: None,
+            durability: Durability::RunEnd,
+        };
         let append = |w: &mut Writer| {
             let (reply, mut rx) = oneshot::channel();
             w.process(vec![Op::Append {
                 tenant: "t".into(),
                 thread: "th".into(),
-                req: AppendRequest::new(vec![run_started("th", "r", None)]),
+                batch: batch.clone(),
                 reply,
             }]);
             rx.try_recv().unwrap()
@@ -987,7 +988,7 @@ mod tests {
         assert_eq!(stored, 0);
         // The same writer, healthy: the append is stored.
         w.syncer.broken.store(false, Ordering::Release);
-        assert!(append(&mut w).is_ok());
+        assert_eq!(append(&mut w).unwrap(), Commit::Done { durable: false });
     }
 
     #[test]

@@ -7,9 +7,11 @@
 //! numbers events, indexes runs and pages exactly like the shipped
 //! backends:
 //!
-//! - `index::plan_batch` decides what a batch does (sequence numbers, receive
-//!   time, run updates); `index::RunTable` holds a thread's runs in memory
-//!   and applies those updates (the memory and file backends use it too).
+//! - The engine plans every batch (sequence numbers, receive time, run
+//!   updates: `index::BatchPlan`) against the thread's head, and the backend
+//!   commits the plan if that head is still the thread's.
+//!   `index::RunTable` holds a thread's runs in memory and applies a plan's
+//!   run updates (the memory and file backends use it too).
 //! - `cursor::{filter_runs, page_threads}` page runs and threads with the
 //!   shared opaque cursors; `EventPage::new` cuts event pages.
 //!
@@ -32,9 +34,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use agui_store::cursor::{filter_runs, page_threads};
-use agui_store::index::{RunTable, ThreadHead, plan_batch};
+use agui_store::index::{RunTable, ThreadHead};
 use agui_store::{
-    AppendRequest, Appended, Backend, Channel, Committed, EventPage, Result, RunFilter, RunPage,
+    AppendRequest, Backend, Batch, Channel, Commit, EventPage, Result, RunFilter, RunPage,
     RunRecord, Store, StoreError, StoreStats, StoredEvent, ThreadFilter, ThreadInfo, ThreadPage,
     Timestamp, check_id, page_size,
 };
@@ -51,8 +53,8 @@ struct Thread {
     events: Vec<StoredEvent>,
     /// The run index in log order, and run id → place in `runs`.
     runs: RunTable,
-    /// What `plan_batch` needs to know: last sequence number, last receive
-    /// time, last run and its status.
+    /// What the engine plans against: last sequence number, last receive
+    /// time, last run and its status (the last plan's `head`).
     head: ThreadHead,
     agent: Option<String>,
     created_at: Timestamp,
@@ -147,43 +149,43 @@ impl MinimalBackend {
 // backend reads a run's whole delta chain in one recursive query).
 #[async_trait]
 impl Backend for MinimalBackend {
+    /// A real backend: one query for the thread's row (last sequence
+    /// number, last receive time, last run and its status).
+    async fn head(&self, tenant: &str, thread: &str) -> Result<ThreadHead> {
+        let data = self.data()?;
+        let t = data.get(&key(tenant, thread));
+        Ok(t.map(|t| t.head.clone()).unwrap_or_default())
+    }
+
     /// A real backend: one transaction that reads the thread's head (locking
-    /// its row), checks `expected_seq`, inserts the events and the run
-    /// updates and commits. The engine publishes the batch to subscribers.
-    async fn commit(&self, tenant: &str, thread: &str, req: AppendRequest) -> Result<Committed> {
+    /// its row), compares it with the head the engine planned against,
+    /// inserts the events and the plan's run updates, stores the new head and
+    /// commits. The engine publishes the batch to subscribers.
+    async fn commit(&self, tenant: &str, thread: &str, batch: &Batch) -> Result<Commit> {
         check_id("tenant", tenant)?;
         check_id("thread", thread)?;
         let mut data = self.data()?;
-        let existing = data.get(&key(tenant, thread));
-        let head = existing.map(|t| t.head.clone()).unwrap_or_default();
-        if let Some(expected) = req.expected_seq.filter(|&e| e != head.last_seq) {
-            return Err(StoreError::conflict(expected, head.last_seq));
+        let head = data.get(&key(tenant, thread)).map(|t| t.head.clone());
+        let head = head.unwrap_or_default();
+        if head != batch.head {
+            // Another writer came first: write nothing, the engine plans
+            // again over this head.
+            return Ok(Commit::HeadMoved(head));
         }
-        let now = req.received_at.unwrap_or_else(Timestamp::now);
-        // Checks the batch and says what it does; `run_exists` is a lookup in
-        // the thread's run index (a real backend: one query by run id).
-        let plan = plan_batch(&head, &req.events, req.agent.as_deref(), now, |run_id| {
-            Ok(existing.is_some_and(|t| t.runs.contains(run_id)))
-        })?;
+        let plan = &batch.plan;
         let t = data
             .entry(key(tenant, thread))
             .or_insert_with(|| Thread::new(plan.received_at));
-        t.events.extend(plan.stored(req.events));
-        t.runs.apply(thread, &plan);
-        if req.agent.is_some() {
-            t.agent = req.agent;
+        t.events.extend(plan.stored(batch.events.clone()));
+        t.runs.apply(thread, plan);
+        if batch.agent.is_some() {
+            t.agent = batch.agent.clone();
         }
         t.bytes += plan.bytes;
         t.head = plan.head.clone();
-        let appended = Appended {
-            first_seq: plan.first_seq,
-            last_seq: plan.last_seq(),
-            received_at: plan.received_at,
-            // A real backend says whether the batch reached stable storage
-            // before returning (see `req.durability`); memory never does.
-            durable: false,
-        };
-        Ok(Committed { appended, plan })
+        // A real backend says whether the batch reached stable storage before
+        // returning (see `Batch::must_sync`); memory never does.
+        Ok(Commit::Done { durable: false })
     }
 
     /// A real backend: one range query (`seq >= from_seq` in order, `limit`

@@ -5,19 +5,21 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
+use agui_protocol::Event;
+
 use crate::Channel;
 use crate::error::Result;
-use crate::index::BatchPlan;
+use crate::index::{BatchPlan, ThreadHead};
 use crate::subscribe::Hub;
 use crate::types::{
-    AppendRequest, Appended, EventPage, RunFilter, RunPage, RunRecord, RunStatus, StoreStats,
-    ThreadFilter, ThreadInfo, ThreadPage,
+    Durability, EventPage, RunFilter, RunPage, RunRecord, RunStatus, StoreStats, ThreadFilter,
+    ThreadInfo, ThreadPage,
 };
 
 /// A persistent, tenant-scoped log of AG-UI events per thread with a run
 /// index and checkpoint blobs: what a storage technology
-/// provides under the engine ([`crate::Store`]), which owns checkpoint
-/// building, restore, branch reads, live subscriptions and every
+/// provides under the engine ([`crate::Store`]), which owns batch planning,
+/// checkpoint building, restore, branch reads, live subscriptions and every
 /// convenience on top.
 ///
 /// Every method is scoped by a tenant id: a thread of one tenant is invisible
@@ -28,16 +30,45 @@ use crate::types::{
 /// The trait is object safe: the engine holds an `Arc<dyn Backend>`.
 #[async_trait]
 pub trait Backend: Send + Sync {
-    /// Commits one batch atomically: either every event gets the next
-    /// sequence numbers, or nothing is written. Creates the thread on its
-    /// first commit. Plans the batch with [`crate::index::plan_batch`],
-    /// updates the run index and returns the plan. Neither builds a
-    /// checkpoint nor publishes to subscribers: the engine does both, off
-    /// the append path; `req.checkpoints` is the engine's.
+    /// The thread's head as stored: what the engine plans a batch against
+    /// (see [`crate::index::plan_batch`]). The default head (nothing
+    /// stored) when the thread does not exist. A backend reports the head
+    /// exactly as a commit of a plan leaves it (`plan.head`), so that a
+    /// batch planned on a head read here commits unless another writer
+    /// came first.
+    async fn head(&self, tenant: &str, thread: &str) -> Result<ThreadHead>;
+
+    /// Which of `run_ids` are runs of the thread (none when the thread does
+    /// not exist). The engine asks before planning a batch that starts runs
+    /// or names parents. The default asks [`Backend::run`] for each.
+    async fn known_runs(
+        &self,
+        tenant: &str,
+        thread: &str,
+        run_ids: &[String],
+    ) -> Result<Vec<String>> {
+        let mut known = Vec::new();
+        for id in run_ids {
+            match self.run(tenant, thread, id).await {
+                Ok(_) => known.push(id.clone()),
+                Err(e) if e.kind() == crate::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(known)
+    }
+
+    /// Commits a batch the engine planned, atomically, if the thread's head
+    /// is still `batch.head`: every event gets its planned sequence number
+    /// and every run update of `batch.plan` is applied (creating the thread
+    /// on its first commit), or nothing is written. When the head moved
+    /// (another writer, task or replica committed first; runs were marked
+    /// interrupted), writes nothing and returns [`Commit::HeadMoved`] with
+    /// the head as it is now; the engine plans again.
     ///
-    /// Errors: `Conflict` when `expected_seq` does not match the thread's last
-    /// sequence; `Invalid` for an empty batch, bad ids or a bad `RUN_STARTED`.
-    async fn commit(&self, tenant: &str, thread: &str, req: AppendRequest) -> Result<Committed>;
+    /// Neither plans, builds a checkpoint nor publishes to subscribers: the
+    /// engine does all three.
+    async fn commit(&self, tenant: &str, thread: &str, batch: &Batch) -> Result<Commit>;
 
     /// Reads up to `limit` events (see [`crate::page_size`]) from sequence
     /// `from_seq` on (`0` and `1` both mean the beginning).
@@ -209,12 +240,42 @@ pub struct CheckpointChain {
     pub links: Vec<(String, Vec<u8>)>,
 }
 
-/// What [`Backend::commit`] did: the numbers the caller gets, and the plan
-/// (runs started, updated and ended) the engine feeds its checkpoints with.
+/// A batch the engine planned, for [`Backend::commit`].
 #[derive(Debug, Clone)]
-pub struct Committed {
-    /// The sequence numbers and time assigned.
-    pub appended: Appended,
-    /// How the batch changed the thread's runs.
+pub struct Batch {
+    /// The head the plan was made against: commit only over this head.
+    pub head: ThreadHead,
+    /// What the batch does: sequence numbers, receive time, run updates
+    /// and the head after it.
     pub plan: BatchPlan,
+    /// The events, in order (`plan.first_seq` on).
+    pub events: Vec<Event>,
+    /// The agent to record on the thread (and, through the plan, on the
+    /// runs it starts).
+    pub agent: Option<String>,
+    /// When the commit must be on stable storage before it returns.
+    pub durability: Durability,
+}
+
+impl Batch {
+    /// True when this commit must be durable before it returns under the
+    /// batch's own durability (a backend may be configured stricter).
+    pub fn must_sync(&self) -> bool {
+        match self.durability {
+            Durability::Append => true,
+            Durability::RunEnd => self.plan.ends_a_run(),
+        }
+    }
+}
+
+/// What [`Backend::commit`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Commit {
+    /// Written; `durable` when it is on stable storage already.
+    Done {
+        /// On stable storage when the commit returned.
+        durable: bool,
+    },
+    /// Nothing written: the thread's head is no longer the batch's.
+    HeadMoved(ThreadHead),
 }

@@ -1,8 +1,16 @@
 //! The engine: [`Store`], one concrete type over any [`Backend`].
 //!
 //! The server, the CLI and the Python package hold a `Store`. It owns what
-//! every backend used to repeat: checkpoint building (off the append path),
-//! restore and its repairs, branch reads, range reads and streams.
+//! every backend used to repeat: batch planning, checkpoint building (off
+//! the append path), restore and its repairs, branch reads, range reads and
+//! streams.
+//!
+//! **Batch planning.** [`Store::append`] plans each batch
+//! ([`crate::index::plan_batch`]) against the thread's head: the one its own
+//! last commit to the thread left, else [`Backend::head`]. The backend
+//! commits the plan only over that head ([`Backend::commit`]); when another
+//! writer came first it writes nothing and reports the head as it is, and
+//! the engine plans again over that one.
 //!
 //! **Checkpoints off the append path.** [`Store::append`] commits the batch
 //! and returns; the committed batch (its events are shared, not copied) goes
@@ -37,14 +45,14 @@ use futures::FutureExt;
 use futures::stream::{self, BoxStream, StreamExt};
 use tokio::sync::watch;
 
-use crate::backend::{Backend, Committed};
+use crate::backend::{Backend, Batch, Commit};
 use crate::checkpoint;
 use crate::error::{ErrorKind, Result, StoreError};
-use crate::index::RunUpdate;
+use crate::index::{BatchPlan, RunUpdate, ThreadHead, named_runs, plan_batch};
 use crate::subscribe::{EventStream, Hub, PageReader, catch_up_then_live};
 use crate::types::{
     AppendRequest, Appended, Checkpoints, EventPage, RunFilter, RunPage, RunRecord, RunStatus,
-    StoreStats, StoredEvent, ThreadFilter, ThreadInfo, ThreadPage, check_id,
+    StoreStats, StoredEvent, ThreadFilter, ThreadInfo, ThreadPage, Timestamp, check_id,
 };
 use crate::{Channel, Conversation};
 
@@ -115,7 +123,15 @@ struct Inner {
     done: watch::Sender<u64>,
     /// The worker's per-thread event buffers (only the worker locks it).
     buffers: Mutex<Buffers>,
+    /// The head each thread's last commit through this engine left: what
+    /// the next append plans against without asking the backend. A hint:
+    /// a commit over a head that moved writes nothing (see
+    /// [`Backend::commit`]).
+    heads: Mutex<HashMap<Key, ThreadHead>>,
 }
+
+/// Thread heads the engine keeps at most (cleared when full).
+const MAX_HEADS: usize = 100_000;
 
 type Key = (String, String);
 
@@ -241,6 +257,7 @@ impl Store {
                 queue: Mutex::new(Queue::default()),
                 done: watch::channel(0).0,
                 buffers: Mutex::new(Buffers::default()),
+                heads: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -284,11 +301,17 @@ impl Store {
     pub async fn append(&self, tenant: &str, thread: &str, req: AppendRequest) -> Result<Appended> {
         check_id("tenant", tenant)?;
         check_id("thread", thread)?;
+        if req.events.is_empty() {
+            return Err(StoreError::invalid("an append needs at least one event"));
+        }
         let build = req.checkpoints == Checkpoints::Build;
-        // Shared, not copied: the checkpoint worker and the subscribers get
-        // the events the backend committed.
-        let events = req.events.clone();
-        let Committed { appended, plan } = self.inner.backend.commit(tenant, thread, req).await?;
+        let (plan, durable, events) = self.plan_and_commit(tenant, thread, req).await?;
+        let appended = Appended {
+            first_seq: plan.first_seq,
+            last_seq: plan.last_seq(),
+            received_at: plan.received_at,
+            durable,
+        };
         // Listeners are asked after the commit: one that registered later
         // reads this batch in its catch-up.
         if self.inner.hub.has_listeners(tenant, thread) {
@@ -306,6 +329,100 @@ impl Store {
             });
         }
         Ok(appended)
+    }
+
+    /// Plans the batch against the thread's head and commits it; plans
+    /// again over the head the backend reports when another writer came
+    /// first. The head comes from the engine's cache of the heads its own
+    /// commits left (no read on the append path), else from the backend.
+    /// Returns the plan committed, whether it is durable, and the events.
+    async fn plan_and_commit(
+        &self,
+        tenant: &str,
+        thread: &str,
+        req: AppendRequest,
+    ) -> Result<(BatchPlan, bool, Vec<Event>)> {
+        let backend = &self.inner.backend;
+        let now = req.received_at.unwrap_or_else(Timestamp::now);
+        let named = named_runs(&req.events);
+        let (mut events, mut agent) = (req.events, req.agent);
+        // The head to plan against, and whether the backend just reported
+        // it (a cached one may be stale: any doubt about it is settled by
+        // asking the backend, never by failing the request).
+        let mut next = self.cached_head(tenant, thread).map(|h| (h, false));
+        loop {
+            let (head, fresh) = match next.take() {
+                Some(h) => h,
+                None => (backend.head(tenant, thread).await?, true),
+            };
+            if let Some(expected) = req.expected_seq.filter(|&e| e != head.last_seq) {
+                if fresh {
+                    return Err(StoreError::conflict(expected, head.last_seq));
+                }
+                continue;
+            }
+            let known = if named.is_empty() {
+                Vec::new()
+            } else {
+                backend.known_runs(tenant, thread, &named).await?
+            };
+            let planned = plan_batch(&head, &events, agent.as_deref(), now, |id| {
+                Ok(known.iter().any(|k| k == id))
+            });
+            let plan = match planned {
+                Ok(plan) => plan,
+                Err(e) if fresh => return Err(e),
+                Err(_) => continue,
+            };
+            let batch = Batch {
+                head,
+                plan,
+                events,
+                agent,
+                durability: req.durability,
+            };
+            match backend.commit(tenant, thread, &batch).await {
+                Ok(Commit::Done { durable }) => {
+                    self.remember_head(tenant, thread, batch.plan.head.clone());
+                    return Ok((batch.plan, durable, batch.events));
+                }
+                Ok(Commit::HeadMoved(now_head)) => {
+                    if now_head == batch.head {
+                        return Err(StoreError::internal(
+                            "the backend reported the thread's head moved, but it is unchanged",
+                        ));
+                    }
+                    next = Some((now_head, true));
+                    (events, agent) = (batch.events, batch.agent);
+                }
+                Err(e) => {
+                    // The outcome may be unknown (a lost connection): the
+                    // next append asks the backend.
+                    self.forget_head(tenant, thread);
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    fn heads(&self) -> std::sync::MutexGuard<'_, HashMap<Key, ThreadHead>> {
+        self.inner.heads.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn cached_head(&self, tenant: &str, thread: &str) -> Option<ThreadHead> {
+        self.heads().get(&key(tenant, thread)).cloned()
+    }
+
+    fn remember_head(&self, tenant: &str, thread: &str, head: ThreadHead) {
+        let mut heads = self.heads();
+        if heads.len() >= MAX_HEADS {
+            heads.clear();
+        }
+        heads.insert(key(tenant, thread), head);
+    }
+
+    fn forget_head(&self, tenant: &str, thread: &str) {
+        self.heads().remove(&key(tenant, thread));
     }
 
     fn enqueue(&self, mut job: Job) {
@@ -522,6 +639,7 @@ impl Store {
     /// a restart would.
     pub(crate) fn forget(&self, tenant: &str, thread: &str) {
         self.inner.cache.forget(tenant, thread);
+        self.forget_head(tenant, thread);
         let mut b = self.buffers();
         if let Some(buf) = b.map.remove(&key(tenant, thread)) {
             b.bytes -= buf.bytes;
@@ -639,13 +757,21 @@ impl Store {
 
     /// Marks every run still `running` as `interrupted` (at start-up).
     pub async fn mark_interrupted(&self) -> Result<u64> {
-        self.inner.backend.mark_interrupted().await
+        // Heads name their last run's status: any may change.
+        self.heads().clear();
+        let r = self.inner.backend.mark_interrupted().await;
+        self.heads().clear();
+        r
     }
 
     /// Marks `interrupted` the `running` runs of other processes that are
     /// gone (see [`Backend::mark_interrupted_elsewhere`]).
     pub async fn mark_interrupted_elsewhere(&self) -> Result<u64> {
-        self.inner.backend.mark_interrupted_elsewhere().await
+        let n = self.inner.backend.mark_interrupted_elsewhere().await?;
+        if n > 0 {
+            self.heads().clear();
+        }
+        Ok(n)
     }
 
     /// Store-wide totals.

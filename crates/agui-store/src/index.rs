@@ -248,22 +248,26 @@ enum Id<'a> {
     Other(serde::de::IgnoredAny),
 }
 
-/// The `parentRunId`s the batch's `RUN_STARTED` events name (string ones,
-/// each once): what a backend that cannot look runs up while planning (a
-/// remote database) asks about before [`plan_batch`].
-pub fn named_parents(events: &[Event]) -> Vec<String> {
+/// The run ids the batch's `RUN_STARTED` events name, as `runId` or
+/// `parentRunId` (string ones, each once): what the engine asks the backend
+/// about ([`crate::Backend::known_runs`]) before [`plan_batch`], which
+/// needs to know whether each is a run of the thread. Empty for a batch that
+/// starts no run: the common case costs no lookup.
+pub fn named_runs(events: &[Event]) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for e in events
         .iter()
         .filter(|e| *e.event_type() == EventType::RunStarted)
     {
-        if let Ok(RunStartedView {
-            parent_run_id: Some(Id::Str(p)),
-            ..
-        }) = serde_json::from_str::<RunStartedView<'_>>(e.json())
-            && !out.iter().any(|o| *o == *p)
-        {
-            out.push(p.into_owned());
+        let Ok(view) = e.view::<RunStartedView<'_>>() else {
+            continue;
+        };
+        for id in [view.run_id, view.parent_run_id].into_iter().flatten() {
+            if let Id::Str(id) = id
+                && !out.iter().any(|o| *o == *id)
+            {
+                out.push(id.into_owned());
+            }
         }
     }
     out

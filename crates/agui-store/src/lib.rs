@@ -46,7 +46,7 @@ pub mod subscribe;
 pub mod conformance;
 
 pub use agui_history::reduce::Conversation;
-pub use backend::{Backend, CheckpointChain, Committed};
+pub use backend::{Backend, Batch, CheckpointChain, Commit};
 pub use channel::Channel;
 pub use engine::restore::{self, restore_run};
 pub use engine::{Restored, Store};

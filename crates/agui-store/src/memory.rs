@@ -9,12 +9,12 @@ use async_trait::async_trait;
 
 use crate::cursor::{filter_runs, page_threads};
 use crate::error::{Result, StoreError};
-use crate::index::{RunTable, ThreadHead, plan_batch};
+use crate::index::{RunTable, ThreadHead};
 use crate::types::{
-    AppendRequest, Appended, EventPage, RunFilter, RunPage, RunRecord, StoreStats, StoredEvent,
-    ThreadFilter, ThreadInfo, ThreadPage, Timestamp, check_id, page_size,
+    EventPage, RunFilter, RunPage, RunRecord, StoreStats, StoredEvent, ThreadFilter, ThreadInfo,
+    ThreadPage, Timestamp, check_id, page_size,
 };
-use crate::{Backend, Channel, Committed};
+use crate::{Backend, Batch, Channel, Commit};
 
 /// The in-memory store. Cloning gives another handle on the same data.
 #[derive(Clone, Default)]
@@ -140,49 +140,42 @@ fn key(tenant: &str, thread: &str) -> (String, String) {
 
 #[async_trait]
 impl Backend for MemoryStore {
-    async fn commit(&self, tenant: &str, thread: &str, req: AppendRequest) -> Result<Committed> {
+    async fn head(&self, tenant: &str, thread: &str) -> Result<ThreadHead> {
+        let state = self.state()?;
+        let t = state.threads.get(&key(tenant, thread));
+        Ok(t.map(|t| t.head.clone()).unwrap_or_default())
+    }
+
+    async fn commit(&self, tenant: &str, thread: &str, batch: &Batch) -> Result<Commit> {
         check_id("tenant", tenant)?;
         check_id("thread", thread)?;
-        let (plan, appended) = {
-            let mut state = self.state()?;
-            let existing = state.threads.get(&key(tenant, thread));
-            let head = existing.map(|t| t.head.clone()).unwrap_or_default();
-            if let Some(expected) = req.expected_seq.filter(|&e| e != head.last_seq) {
-                return Err(StoreError::conflict(expected, head.last_seq));
-            }
-            let now = req.received_at.unwrap_or_else(Timestamp::now);
-            let plan = plan_batch(&head, &req.events, req.agent.as_deref(), now, |id| {
-                Ok(existing.is_some_and(|t| t.runs.contains(id)))
-            })?;
-            let t = state
-                .threads
-                .entry(key(tenant, thread))
-                .or_insert_with(|| Thread {
-                    events: Vec::new(),
-                    runs: RunTable::new(),
-                    checkpoints: HashMap::new(),
-                    channels: BTreeMap::new(),
-                    agent: None,
-                    created_at: plan.received_at,
-                    head: ThreadHead::default(),
-                    bytes: 0,
-                });
-            t.events.extend(plan.stored(req.events));
-            t.runs.apply(thread, &plan);
-            if req.agent.is_some() {
-                t.agent = req.agent.clone();
-            }
-            t.bytes += plan.bytes;
-            t.head = plan.head.clone();
-            let appended = Appended {
-                first_seq: plan.first_seq,
-                last_seq: plan.last_seq(),
-                received_at: plan.received_at,
-                durable: false,
-            };
-            (plan, appended)
-        };
-        Ok(Committed { appended, plan })
+        let mut state = self.state()?;
+        let head = state.threads.get(&key(tenant, thread)).map(|t| &t.head);
+        if head.unwrap_or(&ThreadHead::default()) != &batch.head {
+            return Ok(Commit::HeadMoved(head.cloned().unwrap_or_default()));
+        }
+        let plan = &batch.plan;
+        let t = state
+            .threads
+            .entry(key(tenant, thread))
+            .or_insert_with(|| Thread {
+                events: Vec::new(),
+                runs: RunTable::new(),
+                checkpoints: HashMap::new(),
+                channels: BTreeMap::new(),
+                agent: None,
+                created_at: plan.received_at,
+                head: ThreadHead::default(),
+                bytes: 0,
+            });
+        t.events.extend(plan.stored(batch.events.clone()));
+        t.runs.apply(thread, plan);
+        if batch.agent.is_some() {
+            t.agent = batch.agent.clone();
+        }
+        t.bytes += plan.bytes;
+        t.head = plan.head.clone();
+        Ok(Commit::Done { durable: false })
     }
 
     async fn read(

@@ -75,8 +75,9 @@ async fn a_thread_written_again_during_a_restore_is_never_answered_with_its_old_
             tokio::time::sleep(std::time::Duration::from_millis(3)).await;
             inner.delete_thread("ten", "t").await.unwrap();
             let again = full_run("t", "r1", None, "the other conversation");
-            inner
-                .commit("ten", "t", AppendRequest::new(again))
+            // The other replica: its own engine over the same storage.
+            Store::from_arc(inner)
+                .append("ten", "t", AppendRequest::new(again))
                 .await
                 .unwrap();
         })

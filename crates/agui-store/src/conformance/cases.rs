@@ -222,6 +222,131 @@ pub async fn events_are_kept_losslessly<B: Harness>(b: &B) {
     assert_eq!(got[0].event.type_name(), "SOMETHING_NEW");
 }
 
+/// The engine plans each batch against the thread's head and the backend
+/// commits it only over that head: the head a backend reports is the one
+/// the last plan left; a batch planned over an older head writes nothing
+/// and gets the head as it is; two engines over one storage (two replicas)
+/// append in turn, each planning over a head the other moved, and every
+/// batch lands once, numbered in order, with each run's parent right.
+pub async fn a_commit_over_a_moved_head_writes_nothing<B: Harness>(b: &B) {
+    use crate::index::{ThreadHead, plan_batch};
+    use crate::{Backend, Batch, Commit, Timestamp};
+
+    let o = open(b).await;
+    let backend: Arc<dyn Backend> = o.raw.clone();
+    let first = full_run("t", "r1", None, "first");
+    let n = first.len() as u64;
+    let a = o
+        .store
+        .append(T, "t", AppendRequest::new(first))
+        .await
+        .unwrap();
+    let head = backend.head(T, "t").await.unwrap();
+    assert_eq!(
+        head,
+        ThreadHead {
+            last_seq: n,
+            updated_at: Some(a.received_at),
+            last_run: Some(("r1".to_owned(), RunStatus::Finished)),
+        },
+        "the head as stored is the one the plan left"
+    );
+    assert_eq!(
+        backend.head(T, "none").await.unwrap(),
+        ThreadHead::default()
+    );
+
+    // Planned over the empty thread it no longer is.
+    let events = vec![run_started("t", "r2", None)];
+    let stale = ThreadHead::default();
+    let plan = plan_batch(&stale, &events, None, Timestamp::now(), |_| Ok(false)).unwrap();
+    let batch = Batch {
+        head: stale,
+        plan,
+        events,
+        agent: None,
+        durability: Durability::RunEnd,
+    };
+    let c = backend.commit(T, "t", &batch).await.unwrap();
+    assert_eq!(c, Commit::HeadMoved(head.clone()));
+    assert_eq!(
+        o.thread(T, "t").await.unwrap().last_seq,
+        n,
+        "nothing written"
+    );
+    assert!(o.run(T, "t", "r2").await.is_err(), "no run indexed");
+
+    // Two engines over one storage, in turn: each one's cached head is
+    // stale every other append.
+    let other = Store::from_arc(backend.clone());
+    let mut want_last = n;
+    for i in 2..8 {
+        let s = if i % 2 == 0 { &other } else { &o.store };
+        let run = format!("r{i}");
+        let events = full_run("t", &run, None, "turn");
+        let len = events.len() as u64;
+        let a = s.append(T, "t", AppendRequest::new(events)).await.unwrap();
+        assert_eq!((a.first_seq, a.last_seq), (want_last + 1, want_last + len));
+        want_last += len;
+        let r = s.run(T, "t", &run).await.unwrap();
+        assert_eq!(
+            r.parent_run_id,
+            Some(format!("r{}", i - 1)),
+            "parent of {run}"
+        );
+        assert_eq!(r.first_seq, a.first_seq);
+    }
+    let seqs: Vec<u64> = all(&o, T, "t").await.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, (1..=want_last).collect::<Vec<_>>());
+
+    // `expected_seq` is checked against the stored head, never against a
+    // stale cache: `other` last appended two turns ago.
+    let stale_seq = want_last - full_run("t", "x", None, "turn").len() as u64;
+    let err = other
+        .append(
+            T,
+            "t",
+            AppendRequest::new(vec![custom(1)]).expect_seq(stale_seq),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Conflict, "{err}");
+    assert_eq!(err.seq_conflict().unwrap().actual, want_last);
+    // `first` appended last but one; its cache is stale too, yet the right
+    // expected sequence number succeeds.
+    let ok = other
+        .append(
+            T,
+            "t",
+            AppendRequest::new(vec![custom(2)]).expect_seq(want_last),
+        )
+        .await
+        .unwrap();
+    assert_eq!(ok.first_seq, want_last + 1);
+    let ok = o
+        .store
+        .append(
+            T,
+            "t",
+            AppendRequest::new(vec![custom(3)]).expect_seq(want_last + 1),
+        )
+        .await
+        .unwrap();
+    assert_eq!(ok.first_seq, want_last + 2);
+    // A run id another engine used is refused, though this one never saw it.
+    let err = o
+        .store
+        .append(
+            T,
+            "t",
+            AppendRequest::new(full_run("t", "r6", None, "again")),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Invalid, "{err}");
+    o.store.close().await.unwrap();
+}
+
 /// Eight appenders that all expect the empty thread: exactly one wins, the
 /// others get `Conflict`, nothing interleaves.
 pub async fn optimistic_concurrency_under_eight_appenders<B: Harness>(b: &B) {

@@ -8,7 +8,7 @@
 //! #[async_trait::async_trait]
 //! impl Hooks for DiskGone {
 //!     async fn commit(&self, inner: &dyn Backend, tenant: &str, thread: &str,
-//!                     req: AppendRequest) -> Result<Committed> {
+//!                     batch: &Batch) -> Result<Commit> {
 //!         Err(StoreError::unavailable("the disk is gone (test)"))
 //!     }
 //! }
@@ -20,12 +20,12 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::Channel;
-use crate::backend::{Backend, CheckpointChain, Committed};
+use crate::backend::{Backend, Batch, CheckpointChain, Commit};
 use crate::error::Result;
+use crate::index::ThreadHead;
 use crate::subscribe::Hub;
 use crate::types::{
-    AppendRequest, EventPage, RunFilter, RunPage, RunRecord, StoreStats, ThreadFilter, ThreadInfo,
-    ThreadPage,
+    EventPage, RunFilter, RunPage, RunRecord, StoreStats, ThreadFilter, ThreadInfo, ThreadPage,
 };
 
 /// The calls a test may take over. Each default calls the inner backend.
@@ -37,9 +37,9 @@ pub trait Hooks: Send + Sync {
         inner: &dyn Backend,
         tenant: &str,
         thread: &str,
-        req: AppendRequest,
-    ) -> Result<Committed> {
-        inner.commit(tenant, thread, req).await
+        batch: &Batch,
+    ) -> Result<Commit> {
+        inner.commit(tenant, thread, batch).await
     }
 
     /// [`Backend::read`].
@@ -92,8 +92,14 @@ impl<H: Hooks> Hooked<H> {
 
 #[async_trait]
 impl<H: Hooks> Backend for Hooked<H> {
-    async fn commit(&self, tenant: &str, thread: &str, req: AppendRequest) -> Result<Committed> {
-        self.hooks.commit(&*self.inner, tenant, thread, req).await
+    async fn head(&self, tenant: &str, thread: &str) -> Result<ThreadHead> {
+        self.inner.head(tenant, thread).await
+    }
+    async fn known_runs(&self, tenant: &str, thread: &str, ids: &[String]) -> Result<Vec<String>> {
+        self.inner.known_runs(tenant, thread, ids).await
+    }
+    async fn commit(&self, tenant: &str, thread: &str, batch: &Batch) -> Result<Commit> {
+        self.hooks.commit(&*self.inner, tenant, thread, batch).await
     }
     async fn read(&self, tenant: &str, thread: &str, from: u64, limit: usize) -> Result<EventPage> {
         self.hooks

@@ -81,6 +81,7 @@ macro_rules! conformance_tests {
             ordering_and_sequence_numbers,
             events_are_kept_losslessly,
             optimistic_concurrency_under_eight_appenders,
+            a_commit_over_a_moved_head_writes_nothing,
             concurrent_appenders_never_interleave_a_batch,
             reads_page_and_stream,
             threads_page_by_cursor_and_filter_by_agent,
