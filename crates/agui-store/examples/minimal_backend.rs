@@ -173,16 +173,18 @@ impl Backend for MinimalBackend {
             return Ok(Commit::HeadMoved(head));
         }
         let plan = &batch.plan;
+        // A real backend: an upsert of the thread's row.
         let t = data
             .entry(key(tenant, thread))
             .or_insert_with(|| Thread::new(plan.received_at));
+        // An insert of the events (numbered from `plan.first_seq`, received
+        // at `plan.received_at`): one row per batch, or per event.
         t.events.extend(plan.stored(batch.events.clone()));
+        // An insert per new run and an update per continuing one.
         t.runs.apply(thread, plan);
-        if batch.agent.is_some() {
-            t.agent = batch.agent.clone();
-        }
-        t.bytes += plan.bytes;
-        t.head = plan.head.clone();
+        // The thread row's update: its new head, agent and byte count.
+        (t.head, t.bytes) = (plan.head.clone(), t.bytes + plan.bytes);
+        t.agent = batch.agent.clone().or(t.agent.take());
         // A real backend says whether the batch reached stable storage before
         // returning (see `Batch::must_sync`); memory never does.
         Ok(Commit::Done { durable: false })
