@@ -18,6 +18,7 @@ use crate::{copilotkit, demo, history, run, session, stop, travel, ui};
 pub fn router(gw: Arc<Gateway>) -> Router {
     let mut app = Router::new()
         .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route("/agents/{name}/run", post(run::run_handler))
         .route("/agents/{name}/connect", post(history::connect))
@@ -188,6 +189,44 @@ fn cors_headers(gw: &Gateway) -> Vec<HeaderName> {
 
 async fn healthz() -> impl IntoResponse {
     axum::Json(serde_json::json!({"status": "ok"}))
+}
+
+/// How long readiness waits for the store's answer.
+const READY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Readiness, for load balancers and orchestrators (liveness is
+/// `/healthz`): 200 while the gateway takes runs; 503 with the reason
+/// while it shuts down, or while its store does not take writes (a store
+/// whose flush to disk failed refuses them until reopened; a database that
+/// does not answer within 2 s).
+async fn readyz(State(gw): State<Arc<Gateway>>) -> Response {
+    if gw.shutting_down.is_cancelled() {
+        return ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "shutting_down",
+            "the gateway is shutting down",
+        )
+        .into_response();
+    }
+    let message = match tokio::time::timeout(READY_TIMEOUT, gw.store.ready()).await {
+        Ok(Ok(())) => return axum::Json(serde_json::json!({"status": "ready"})).into_response(),
+        // Store messages are the store's own words: no SQL, no path (the
+        // native error, kept as the source, goes to the log only).
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, source = ?std::error::Error::source(&e), "the store is not ready");
+            e.message().to_owned()
+        }
+        Err(_) => {
+            tracing::warn!("the store did not answer the readiness check in time");
+            "the store did not answer within 2 s".to_owned()
+        }
+    };
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "store_unavailable",
+        message,
+    )
+    .into_response()
 }
 
 async fn metrics(State(gw): State<Arc<Gateway>>) -> impl IntoResponse {

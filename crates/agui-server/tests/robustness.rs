@@ -36,6 +36,7 @@ fn with_agents(agents: &[&str]) -> GatewayConfig {
 /// their first event.
 #[derive(Default)]
 struct Faults {
+    not_ready: AtomicBool,
     fail_terminal: AtomicBool,
     fail_all: AtomicBool,
     break_subscriptions: AtomicBool,
@@ -43,6 +44,15 @@ struct Faults {
 
 #[async_trait::async_trait]
 impl Hooks for Faults {
+    async fn ready(&self, inner: &dyn Backend) -> Result<()> {
+        if self.not_ready.load(Ordering::SeqCst) {
+            return Err(StoreError::unavailable(
+                "the store could not flush its log to disk earlier (test)",
+            ));
+        }
+        inner.ready().await
+    }
+
     async fn commit(
         &self,
         inner: &dyn Backend,
@@ -850,4 +860,38 @@ async fn client_inputs_are_checked_against_the_schema_of_the_stored_run_started(
     );
     let (status, _) = get_json(&format!("{}/threads/u", g.base)).await;
     assert_eq!(status, 404, "nothing of a refused input is stored");
+}
+
+/// `/readyz` follows the store: 503 `store_unavailable`, with the store's
+/// reason, while it refuses writes; `/healthz` (liveness) stays 200.
+#[tokio::test]
+async fn readiness_follows_the_store() {
+    let faulty = faulty();
+    let store = Store::from_arc(faulty.clone());
+    let g = start_with(store.clone(), GatewayConfig::default()).await;
+    let (status, body) = get_json(&format!("{}/readyz", g.base)).await;
+    assert_eq!((status, body["status"].as_str()), (200, Some("ready")));
+    faulty.hooks().not_ready.store(true, Ordering::SeqCst);
+    let (status, body) = get_json(&format!("{}/readyz", g.base)).await;
+    assert_eq!(status, 503);
+    assert_eq!(body["error"]["code"], "store_unavailable");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("could not flush"),
+        "{body}"
+    );
+    let (status, _) = get_json(&format!("{}/healthz", g.base)).await;
+    assert_eq!(status, 200);
+    faulty.hooks().not_ready.store(false, Ordering::SeqCst);
+    let (status, _) = get_json(&format!("{}/readyz", g.base)).await;
+    assert_eq!(status, 200);
+    // A closed store is not ready either.
+    store.close().await.unwrap();
+    let (status, body) = get_json(&format!("{}/readyz", g.base)).await;
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (503, &json!("store_unavailable"))
+    );
 }

@@ -60,6 +60,11 @@ pub enum FileError {
     /// A write on a store opened read-only.
     #[error("the store was opened read-only")]
     ReadOnly,
+    /// A write after a sync of the log failed: the kernel may have dropped
+    /// the pages it could not write, so nothing written since can be
+    /// promised durable until the store is reopened (and its log checked).
+    #[error("a sync of the log failed earlier; the store refuses writes until reopened")]
+    FlushFailed,
 }
 
 impl FileError {
@@ -83,7 +88,7 @@ impl FileError {
             },
             FileError::Damaged { .. } | FileError::Malformed(_) => ErrorKind::Corrupt,
             FileError::TooLarge | FileError::BadUrl(_) => ErrorKind::Invalid,
-            FileError::Locked(..) => ErrorKind::Unavailable,
+            FileError::Locked(..) | FileError::FlushFailed => ErrorKind::Unavailable,
             FileError::NoStore(_) => ErrorKind::NotFound,
             FileError::ReadOnly | FileError::Newer { .. } => ErrorKind::Unsupported,
         }
@@ -98,6 +103,9 @@ impl FileError {
             FileError::BadUrl(why) => why,
             FileError::NoStore(_) => "no file store in this directory",
             FileError::ReadOnly => "the store was opened read-only",
+            FileError::FlushFailed => {
+                "the store could not flush its log to disk earlier; it refuses writes until reopened"
+            }
             FileError::Newer { .. } => {
                 "the store was written by a newer version of agui; open it with that version"
             }

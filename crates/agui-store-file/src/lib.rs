@@ -260,6 +260,13 @@ struct Inner {
     sync_lock: Mutex<()>,
     /// (segment, length) known to be on stable storage.
     synced: Mutex<(u64, u64)>,
+    /// Set when a sync of a segment failed. Linux may drop the pages it
+    /// could not write and report the error once, so a later sync that
+    /// succeeds proves nothing about them: every write fails from then on,
+    /// until the store is reopened (which checks the log).
+    broken: AtomicBool,
+    #[cfg(test)]
+    fail_syncs: AtomicBool,
     closed: AtomicBool,
     sealer: Mutex<Option<(mpsc::Sender<SealJob>, JoinHandle<()>)>>,
     lock: Mutex<Option<std::fs::File>>,
@@ -555,6 +562,9 @@ fn open_locked(
             writer: Mutex::new(active),
             sync_lock: Mutex::new(()),
             synced: Mutex::new(synced),
+            broken: AtomicBool::new(false),
+            #[cfg(test)]
+            fail_syncs: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             sealer: Mutex::new(Some((tx, handle))),
             lock: Mutex::new(lock_file.take()),
@@ -705,6 +715,9 @@ impl FileStore {
 impl Inner {
     /// Appends a frame to the active segment (rotating it when full).
     fn write(&self, active: &mut Active, frame: &[u8]) -> Result<Loc, FileError> {
+        if self.broken.load(Ordering::Acquire) {
+            return Err(FileError::FlushFailed);
+        }
         let loc = active.append(frame)?;
         if active.len >= self.shared.opts.segment_bytes {
             // A failed rotation leaves the full segment active; the next
@@ -715,7 +728,7 @@ impl Inner {
     }
 
     fn rotate(&self, active: &mut Active) -> Result<(), FileError> {
-        active.sync()?;
+        self.synced_or_broken(active.sync())?;
         let next = Active::create(&self.shared.dir, active.id + 1)?;
         let seg = next.segment()?;
         write_lock(&self.shared.segments).insert(next.id, Arc::new(seg));
@@ -727,8 +740,18 @@ impl Inner {
         Ok(())
     }
 
+    /// Passes a sync's result on; a failed sync breaks the store (see
+    /// `broken`).
+    fn synced_or_broken(&self, r: Result<(), FileError>) -> Result<(), FileError> {
+        if r.is_err() {
+            self.broken.store(true, Ordering::Release);
+        }
+        r
+    }
+
     /// Makes everything up to `(seg, end)` durable (one sync serves every
-    /// waiter whose bytes it covers).
+    /// waiter whose bytes it covers). Fails once a sync failed (see
+    /// `broken`).
     fn sync_through(&self, seg: u64, end: u64) -> Result<(), FileError> {
         let _one = lock(&self.sync_lock);
         if *lock(&self.synced) >= (seg, end) {
@@ -744,8 +767,18 @@ impl Inner {
         if seg < cur.0 {
             return Ok(()); // rotation synced that segment
         }
-        file.sync_data()
-            .map_err(|e| FileError::io("sync a segment", &path, e))?;
+        if self.broken.load(Ordering::Acquire) {
+            return Err(FileError::FlushFailed);
+        }
+        #[cfg(test)]
+        if self.fail_syncs.load(Ordering::Acquire) {
+            let e = std::io::Error::other("the disk is gone (test)");
+            return self.synced_or_broken(Err(FileError::io("sync a segment", &path, e)));
+        }
+        self.synced_or_broken(
+            file.sync_data()
+                .map_err(|e| FileError::io("sync a segment", &path, e)),
+        )?;
         let mut s = lock(&self.synced);
         if *s < cur {
             *s = cur;
@@ -775,12 +808,11 @@ impl Inner {
 type SyncTo = (u64, u64);
 
 impl Inner {
-    /// Writes a batch record to the active segment (the page cache) and
-    /// indexes it. Returns, with the plan, the end of the record when the
-    /// append must be synced before it is acknowledged (the caller syncs
-    /// with [`Inner::sync_through`], on a blocking thread).
-    /// Writes a planned batch if the thread's head is still the batch's:
-    /// `Ok(None)` with the sync it needs, else the head as it is.
+    /// Writes a planned batch record to the active segment (the page cache)
+    /// and indexes it, if the thread's head is still the batch's; else
+    /// returns the head as it is. With the record written, returns its end
+    /// when the append must be synced before it is acknowledged (the caller
+    /// syncs with [`Inner::sync_through`], on a blocking thread).
     fn append(
         &self,
         tenant: &str,
@@ -1192,6 +1224,14 @@ impl Backend for FileStore {
         .await
     }
 
+    async fn ready(&self) -> Result<()> {
+        self.check_open()?;
+        if self.inner.broken.load(Ordering::Acquire) {
+            return Err(FileError::FlushFailed.into());
+        }
+        Ok(())
+    }
+
     async fn stats(&self) -> Result<StoreStats> {
         self.check_open()?;
         let mut s = StoreStats::default();
@@ -1246,5 +1286,76 @@ impl Backend for FileStore {
             .await
             .map_err(|_| StoreError::internal("the store could not be closed"))?
             .map_err(StoreError::from)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agui_store::sample::{full_run, run_started};
+    use agui_store::{AppendRequest, ErrorKind, Store};
+
+    /// A failed sync breaks the store: the append that waited for it fails,
+    /// and every later write fails too (one that needs no sync included,
+    /// and after the disk is back), writing nothing; reads go on; the store
+    /// is not ready; a reopen finds every append acknowledged before.
+    #[tokio::test]
+    async fn a_failed_sync_makes_the_store_refuse_writes_until_reopened() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = FileStore::open(dir.path(), FileOptions::default())
+            .await
+            .unwrap();
+        let inner = fs.inner.clone();
+        let store = Store::new(fs);
+        let kept = full_run("a", "r1", None, "kept");
+        let n = kept.len() as u64;
+        store
+            .append("t", "a", AppendRequest::new(kept))
+            .await
+            .unwrap();
+
+        inner.fail_syncs.store(true, Ordering::Release);
+        let run = full_run("b", "r1", None, "its end waits for a sync");
+        let err = store
+            .append("t", "b", AppendRequest::new(run))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+        // The disk is back; the store still refuses, and says why.
+        inner.fail_syncs.store(false, Ordering::Release);
+        let start = vec![run_started("c", "r1", None)];
+        let err = store
+            .append("t", "c", AppendRequest::new(start))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Unavailable);
+        assert!(err.message().contains("until reopened"), "{err}");
+        assert_eq!(
+            store.thread("t", "c").await.unwrap_err().kind(),
+            ErrorKind::NotFound,
+            "nothing written"
+        );
+        let not_ready = store.ready().await.unwrap_err();
+        assert_eq!(not_ready.kind(), ErrorKind::Unavailable);
+        assert!(!not_ready.message().contains(&*dir.path().to_string_lossy()));
+        assert_eq!(store.thread("t", "a").await.unwrap().last_seq, n);
+        store.close().await.unwrap();
+
+        let store = Store::new(
+            FileStore::open(dir.path(), FileOptions::default())
+                .await
+                .unwrap(),
+        );
+        store.ready().await.expect("a reopened store is ready");
+        assert_eq!(store.thread("t", "a").await.unwrap().last_seq, n);
+        store
+            .append(
+                "t",
+                "c",
+                AppendRequest::new(vec![run_started("c", "r1", None)]),
+            )
+            .await
+            .expect("a reopened store takes writes");
+        store.close().await.unwrap();
     }
 }

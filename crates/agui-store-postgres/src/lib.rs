@@ -1611,6 +1611,12 @@ impl Backend for PgStore {
         self.interrupt_runs_of_gone_owners(false).await
     }
 
+    async fn ready(&self) -> Result<()> {
+        let c = self.conn().await?;
+        c.simple_query("SELECT 1").await.map_err(pg)?;
+        Ok(())
+    }
+
     async fn stats(&self) -> Result<StoreStats> {
         let c = self.conn().await?;
         let row = c

@@ -75,6 +75,9 @@ struct Inner {
     read_only: bool,
     /// The process lock of a writable store, released at close.
     lock: Mutex<Option<lock::ProcessLock>>,
+    /// The writer's flag of a failed flush (see `writer::Syncer`); none
+    /// when read-only.
+    broken: Option<Arc<AtomicBool>>,
 }
 
 /// Reads the path of a `sqlite://` URL: `sqlite:///abs/path.db` or
@@ -120,6 +123,7 @@ impl SqliteStore {
         let writer = tokio::task::spawn_blocking(move || Writer::open(&open_path))
             .await
             .map_err(|_| StoreError::internal("the store could not be opened"))??;
+        let broken = writer.broken();
         let (tx, rx) = mpsc::channel();
         let handle = std::thread::Builder::new()
             .name("agui-sqlite-writer".into())
@@ -134,6 +138,7 @@ impl SqliteStore {
                 closed: AtomicBool::new(false),
                 read_only: false,
                 lock: Mutex::new(Some(held)),
+                broken: Some(broken),
             }),
         })
     }
@@ -158,6 +163,7 @@ impl SqliteStore {
                 closed: AtomicBool::new(false),
                 read_only: true,
                 lock: Mutex::new(None),
+                broken: None,
             }),
         })
     }
@@ -671,6 +677,23 @@ impl Backend for SqliteStore {
         self.write(|reply| Op::MarkInterrupted { reply }).await
     }
 
+    async fn ready(&self) -> Result<()> {
+        self.check_open()?;
+        if self
+            .inner
+            .broken
+            .as_ref()
+            .is_some_and(|b| b.load(Ordering::Acquire))
+        {
+            return Err(StoreError::unavailable(crate::writer::REFUSING));
+        }
+        let writer = self.inner.writer.lock().unwrap_or_else(|p| p.into_inner());
+        if writer.as_ref().is_some_and(|w| w.is_finished()) {
+            return Err(StoreError::unavailable("the store's writer stopped"));
+        }
+        Ok(())
+    }
+
     async fn stats(&self) -> Result<StoreStats> {
         let path = self.inner.path.clone();
         self.read_with(move |c| {
@@ -800,5 +823,43 @@ impl Drop for Inner {
         if let Some(h) = self.writer.lock().unwrap_or_else(|p| p.into_inner()).take() {
             let _ = h.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agui_store::sample::run_started;
+    use agui_store::{AppendRequest, ErrorKind, Store};
+
+    /// After a failed flush (the syncer's flag) the store is not ready and
+    /// says why without naming its file; reads go on.
+    #[tokio::test]
+    async fn a_store_whose_flush_failed_is_not_ready() {
+        let dir = tempfile::tempdir().unwrap();
+        let sqlite = SqliteStore::open_path(&dir.path().join("r.db"))
+            .await
+            .unwrap();
+        let broken = sqlite.inner.broken.clone().unwrap();
+        let store = Store::new(sqlite);
+        store.ready().await.expect("a new store is ready");
+        let start = vec![run_started("th", "r", None)];
+        store
+            .append("t", "th", AppendRequest::new(start))
+            .await
+            .unwrap();
+        broken.store(true, Ordering::Release);
+        let err = store.ready().await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Unavailable);
+        assert!(err.message().contains("refuses writes"), "{err}");
+        assert!(!err.message().contains("r.db"), "{err}");
+        let more = vec![run_started("th2", "r", None)];
+        let err = store
+            .append("t", "th2", AppendRequest::new(more))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Unavailable);
+        assert_eq!(store.thread("t", "th").await.unwrap().last_seq, 1);
+        store.close().await.unwrap();
     }
 }

@@ -53,6 +53,10 @@ pub(crate) fn load_head(conn: &Connection, tenant: &str, thread: &str) -> Result
     }))
 }
 
+/// Why a store whose flush failed refuses a write (and is not ready).
+pub(crate) const REFUSING: &str =
+    "the store could not flush its log to disk earlier; it refuses writes until reopened";
+
 /// Requests grouped into one transaction at most.
 const GROUP: usize = 512;
 /// Thread heads kept in memory at most.
@@ -419,6 +423,12 @@ impl Writer {
         })
     }
 
+    /// The flag the syncer sets when a flush fails (the store then refuses
+    /// writes; readiness reports it).
+    pub fn broken(&self) -> Arc<AtomicBool> {
+        self.syncer.broken.clone()
+    }
+
     /// Serves requests until every sender is gone, then checkpoints the WAL.
     pub fn run(mut self, rx: mpsc::Receiver<Op>) {
         while let Ok(first) = rx.recv() {
@@ -442,12 +452,7 @@ impl Writer {
 
     fn process(&mut self, group: Vec<Op>) {
         if self.syncer.is_broken() {
-            return fail_all(
-                group,
-                &StoreError::unavailable(
-                    "the store could not flush its log to disk earlier; reopen it",
-                ),
-            );
+            return fail_all(group, &StoreError::unavailable(REFUSING));
         }
         // Durable appends wait for the syncer; any other durable request
         // makes the whole group commit in FULL (see [`Writer`]).

@@ -319,6 +319,12 @@ impl Backend for MinimalBackend {
             .sum())
     }
 
+    /// A real backend: a flag it sets when a flush to disk failed (it then
+    /// refuses writes until reopened), or one round trip to its database.
+    async fn ready(&self) -> Result<()> {
+        self.data().map(drop)
+    }
+
     /// A real backend: one aggregate query (or counters kept on commit).
     async fn stats(&self) -> Result<StoreStats> {
         let data = self.data()?;

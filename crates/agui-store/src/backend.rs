@@ -183,6 +183,17 @@ pub trait Backend: Send + Sync {
         Ok(0)
     }
 
+    /// Whether the backend takes writes now: `Unavailable` (saying why)
+    /// when it refuses them, for readiness probes. Cheap: a flag, or one
+    /// round trip to a database. The default checks nothing.
+    ///
+    /// A store that is closed, whose earlier flush to disk failed (SQLite,
+    /// file: it refuses writes until reopened) or whose database does not
+    /// answer (PostgreSQL) is not ready.
+    async fn ready(&self) -> Result<()> {
+        Ok(())
+    }
+
     /// Store-wide totals.
     async fn stats(&self) -> Result<StoreStats>;
 

@@ -774,6 +774,15 @@ impl Store {
         Ok(n)
     }
 
+    /// Whether the store takes writes now (see [`Backend::ready`]):
+    /// `Unavailable`, saying why, when it is closed or refuses writes.
+    pub async fn ready(&self) -> Result<()> {
+        if self.inner.closed.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(StoreError::unavailable("the store is closed"));
+        }
+        self.inner.backend.ready().await
+    }
+
     /// Store-wide totals.
     pub async fn stats(&self) -> Result<StoreStats> {
         self.inner.backend.stats().await

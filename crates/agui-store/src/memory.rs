@@ -325,6 +325,10 @@ impl Backend for MemoryStore {
         Ok(n)
     }
 
+    async fn ready(&self) -> Result<()> {
+        self.state().map(drop)
+    }
+
     async fn stats(&self) -> Result<StoreStats> {
         let state = self.state()?;
         let mut s = StoreStats::default();

@@ -341,7 +341,7 @@ async fn serve(
         );
     }
     eprintln!(
-        "  history: GET http://{addr}/threads  health: GET http://{addr}/healthz  metrics: GET http://{addr}/metrics"
+        "  history: GET http://{addr}/threads  health: GET http://{addr}/healthz, /readyz  metrics: GET http://{addr}/metrics"
     );
     eprintln!("  demo agent (direct): POST http://{addr}/demo/agent");
     if ui {

@@ -347,6 +347,23 @@ pub async fn a_commit_over_a_moved_head_writes_nothing<B: Harness>(b: &B) {
     o.store.close().await.unwrap();
 }
 
+/// An open store is ready (it takes writes); a closed one says it is not,
+/// through the engine and the backend alike.
+pub async fn ready_while_open_and_not_after_close<B: Harness>(b: &B) {
+    use crate::Backend;
+    let o = open(b).await;
+    o.ready().await.expect("a new store is ready");
+    append(&o, T, "t", full_run("t", "r1", None, "hello")).await;
+    o.ready().await.expect("ready after an append");
+    o.raw.ready().await.expect("the backend is ready");
+    o.close().await.unwrap();
+    assert_eq!(o.ready().await.unwrap_err().kind(), ErrorKind::Unavailable);
+    assert_eq!(
+        o.raw.ready().await.unwrap_err().kind(),
+        ErrorKind::Unavailable
+    );
+}
+
 /// Eight appenders that all expect the empty thread: exactly one wins, the
 /// others get `Conflict`, nothing interleaves.
 pub async fn optimistic_concurrency_under_eight_appenders<B: Harness>(b: &B) {

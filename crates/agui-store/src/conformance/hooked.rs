@@ -42,6 +42,11 @@ pub trait Hooks: Send + Sync {
         inner.commit(tenant, thread, batch).await
     }
 
+    /// [`Backend::ready`].
+    async fn ready(&self, inner: &dyn Backend) -> Result<()> {
+        inner.ready().await
+    }
+
     /// [`Backend::read`].
     async fn read(
         &self,
@@ -100,6 +105,9 @@ impl<H: Hooks> Backend for Hooked<H> {
     }
     async fn commit(&self, tenant: &str, thread: &str, batch: &Batch) -> Result<Commit> {
         self.hooks.commit(&*self.inner, tenant, thread, batch).await
+    }
+    async fn ready(&self) -> Result<()> {
+        self.hooks.ready(&*self.inner).await
     }
     async fn read(&self, tenant: &str, thread: &str, from: u64, limit: usize) -> Result<EventPage> {
         self.hooks

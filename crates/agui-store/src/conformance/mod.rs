@@ -82,6 +82,7 @@ macro_rules! conformance_tests {
             events_are_kept_losslessly,
             optimistic_concurrency_under_eight_appenders,
             a_commit_over_a_moved_head_writes_nothing,
+            ready_while_open_and_not_after_close,
             concurrent_appenders_never_interleave_a_batch,
             reads_page_and_stream,
             threads_page_by_cursor_and_filter_by_agent,
