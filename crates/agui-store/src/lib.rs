@@ -2,13 +2,15 @@
 //! events per thread, with a run index, checkpoints and live subscriptions.
 //!
 //! - [`Store`]: the engine, one concrete type over any backend; what the
-//!   server, the CLI and the Python package hold. It builds checkpoints off
-//!   the append path, restores, and reads branches.
+//!   server, the CLI and the Python package hold. It plans every batch,
+//!   builds checkpoints off the append path, restores, and reads branches.
 //! - [`Backend`]: the storage primitives every backend implements (object
-//!   safe).
+//!   safe); it commits a planned [`Batch`] over the head it was planned
+//!   against, or reports the head moved ([`Commit`]).
 //! - [`StoreError`] / [`ErrorKind`]: the portable error every backend maps
 //!   its native errors onto; `Display` never shows SQL, paths or secrets.
-//! - [`index`]: how a batch changes the run index (shared by all backends).
+//! - [`index`]: how a batch changes the run index (the engine's planning;
+//!   `RunTable` for backends that keep runs in memory).
 //! - [`checkpoint`]: self-checking checkpoint blobs, full or delta.
 //! - [`restore`]: building delta checkpoints at run end and restoring runs
 //!   through them (the engine's).
