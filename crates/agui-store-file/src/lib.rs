@@ -116,7 +116,7 @@ use std::thread::JoinHandle;
 
 use agui_store::cursor::{filter_runs, thread_page};
 use agui_store::frame;
-use agui_store::index::ThreadHead;
+use agui_store::index::{ThreadHead, refuse_reused_runs};
 use agui_store::{
     Backend, Batch, Commit, Durability, EventPage, Result, RunFilter, RunPage, RunRecord,
     StoreError, StoreStats, StoredEvent, ThreadFilter, ThreadInfo, ThreadPage, Timestamp, check_id,
@@ -839,9 +839,13 @@ impl Inner {
             // Only writers change the state, and this one holds the writer
             // lock: the head cannot move before `apply_batch`.
             let st = read_lock(&self.state);
-            let head = st.thread(tenant, thread).map(|t| &t.head);
+            let t = st.thread(tenant, thread);
+            let head = t.map(|t| &t.head);
             if head.unwrap_or(&ThreadHead::default()) != &batch.head {
                 return Ok(Err(head.cloned().unwrap_or_default()));
+            }
+            if let Some(t) = t {
+                refuse_reused_runs(plan, |id| t.runs.contains(id))?;
             }
         }
         let loc = self.write(active, &frame)?;

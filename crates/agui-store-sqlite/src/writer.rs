@@ -715,7 +715,14 @@ impl Writer {
                         u.add_bytes as i64
                     ])
                 })
-                .map_err(|e| map(e, "index a run"))?;
+                .map_err(|e| match e.sqlite_error_code() {
+                    // The primary key (thread, run id): a reused run id.
+                    Some(rusqlite::ErrorCode::ConstraintViolation) => StoreError::invalid(format!(
+                        "runId {:?} is already used in this thread",
+                        u.run_id
+                    )),
+                    _ => map(e, "index a run"),
+                })?;
             } else {
                 conn.prepare_cached(
                     "UPDATE runs SET status = ?3, finished_at = COALESCE(?4, finished_at),

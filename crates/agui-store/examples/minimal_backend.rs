@@ -34,7 +34,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use agui_store::cursor::{filter_runs, page_threads};
-use agui_store::index::{RunTable, ThreadHead};
+use agui_store::index::{RunTable, ThreadHead, refuse_reused_runs};
 use agui_store::{
     AppendRequest, Backend, Batch, Channel, Commit, EventPage, Result, RunFilter, RunPage,
     RunRecord, Store, StoreError, StoreStats, StoredEvent, ThreadFilter, ThreadInfo, ThreadPage,
@@ -173,6 +173,11 @@ impl Backend for MinimalBackend {
             return Ok(Commit::HeadMoved(head));
         }
         let plan = &batch.plan;
+        // A run id the thread already has is refused (a real backend: the
+        // runs table's primary key fails the transaction).
+        if let Some(t) = data.get(&key(tenant, thread)) {
+            refuse_reused_runs(plan, |id| t.runs.contains(id))?;
+        }
         // A real backend: an upsert of the thread's row.
         let t = data
             .entry(key(tenant, thread))

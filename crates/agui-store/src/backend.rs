@@ -39,8 +39,9 @@ pub trait Backend: Send + Sync {
     async fn head(&self, tenant: &str, thread: &str) -> Result<ThreadHead>;
 
     /// Which of `run_ids` are runs of the thread (none when the thread does
-    /// not exist). The engine asks before planning a batch that starts runs
-    /// or names parents. The default asks [`Backend::run`] for each.
+    /// not exist). The engine asks before planning a batch whose
+    /// `RUN_STARTED` names a `parentRunId` other than the head's last run
+    /// (rare: a branch). The default asks [`Backend::run`] for each.
     async fn known_runs(
         &self,
         tenant: &str,
@@ -65,6 +66,11 @@ pub trait Backend: Send + Sync {
     /// (another writer, task or replica committed first; runs were marked
     /// interrupted), writes nothing and returns [`Commit::HeadMoved`] with
     /// the head as it is now; the engine plans again.
+    ///
+    /// A run the batch starts whose id the thread already has is `Invalid`
+    /// (nothing written): the engine does not look new run ids up before
+    /// planning, the commit refuses a reuse where it writes (a primary key,
+    /// a lookup in the run table).
     ///
     /// Neither plans, builds a checkpoint nor publishes to subscribers: the
     /// engine does all three.

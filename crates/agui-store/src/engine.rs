@@ -48,7 +48,7 @@ use tokio::sync::watch;
 use crate::backend::{Backend, Batch, Commit};
 use crate::checkpoint;
 use crate::error::{ErrorKind, Result, StoreError};
-use crate::index::{BatchPlan, RunUpdate, ThreadHead, named_runs, plan_batch};
+use crate::index::{BatchPlan, RunUpdate, ThreadHead, parents_to_look_up, plan_batch};
 use crate::subscribe::{EventStream, Hub, PageReader, catch_up_then_live};
 use crate::types::{
     AppendRequest, Appended, Checkpoints, EventPage, RunFilter, RunPage, RunRecord, RunStatus,
@@ -344,7 +344,6 @@ impl Store {
     ) -> Result<(BatchPlan, bool, Vec<Event>)> {
         let backend = &self.inner.backend;
         let now = req.received_at.unwrap_or_else(Timestamp::now);
-        let named = named_runs(&req.events);
         let (mut events, mut agent) = (req.events, req.agent);
         // The head to plan against, and whether the backend just reported
         // it (a cached one may be stale: any doubt about it is settled by
@@ -361,10 +360,13 @@ impl Store {
                 }
                 continue;
             }
-            let known = if named.is_empty() {
+            // New run ids are not looked up: the commit refuses a reuse.
+            let last_run = head.last_run.as_ref().map(|(id, _)| id.as_str());
+            let parents = parents_to_look_up(&events, last_run);
+            let known = if parents.is_empty() {
                 Vec::new()
             } else {
-                backend.known_runs(tenant, thread, &named).await?
+                backend.known_runs(tenant, thread, &parents).await?
             };
             let planned = plan_batch(&head, &events, agent.as_deref(), now, |id| {
                 Ok(known.iter().any(|k| k == id))

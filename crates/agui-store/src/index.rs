@@ -248,12 +248,28 @@ enum Id<'a> {
     Other(serde::de::IgnoredAny),
 }
 
-/// The run ids the batch's `RUN_STARTED` events name, as `runId` or
-/// `parentRunId` (string ones, each once): what the engine asks the backend
-/// about ([`crate::Backend::known_runs`]) before [`plan_batch`], which
-/// needs to know whether each is a run of the thread. Empty for a batch that
-/// starts no run: the common case costs no lookup.
-pub fn named_runs(events: &[Event]) -> Vec<String> {
+/// `Invalid` when a run the plan starts already is a run of the thread
+/// (`exists` answers from the thread's run index): what a backend without a
+/// unique key on run ids checks before committing (see
+/// [`crate::Backend::commit`]).
+pub fn refuse_reused_runs(plan: &BatchPlan, exists: impl Fn(&str) -> bool) -> Result<()> {
+    match plan.runs.iter().find(|u| u.new && exists(&u.run_id)) {
+        Some(u) => Err(StoreError::invalid(format!(
+            "runId {:?} is already used in this thread",
+            u.run_id
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// The `parentRunId`s the batch's `RUN_STARTED` events name that
+/// [`plan_batch`] cannot settle without a lookup (string ones, each once):
+/// neither `last_run` (the head's last run) nor a run the batch itself
+/// starts. What the engine asks the backend about
+/// ([`crate::Backend::known_runs`]) before planning; empty for almost every
+/// batch, so the common case costs no lookup.
+pub fn parents_to_look_up(events: &[Event], last_run: Option<&str>) -> Vec<String> {
+    let mut started: Vec<Cow<'_, str>> = Vec::new();
     let mut out: Vec<String> = Vec::new();
     for e in events
         .iter()
@@ -262,12 +278,15 @@ pub fn named_runs(events: &[Event]) -> Vec<String> {
         let Ok(view) = e.view::<RunStartedView<'_>>() else {
             continue;
         };
-        for id in [view.run_id, view.parent_run_id].into_iter().flatten() {
-            if let Id::Str(id) = id
-                && !out.iter().any(|o| *o == *id)
-            {
-                out.push(id.into_owned());
-            }
+        if let Some(Id::Str(p)) = view.parent_run_id
+            && last_run != Some(&*p)
+            && !started.contains(&p)
+            && !out.iter().any(|o| *o == *p)
+        {
+            out.push(p.into_owned());
+        }
+        if let Some(Id::Str(id)) = view.run_id {
+            started.push(id);
         }
     }
     out
@@ -278,8 +297,11 @@ pub fn named_runs(events: &[Event]) -> Vec<String> {
 ///
 /// `now` is the caller's clock; the receive time is `max(now, head.updated_at)`
 /// so times never go backwards within a thread. `run_exists` answers whether
-/// a run id is already used in the thread (the batch's own runs are checked
-/// here): a new run's id must not be, a `parentRunId` must be.
+/// a run id is already used in the thread (the batch's own runs and the
+/// head's last run are checked here): a new run's id must not be, a
+/// `parentRunId` must be. A caller that cannot look every id up may answer
+/// `false` for new run ids and leave the reuse to the commit to refuse (as
+/// the engine does, see [`crate::Backend::commit`]).
 pub fn plan_batch(
     head: &ThreadHead,
     events: &[Event],
@@ -339,7 +361,9 @@ pub fn plan_batch(
                         // this thread (an earlier batch or this one), never
                         // a run elsewhere or none, which would silently
                         // start a new root.
-                        let known = runs.iter().any(|r| r.new && r.run_id == *p) || run_exists(&p)?;
+                        let known = runs.iter().any(|r| r.new && r.run_id == *p)
+                            || head.last_run.as_ref().is_some_and(|(id, _)| *id == *p)
+                            || run_exists(&p)?;
                         if !known {
                             return Err(StoreError::invalid(format!(
                                 "event {i}: RUN_STARTED parentRunId {p:?} is not a run of this thread"
@@ -567,6 +591,31 @@ mod tests {
         assert_eq!(p.runs[0].add_events, 1);
         assert_eq!(p.runs[1].parent_run_id.as_deref(), Some("a"));
         assert_eq!(p.runs[1].first_seq, 6);
+    }
+
+    /// Only parents that are neither the head's last run nor started in
+    /// the batch are looked up, each once; a new run id never is, and the
+    /// commit refuses a reused one.
+    #[test]
+    fn only_parents_planning_cannot_settle_are_looked_up() {
+        let events = [
+            ev(r#"{"type":"RUN_STARTED","threadId":"t","runId":"a","parentRunId":"last"}"#),
+            ev(r#"{"type":"RUN_FINISHED","threadId":"t","runId":"a"}"#),
+            ev(r#"{"type":"RUN_STARTED","threadId":"t","runId":"b","parentRunId":"a"}"#),
+            ev(r#"{"type":"RUN_STARTED","threadId":"t","runId":"c","parentRunId":"old"}"#),
+            ev(r#"{"type":"RUN_STARTED","threadId":"t","runId":"d","parentRunId":"old"}"#),
+            ev(r#"{"type":"RUN_STARTED","threadId":"t","runId":"e","parentRunId":7}"#),
+        ];
+        assert_eq!(parents_to_look_up(&events, Some("last")), vec!["old"]);
+        assert_eq!(parents_to_look_up(&events, None), vec!["last", "old"]);
+        let plain = [ev(r#"{"type":"RUN_STARTED","threadId":"t","runId":"x"}"#)];
+        assert!(parents_to_look_up(&plain, Some("last")).is_empty());
+
+        let head = ThreadHead::default();
+        let plan = plan_batch(&head, &plain, None, Timestamp(1), none).unwrap();
+        assert!(refuse_reused_runs(&plan, |id| id == "y").is_ok());
+        let err = refuse_reused_runs(&plan, |id| id == "x").unwrap_err();
+        assert_eq!(err.kind(), crate::ErrorKind::Invalid);
     }
 
     #[test]

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 
 use crate::cursor::{filter_runs, page_threads};
 use crate::error::{Result, StoreError};
-use crate::index::{RunTable, ThreadHead};
+use crate::index::{RunTable, ThreadHead, refuse_reused_runs};
 use crate::types::{
     EventPage, RunFilter, RunPage, RunRecord, StoreStats, StoredEvent, ThreadFilter, ThreadInfo,
     ThreadPage, Timestamp, check_id, page_size,
@@ -155,6 +155,9 @@ impl Backend for MemoryStore {
             return Ok(Commit::HeadMoved(head.cloned().unwrap_or_default()));
         }
         let plan = &batch.plan;
+        if let Some(t) = state.threads.get(&key(tenant, thread)) {
+            refuse_reused_runs(plan, |id| t.runs.contains(id))?;
+        }
         let t = state
             .threads
             .entry(key(tenant, thread))
