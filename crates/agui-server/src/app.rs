@@ -208,32 +208,42 @@ async fn readyz(State(gw): State<Arc<Gateway>>) -> Response {
         )
         .into_response();
     }
-    let message = match tokio::time::timeout(READY_TIMEOUT, gw.store.ready()).await {
-        Ok(Ok(())) => return axum::Json(serde_json::json!({"status": "ready"})).into_response(),
-        // Store messages are the store's own words: no SQL, no path (the
-        // native error, kept as the source, goes to the log only).
+    match store_ready(&gw).await {
+        Ok(()) => axum::Json(serde_json::json!({"status": "ready"})).into_response(),
+        Err(message) => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "store_unavailable",
+            message,
+        )
+        .into_response(),
+    }
+}
+
+/// Whether the store takes writes, within [`READY_TIMEOUT`]; else why, in
+/// the store's own words (no SQL, no path: the native error, kept as the
+/// source, goes to the log only).
+async fn store_ready(gw: &Gateway) -> Result<(), String> {
+    match tokio::time::timeout(READY_TIMEOUT, gw.store.ready()).await {
+        Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => {
             tracing::warn!(error = %e, source = ?std::error::Error::source(&e), "the store is not ready");
-            e.message().to_owned()
+            Err(e.message().to_owned())
         }
         Err(_) => {
             tracing::warn!("the store did not answer the readiness check in time");
-            "the store did not answer within 2 s".to_owned()
+            Err("the store did not answer within 2 s".to_owned())
         }
-    };
-    ApiError::new(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "store_unavailable",
-        message,
-    )
-    .into_response()
+    }
 }
 
 async fn metrics(State(gw): State<Arc<Gateway>>) -> impl IntoResponse {
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        gw.metrics.render(),
-    )
+    let mut text = gw.metrics.render();
+    let ready = u8::from(store_ready(&gw).await.is_ok());
+    text.push_str(&format!(
+        "# HELP agui_store_ready 1 while the store takes writes (see /readyz), else 0.\n\
+         # TYPE agui_store_ready gauge\nagui_store_ready {ready}\n"
+    ));
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
 }
 
 async fn not_found() -> ApiError {

@@ -884,7 +884,27 @@ async fn readiness_follows_the_store() {
     );
     let (status, _) = get_json(&format!("{}/healthz", g.base)).await;
     assert_eq!(status, 200);
+    let metrics = |base: String| async move {
+        client()
+            .get(format!("{base}/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    };
+    assert!(
+        metrics(g.base.clone())
+            .await
+            .contains("\nagui_store_ready 0\n")
+    );
     faulty.hooks().not_ready.store(false, Ordering::SeqCst);
+    assert!(
+        metrics(g.base.clone())
+            .await
+            .contains("\nagui_store_ready 1\n")
+    );
     let (status, _) = get_json(&format!("{}/readyz", g.base)).await;
     assert_eq!(status, 200);
     // A closed store is not ready either.
