@@ -649,12 +649,17 @@ pub async fn run_index_and_statuses<B: Harness>(b: &B) {
     let events = s.read_run(T, th, "r3").await.unwrap();
     assert_eq!(events.len(), 5);
     assert_eq!(events[0].event.type_name(), "RUN_STARTED");
-    // A reused run id is refused.
+    // A reused run id (not the last run's: the commit refuses it) is
+    // refused, and nothing of the batch is written (r4 is not interrupted).
+    let before = s.thread(T, th).await.unwrap();
     let e = s
         .append(T, th, AppendRequest::new(vec![run_started(th, "r1", None)]))
         .await
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Invalid);
+    let after = s.thread(T, th).await.unwrap();
+    assert_eq!((after.last_seq, after.run_count), (before.last_seq, 4));
+    assert_eq!(s.run(T, th, "r4").await.unwrap().status, RunStatus::Running);
     assert_eq!(
         s.run(T, th, "nope").await.unwrap_err().kind(),
         ErrorKind::NotFound
