@@ -127,7 +127,56 @@ struct Inner {
     /// the next append plans against without asking the backend. A hint:
     /// a commit over a head that moved writes nothing (see
     /// [`Backend::commit`]).
-    heads: Mutex<HashMap<Key, ThreadHead>>,
+    heads: Mutex<Heads>,
+}
+
+/// The engine's cache of thread heads, by tenant then thread: found and
+/// updated with the caller's `&str`s, so the append path allocates no key.
+#[derive(Default)]
+struct Heads {
+    by_tenant: HashMap<String, HashMap<String, ThreadHead>>,
+    len: usize,
+}
+
+impl Heads {
+    fn get(&self, tenant: &str, thread: &str) -> Option<&ThreadHead> {
+        self.by_tenant.get(tenant)?.get(thread)
+    }
+
+    fn put(&mut self, tenant: &str, thread: &str, head: ThreadHead) {
+        if let Some(h) = self
+            .by_tenant
+            .get_mut(tenant)
+            .and_then(|m| m.get_mut(thread))
+        {
+            *h = head;
+            return;
+        }
+        if self.len >= MAX_HEADS {
+            self.clear();
+        }
+        self.len += 1;
+        self.by_tenant
+            .entry(tenant.to_owned())
+            .or_default()
+            .insert(thread.to_owned(), head);
+    }
+
+    fn remove(&mut self, tenant: &str, thread: &str) {
+        if let Some(m) = self.by_tenant.get_mut(tenant)
+            && m.remove(thread).is_some()
+        {
+            self.len -= 1;
+            if m.is_empty() {
+                self.by_tenant.remove(tenant);
+            }
+        }
+    }
+
+    fn clear(&mut self) {
+        self.by_tenant.clear();
+        self.len = 0;
+    }
 }
 
 /// Thread heads the engine keeps at most (cleared when full).
@@ -257,7 +306,7 @@ impl Store {
                 queue: Mutex::new(Queue::default()),
                 done: watch::channel(0).0,
                 buffers: Mutex::new(Buffers::default()),
-                heads: Mutex::new(HashMap::new()),
+                heads: Mutex::new(Heads::default()),
             }),
         }
     }
@@ -305,13 +354,7 @@ impl Store {
             return Err(StoreError::invalid("an append needs at least one event"));
         }
         let build = req.checkpoints == Checkpoints::Build;
-        let (plan, durable, events) = self.plan_and_commit(tenant, thread, req).await?;
-        let appended = Appended {
-            first_seq: plan.first_seq,
-            last_seq: plan.last_seq(),
-            received_at: plan.received_at,
-            durable,
-        };
+        let (appended, plan, events) = self.plan_and_commit(tenant, thread, req).await?;
         // Listeners are asked after the commit: one that registered later
         // reads this batch in its catch-up.
         if self.inner.hub.has_listeners(tenant, thread) {
@@ -335,13 +378,14 @@ impl Store {
     /// again over the head the backend reports when another writer came
     /// first. The head comes from the engine's cache of the heads its own
     /// commits left (no read on the append path), else from the backend.
-    /// Returns the plan committed, whether it is durable, and the events.
+    /// Returns what the caller gets, the plan committed (its `head` taken
+    /// into the cache) and the events.
     async fn plan_and_commit(
         &self,
         tenant: &str,
         thread: &str,
         req: AppendRequest,
-    ) -> Result<(BatchPlan, bool, Vec<Event>)> {
+    ) -> Result<(Appended, BatchPlan, Vec<Event>)> {
         let backend = &self.inner.backend;
         let now = req.received_at.unwrap_or_else(Timestamp::now);
         let (mut events, mut agent) = (req.events, req.agent);
@@ -385,8 +429,18 @@ impl Store {
             };
             match backend.commit(tenant, thread, &batch).await {
                 Ok(Commit::Done { durable }) => {
-                    self.remember_head(tenant, thread, batch.plan.head.clone());
-                    return Ok((batch.plan, durable, batch.events));
+                    let Batch {
+                        mut plan, events, ..
+                    } = batch;
+                    let appended = Appended {
+                        first_seq: plan.first_seq,
+                        last_seq: plan.last_seq(),
+                        received_at: plan.received_at,
+                        durable,
+                    };
+                    // Moved, not copied: the caller reads no more of it.
+                    self.remember_head(tenant, thread, std::mem::take(&mut plan.head));
+                    return Ok((appended, plan, events));
                 }
                 Ok(Commit::HeadMoved(now_head)) => {
                     if now_head == batch.head {
@@ -407,24 +461,20 @@ impl Store {
         }
     }
 
-    fn heads(&self) -> std::sync::MutexGuard<'_, HashMap<Key, ThreadHead>> {
+    fn heads(&self) -> std::sync::MutexGuard<'_, Heads> {
         self.inner.heads.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn cached_head(&self, tenant: &str, thread: &str) -> Option<ThreadHead> {
-        self.heads().get(&key(tenant, thread)).cloned()
+        self.heads().get(tenant, thread).cloned()
     }
 
     fn remember_head(&self, tenant: &str, thread: &str, head: ThreadHead) {
-        let mut heads = self.heads();
-        if heads.len() >= MAX_HEADS {
-            heads.clear();
-        }
-        heads.insert(key(tenant, thread), head);
+        self.heads().put(tenant, thread, head);
     }
 
     fn forget_head(&self, tenant: &str, thread: &str) {
-        self.heads().remove(&key(tenant, thread));
+        self.heads().remove(tenant, thread);
     }
 
     fn enqueue(&self, mut job: Job) {
