@@ -157,6 +157,14 @@ class Store:
         """Deletes a thread and everything of it."""
         self._native.delete(self.tenant, thread)
 
+    def ready(self) -> None:
+        """Returns when the store takes writes; raises ``AguiStoreError``
+        with ``kind="unavailable"`` and the reason otherwise: closed, a
+        SQLite or file store whose flush to disk failed (it refuses writes
+        until reopened), a PostgreSQL database that does not answer. For
+        readiness probes."""
+        self._native.ready()
+
     def close(self) -> None:
         """Flushes and closes; later calls raise ``kind="unavailable"``."""
         self._native.close()
@@ -283,6 +291,10 @@ class AsyncStore:
     async def delete(self, thread: str) -> None:
         """See ``Store.delete``."""
         await self._native.delete_async(self.tenant, thread)
+
+    async def ready(self) -> None:
+        """See ``Store.ready``."""
+        await self._native.ready_async()
 
     async def close(self) -> None:
         """See ``Store.close``."""

@@ -284,6 +284,10 @@ mod ops {
         store.close().await.map_err(store_failure)
     }
 
+    pub async fn ready(store: Store) -> Result<(), Failure> {
+        store.ready().await.map_err(store_failure)
+    }
+
     pub async fn mark_interrupted(store: Store) -> Result<u64, Failure> {
         store.mark_interrupted().await.map_err(store_failure)
     }
@@ -329,6 +333,7 @@ store_methods! {
     delete, delete_async, (tenant: String, thread: String) -> (), ops::delete;
     close, close_async, () -> (), ops::close;
     mark_interrupted, mark_interrupted_async, () -> u64, ops::mark_interrupted;
+    ready, ready_async, () -> (), ops::ready;
     {
     #[staticmethod]
     fn open(py: Python<'_>, url: String) -> PyResult<NativeStore> {

@@ -280,3 +280,24 @@ def test_big_integers_and_exact_decimals_survive_the_bytes_path(url: str) -> Non
     for out in outputs:
         for number in NUMBERS:
             assert number in out, (number, out[:300])
+
+
+def test_ready_while_open_and_unavailable_after_close(url: str) -> None:
+    store = agui.Store(url)
+    store.ready()
+    store.append("t", run("t", "r1", "hello"))
+    store.ready()
+    store.close()
+    with pytest.raises(agui.AguiStoreError) as info:
+        store.ready()
+    assert info.value.kind == "unavailable"
+
+    async def asynchronously() -> None:
+        astore = await agui.AsyncStore.connect(url)
+        await astore.ready()
+        await astore.close()
+        with pytest.raises(agui.AguiStoreError) as info:
+            await astore.ready()
+        assert info.value.kind == "unavailable"
+
+    asyncio.run(asynchronously())
