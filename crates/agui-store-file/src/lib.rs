@@ -116,7 +116,7 @@ use std::thread::JoinHandle;
 
 use agui_store::cursor::{filter_runs, thread_page};
 use agui_store::frame;
-use agui_store::index::{ThreadHead, refuse_reused_runs};
+use agui_store::index::ThreadHead;
 use agui_store::{
     Backend, Batch, Commit, Durability, EventPage, Result, RunFilter, RunPage, RunRecord,
     StoreError, StoreStats, StoredEvent, ThreadFilter, ThreadInfo, ThreadPage, Timestamp, check_id,
@@ -819,7 +819,6 @@ impl Inner {
         thread: &str,
         batch: &Batch,
     ) -> Result<std::result::Result<Option<SyncTo>, ThreadHead>> {
-        let durability = self.shared.opts.durability.unwrap_or(batch.durability);
         let plan = &batch.plan;
         // Framed (and compressed) before any lock is taken.
         let data = frame::encode(&batch.events)?;
@@ -840,12 +839,11 @@ impl Inner {
             // lock: the head cannot move before `apply_batch`.
             let st = read_lock(&self.state);
             let t = st.thread(tenant, thread);
-            let head = t.map(|t| &t.head);
-            if head.unwrap_or(&ThreadHead::default()) != &batch.head {
-                return Ok(Err(head.cloned().unwrap_or_default()));
+            if let Some(now) = batch.moved_from(t.map(|t| &t.head)) {
+                return Ok(Err(now));
             }
             if let Some(t) = t {
-                refuse_reused_runs(plan, |id| t.runs.contains(id))?;
+                t.runs.refuse_reused(plan)?;
             }
         }
         let loc = self.write(active, &frame)?;
@@ -860,7 +858,9 @@ impl Inner {
             loc,
         );
         drop(w);
-        let sync = durability == Durability::Append || plan.ends_a_run();
+        // The store's own durability, when configured, overrides the batch's.
+        let durability = self.shared.opts.durability.unwrap_or(batch.durability);
+        let sync = plan.must_sync(durability);
         Ok(Ok(sync.then(|| (loc.seg, loc.off + u64::from(loc.len)))))
     }
 

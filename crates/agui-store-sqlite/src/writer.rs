@@ -647,9 +647,8 @@ impl Writer {
                 None => load_head(&self.conn, tenant, thread)?,
             },
         };
-        let head = current.as_ref().map(|h| h.head.clone()).unwrap_or_default();
-        if head != batch.head {
-            return Ok(Commit::HeadMoved(head));
+        if let Some(now) = batch.moved_from(current.as_ref().map(|h| &h.head)) {
+            return Ok(Commit::HeadMoved(now));
         }
         let (plan, events) = (&batch.plan, &batch.events);
         let conn = &self.conn;

@@ -34,7 +34,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use agui_store::cursor::{filter_runs, page_threads};
-use agui_store::index::{RunTable, ThreadHead, refuse_reused_runs};
+use agui_store::index::{RunTable, ThreadHead};
 use agui_store::{
     AppendRequest, Backend, Batch, Channel, Commit, EventPage, Result, RunFilter, RunPage,
     RunRecord, Store, StoreError, StoreStats, StoredEvent, ThreadFilter, ThreadInfo, ThreadPage,
@@ -165,19 +165,18 @@ impl Backend for MinimalBackend {
         check_id("tenant", tenant)?;
         check_id("thread", thread)?;
         let mut data = self.data()?;
-        let head = data.get(&key(tenant, thread)).map(|t| t.head.clone());
-        let head = head.unwrap_or_default();
-        if head != batch.head {
+        let existing = data.get(&key(tenant, thread));
+        if let Some(now) = batch.moved_from(existing.map(|t| &t.head)) {
             // Another writer came first: write nothing, the engine plans
             // again over this head.
-            return Ok(Commit::HeadMoved(head));
+            return Ok(Commit::HeadMoved(now));
         }
-        let plan = &batch.plan;
         // A run id the thread already has is refused (a real backend: the
         // runs table's primary key fails the transaction).
-        if let Some(t) = data.get(&key(tenant, thread)) {
-            refuse_reused_runs(plan, |id| t.runs.contains(id))?;
+        if let Some(t) = existing {
+            t.runs.refuse_reused(&batch.plan)?;
         }
+        let plan = &batch.plan;
         // A real backend: an upsert of the thread's row.
         let t = data
             .entry(key(tenant, thread))

@@ -276,12 +276,19 @@ pub struct Batch {
 
 impl Batch {
     /// True when this commit must be durable before it returns under the
-    /// batch's own durability (a backend may be configured stricter).
+    /// batch's own durability (a backend configured stricter asks
+    /// [`BatchPlan::must_sync`] with its own).
     pub fn must_sync(&self) -> bool {
-        match self.durability {
-            Durability::Append => true,
-            Durability::RunEnd => self.plan.ends_a_run(),
-        }
+        self.plan.must_sync(self.durability)
+    }
+
+    /// The head to report when the thread's stored head (`None`: no such
+    /// thread, the default head) is not the one the batch was planned
+    /// against; `None` when the batch may commit.
+    pub fn moved_from(&self, stored: Option<&ThreadHead>) -> Option<ThreadHead> {
+        let none = ThreadHead::default();
+        let stored = stored.unwrap_or(&none);
+        (*stored != self.head).then(|| stored.clone())
     }
 }
 

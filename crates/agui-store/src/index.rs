@@ -24,7 +24,7 @@ use agui_protocol::{Event, EventType};
 use serde::Deserialize;
 
 use crate::error::{Result, StoreError};
-use crate::types::{RunRecord, RunStatus, StoredEvent, Timestamp, check_id};
+use crate::types::{Durability, RunRecord, RunStatus, StoredEvent, Timestamp, check_id};
 
 /// What a backend must know about a thread before appending to it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -96,6 +96,15 @@ impl BatchPlan {
         self.runs.iter().any(|r| r.ended)
     }
 
+    /// True when committing this batch under `durability` must reach stable
+    /// storage before it is acknowledged.
+    pub fn must_sync(&self, durability: Durability) -> bool {
+        match durability {
+            Durability::Append => true,
+            Durability::RunEnd => self.ends_a_run(),
+        }
+    }
+
     /// The batch's events as stored: numbered from `first_seq`, received at
     /// `received_at` (what the engine publishes to its subscribers).
     pub fn stored(&self, events: Vec<Event>) -> Vec<StoredEvent> {
@@ -154,6 +163,19 @@ impl RunTable {
     /// The runs in log order.
     pub fn iter(&self) -> std::slice::Iter<'_, RunRecord> {
         self.runs.iter()
+    }
+
+    /// `Invalid` when a run the plan starts already is in the table: what a
+    /// backend without a unique key on run ids checks before committing
+    /// (see [`crate::Backend::commit`]).
+    pub fn refuse_reused(&self, plan: &BatchPlan) -> Result<()> {
+        match plan.runs.iter().find(|u| u.new && self.contains(&u.run_id)) {
+            Some(u) => Err(StoreError::invalid(format!(
+                "runId {:?} is already used in this thread",
+                u.run_id
+            ))),
+            None => Ok(()),
+        }
     }
 
     /// Applies a committed batch's run updates (of thread `thread`): new
@@ -246,20 +268,6 @@ struct RunStartedView<'a> {
 enum Id<'a> {
     Str(#[serde(borrow)] Cow<'a, str>),
     Other(serde::de::IgnoredAny),
-}
-
-/// `Invalid` when a run the plan starts already is a run of the thread
-/// (`exists` answers from the thread's run index): what a backend without a
-/// unique key on run ids checks before committing (see
-/// [`crate::Backend::commit`]).
-pub fn refuse_reused_runs(plan: &BatchPlan, exists: impl Fn(&str) -> bool) -> Result<()> {
-    match plan.runs.iter().find(|u| u.new && exists(&u.run_id)) {
-        Some(u) => Err(StoreError::invalid(format!(
-            "runId {:?} is already used in this thread",
-            u.run_id
-        ))),
-        None => Ok(()),
-    }
 }
 
 /// The `parentRunId`s the batch's `RUN_STARTED` events name that
@@ -613,8 +621,15 @@ mod tests {
 
         let head = ThreadHead::default();
         let plan = plan_batch(&head, &plain, None, Timestamp(1), none).unwrap();
-        assert!(refuse_reused_runs(&plan, |id| id == "y").is_ok());
-        let err = refuse_reused_runs(&plan, |id| id == "x").unwrap_err();
+        let mut table = RunTable::new();
+        let y = [ev(r#"{"type":"RUN_STARTED","threadId":"t","runId":"y"}"#)];
+        table.apply(
+            "t",
+            &plan_batch(&head, &y, None, Timestamp(1), none).unwrap(),
+        );
+        assert!(table.refuse_reused(&plan).is_ok());
+        table.apply("t", &plan);
+        let err = table.refuse_reused(&plan).unwrap_err();
         assert_eq!(err.kind(), crate::ErrorKind::Invalid);
     }
 

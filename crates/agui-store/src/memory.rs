@@ -9,7 +9,7 @@ use async_trait::async_trait;
 
 use crate::cursor::{filter_runs, page_threads};
 use crate::error::{Result, StoreError};
-use crate::index::{RunTable, ThreadHead, refuse_reused_runs};
+use crate::index::{RunTable, ThreadHead};
 use crate::types::{
     EventPage, RunFilter, RunPage, RunRecord, StoreStats, StoredEvent, ThreadFilter, ThreadInfo,
     ThreadPage, Timestamp, check_id, page_size,
@@ -150,14 +150,14 @@ impl Backend for MemoryStore {
         check_id("tenant", tenant)?;
         check_id("thread", thread)?;
         let mut state = self.state()?;
-        let head = state.threads.get(&key(tenant, thread)).map(|t| &t.head);
-        if head.unwrap_or(&ThreadHead::default()) != &batch.head {
-            return Ok(Commit::HeadMoved(head.cloned().unwrap_or_default()));
+        let existing = state.threads.get(&key(tenant, thread));
+        if let Some(now) = batch.moved_from(existing.map(|t| &t.head)) {
+            return Ok(Commit::HeadMoved(now));
+        }
+        if let Some(t) = existing {
+            t.runs.refuse_reused(&batch.plan)?;
         }
         let plan = &batch.plan;
-        if let Some(t) = state.threads.get(&key(tenant, thread)) {
-            refuse_reused_runs(plan, |id| t.runs.contains(id))?;
-        }
         let t = state
             .threads
             .entry(key(tenant, thread))
