@@ -12,7 +12,10 @@
 //! any new run starts) and at the end, for every thread touched since the
 //! last check:
 //! - every received frame is stored, with the same id and the same bytes,
-//!   and the stored ids are exactly 1..=N;
+//!   and the stored ids are exactly 1..=N; a branch started while its
+//!   thread had a run in flight ran set aside (its frames came without
+//!   ids): it has joined the thread's log, and its stored events start with
+//!   the frames its client received;
 //! - no run is left `running`; each run's status in the run index agrees
 //!   with how it ends in the log (`finished` with `RUN_FINISHED`, `error`
 //!   with a `RUN_ERROR`, `interrupted` with a `RUN_ERROR` code
@@ -416,10 +419,20 @@ fn numbered(body: &str) -> Vec<(u64, String)> {
 /// parsed: its `tree` nests as deep as the chain of runs, past serde_json's
 /// limit (128 levels) on a thread of 64 runs.
 fn runs_of(answer: &str) -> Value {
-    let Some(at) = answer.find("\"runs\":") else {
+    member_of(answer, "\"runs\":")
+}
+
+/// The `runsAside` of a `GET /threads/{id}` answer (runs set aside that
+/// have not joined the thread's log yet).
+fn runs_aside_of(answer: &str) -> Value {
+    member_of(answer, "\"runsAside\":")
+}
+
+fn member_of(answer: &str, key: &str) -> Value {
+    let Some(at) = answer.find(key) else {
         return Value::Null;
     };
-    serde_json::Deserializer::from_str(&answer[at + "\"runs\":".len()..])
+    serde_json::Deserializer::from_str(&answer[at + key.len()..])
         .into_iter::<Value>()
         .next()
         .and_then(Result::ok)
@@ -444,6 +457,9 @@ struct ClientRun {
     terminal: bool,
     /// The client hung up on purpose before the end.
     hung_up: bool,
+    /// Its `RUN_STARTED` came without an id: a branch set aside beside the
+    /// thread's run in flight (its frames are numbered once it joins).
+    aside: bool,
 }
 
 #[derive(Default)]
@@ -462,6 +478,9 @@ struct Record {
     conflicts: u64,
     /// Unnumbered frames (a `RUN_ERROR` the gateway could not store).
     unnumbered: Vec<String>,
+    /// (thread, run) → the frames a client of a run set aside received, in
+    /// order: once it joined, the run's stored events must start with them.
+    aside: BTreeMap<(String, String), Vec<String>>,
     /// Thin-client preludes received: (thread, run, `MESSAGES_SNAPSHOT`).
     preludes: Vec<(String, String, String)>,
     /// Run requests answered with another status than 200.
@@ -530,6 +549,7 @@ fn one_run(
         last_id: None,
         terminal: false,
         hung_up: false,
+        aside: false,
     };
     let Ok(mut s) = connect(addr) else {
         // The gateway is down: no conversation.
@@ -626,9 +646,17 @@ fn read_run(
                     seen.terminal = true;
                 }
                 let Some(id) = id else {
+                    if kind == "RUN_STARTED" {
+                        seen.aside = true;
+                    }
                     if kind == "MESSAGES_SNAPSHOT" {
                         r.preludes
                             .push((seen.thread.clone(), seen.run.clone(), data));
+                    } else if seen.aside {
+                        r.aside
+                            .entry((seen.thread.clone(), seen.run.clone()))
+                            .or_default()
+                            .push(data);
                     } else {
                         r.unnumbered
                             .push(format!("{}/{}: {data}", seen.thread, seen.run));
@@ -783,6 +811,9 @@ struct Tally {
     checks: u64,
     thread_checks: u64,
     runs_interrupted: u64,
+    /// Runs set aside (branches beside a run in flight) checked after
+    /// they joined.
+    runs_aside: u64,
     resumes: u64,
 }
 
@@ -854,7 +885,7 @@ fn check_threads(
     tally: &mut Tally,
     label: &str,
 ) {
-    let (touched, received, runs) = {
+    let (touched, received, runs, aside) = {
         let mut r = record.lock().unwrap();
         let touched = std::mem::take(&mut r.touched);
         let received: BTreeMap<String, BTreeMap<u64, String>> = touched
@@ -903,7 +934,12 @@ fn check_threads(
             eprintln!("{label}: run refused: {x}");
             fail.refused += 1;
         }
-        (touched, received, std::mem::take(&mut r.runs))
+        (
+            touched,
+            received,
+            std::mem::take(&mut r.runs),
+            std::mem::take(&mut r.aside),
+        )
     };
     tally.checks += 1;
     // On PostgreSQL a killed gateway's session can outlive it by a moment;
@@ -918,7 +954,11 @@ fn check_threads(
                 .into_iter()
                 .flatten()
                 .any(|r| r["status"] == "running");
-            if !running {
+            // Runs set aside join once their thread is free.
+            let waiting = runs_aside_of(&info)
+                .as_array()
+                .is_some_and(|a| !a.is_empty());
+            if !running && !waiting {
                 break;
             }
             std::thread::sleep(Duration::from_millis(100));
@@ -958,6 +998,40 @@ fn check_threads(
                 }
                 Some(_) => {}
             }
+        }
+
+        // Runs set aside: joined, their stored events starting with what
+        // their clients received.
+        for ((_, run), got) in aside.iter().filter(|((t, _), _)| t == thread) {
+            let mut in_run = false;
+            let mut run_frames = Vec::new();
+            for data in stored.values() {
+                let v = parse(data);
+                if v["type"] == "RUN_STARTED" {
+                    in_run = v["runId"] == run.as_str();
+                }
+                if in_run {
+                    run_frames.push(data);
+                }
+            }
+            for (i, data) in got.iter().enumerate() {
+                match run_frames.get(i) {
+                    None => {
+                        eprintln!(
+                            "{label}: thread {thread}: run {run} (set aside): received frame {i} is not stored"
+                        );
+                        fail.frames_lost += 1;
+                    }
+                    Some(s) if *s != data => {
+                        eprintln!(
+                            "{label}: thread {thread}: run {run} (set aside): frame {i} differs:\n  got    {data}\n  stored {s}"
+                        );
+                        fail.frames_changed += 1;
+                    }
+                    Some(_) => {}
+                }
+            }
+            tally.runs_aside += 1;
         }
 
         // Runs: the index agrees with the log; none left running.
@@ -1235,7 +1309,7 @@ fn soak(backend: &str, store: &str, dir: &Path) {
          refused while busy {}, kills {kills}, threads {threads}, checks {} ({} thread checks, {} resumes), frames received {frames_received} \
          (and {} attaches that received {} frames), \
          frames lost {}, frames changed {}, threads unrestorable {}, verify failures {}, runs left open {}, \
-         cut runs found interrupted {}, status mismatches {}, resume failures {}, conflicting duplicates {}, \
+         cut runs found interrupted {}, runs set aside checked {}, status mismatches {}, resume failures {}, conflicting duplicates {}, \
          unnumbered frames {}, refused runs {}, panics {panics}, error lines {errors}, store check {} ({:.1} s)",
         counts.conversations.load(Ordering::Relaxed),
         counts.runs_completed.load(Ordering::Relaxed),
@@ -1253,6 +1327,7 @@ fn soak(backend: &str, store: &str, dir: &Path) {
         fail.verify_failures,
         fail.runs_left_open,
         tally.runs_interrupted,
+        tally.runs_aside,
         fail.status_mismatches,
         fail.resume_failures,
         fail.conflicts,

@@ -27,6 +27,21 @@ struct InFlight {
     stop: CancellationToken,
 }
 
+/// How long a new run waits for a hold on its thread (a run set aside
+/// joining it, a delete) to end before it gets 409.
+const HOLD_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// What one attempt to reserve a thread came to.
+enum Reserve {
+    Done(RunSlot),
+    /// Held by this run (an empty id for a hold); with how to wait for its
+    /// end when the holder is this process.
+    Held(
+        String,
+        Option<std::pin::Pin<Box<tokio::sync::futures::OwnedNotified>>>,
+    ),
+}
+
 /// The gateway: everything a request handler needs.
 pub struct Gateway {
     pub(crate) store: Store,
@@ -45,6 +60,10 @@ pub struct Gateway {
     pub(crate) shutting_down: CancellationToken,
     /// Time travel's recent positions (see `travel`).
     pub(crate) positions: crate::travel::Positions,
+    /// Serialize the channel updates of a thread (by a hash of tenant and
+    /// thread): see [`Gateway::channel_lock`].
+    channel_locks: Box<[tokio::sync::Mutex<()>]>,
+    channel_hash: std::collections::hash_map::RandomState,
 }
 
 impl Gateway {
@@ -85,7 +104,22 @@ impl Gateway {
             close_runs: CancellationToken::new(),
             shutting_down: CancellationToken::new(),
             positions: Default::default(),
+            channel_locks: (0..64).map(|_| tokio::sync::Mutex::new(())).collect(),
+            channel_hash: Default::default(),
         })
+    }
+
+    /// Holds the lock under which this process reads and rewrites a
+    /// thread's channels (one of 64, by a hash of tenant and thread).
+    pub(crate) async fn channel_lock(
+        &self,
+        tenant: &str,
+        thread: &str,
+    ) -> tokio::sync::MutexGuard<'_, ()> {
+        use std::hash::BuildHasher;
+        let h = self.channel_hash.hash_one((tenant, thread));
+        let lock = &self.channel_locks[h as usize % self.channel_locks.len()];
+        lock.lock().await
     }
 
     /// The HTTP client for an agent's upstream.
@@ -141,10 +175,12 @@ impl Gateway {
     }
 
     /// Reserves a thread for a run in this process. When a run is in flight
-    /// there: 409, unless the new run branches from another run (`parent`
-    /// names a run other than the one in flight), in which case it waits for
-    /// the run in flight to end (at most the upstream idle timeout) and then
-    /// starts, since a thread's log holds one open run at a time.
+    /// there (in this process, or claimed in the store by another): 409,
+    /// unless the new run branches from another run (`parent` names a run
+    /// other than the one in flight), in which case it runs aside (see
+    /// [`crate::aside`]): the slot reserves the run's aside thread, and
+    /// [`RunSlot::aside`] says so. While the thread is held (a run set aside
+    /// joining it, a delete), waits for that to end, at most [`HOLD_WAIT`].
     pub(crate) async fn reserve(
         self: &Arc<Self>,
         tenant: &str,
@@ -152,47 +188,130 @@ impl Gateway {
         run: &str,
         parent: Option<&str>,
     ) -> Result<RunSlot, ApiError> {
-        let key = (tenant.to_owned(), thread.to_owned());
-        let stop = CancellationToken::new();
-        let deadline = tokio::time::Instant::now() + self.config.limits.upstream_idle_timeout;
+        // A hold (a run set aside joining the thread, a delete) is short:
+        // a run waits for it, up to a bound, rather than failing.
+        let deadline = tokio::time::Instant::now() + HOLD_WAIT;
         loop {
-            let wait = {
-                let mut active = self.active.lock().unwrap_or_else(|p| p.into_inner());
-                match active.get(&key) {
-                    None => {
-                        active.insert(
-                            key.clone(),
-                            InFlight {
-                                run: run.to_owned(),
-                                ended: Arc::new(tokio::sync::Notify::new()),
-                                stop: stop.clone(),
-                            },
-                        );
-                        break;
-                    }
-                    Some(InFlight {
-                        run: current,
-                        ended: notify,
-                        ..
-                    }) => {
-                        if parent.is_none_or(|p| p == current) {
-                            return Err(in_flight(current));
+            match self.try_reserve(tenant, thread, run).await? {
+                Reserve::Done(slot) => return Ok(slot),
+                Reserve::Held(current, ended) if current.is_empty() => {
+                    let pause = tokio::time::sleep(std::time::Duration::from_millis(20));
+                    let wait = async {
+                        match ended {
+                            Some(ended) => ended.await,
+                            None => pause.await,
                         }
-                        let notify = notify.clone();
-                        // Registered before the lock is released: no wake-up is lost.
-                        let mut notified = Box::pin(notify.notified_owned());
-                        notified.as_mut().enable();
-                        notified
+                    };
+                    if tokio::time::timeout_at(deadline, wait).await.is_err() {
+                        return Err(in_flight(&current));
                     }
                 }
-            };
-            if tokio::time::timeout_at(deadline, wait).await.is_err() {
-                return Err(ApiError::new(
-                    StatusCode::CONFLICT,
-                    "run_in_flight",
-                    "a run of this thread is still in flight; the branch waited for it and timed out",
-                ));
+                Reserve::Held(current, _) => {
+                    return self
+                        .reserve_aside(tenant, thread, run, parent, &current)
+                        .await;
+                }
             }
+        }
+    }
+
+    /// One attempt of [`Gateway::reserve`]: the slot, or who holds the
+    /// thread (an empty id for a hold) and, when it is this process, how to
+    /// wait for its end.
+    async fn try_reserve(
+        self: &Arc<Self>,
+        tenant: &str,
+        thread: &str,
+        run: &str,
+    ) -> Result<Reserve, ApiError> {
+        let key = (tenant.to_owned(), thread.to_owned());
+        let stop = CancellationToken::new();
+        let held_by = {
+            let mut active = self.active.lock().unwrap_or_else(|p| p.into_inner());
+            match active.get(&key) {
+                Some(current) => {
+                    // Registered before the lock is released: no wake-up is lost.
+                    let mut ended = Box::pin(current.ended.clone().notified_owned());
+                    ended.as_mut().enable();
+                    Some((current.run.clone(), ended))
+                }
+                None => {
+                    active.insert(
+                        key.clone(),
+                        InFlight {
+                            run: run.to_owned(),
+                            ended: Arc::new(tokio::sync::Notify::new()),
+                            stop: stop.clone(),
+                        },
+                    );
+                    None
+                }
+            }
+        };
+        if let Some((current, ended)) = held_by {
+            return Ok(Reserve::Held(current, Some(ended)));
+        }
+        let mut slot = RunSlot {
+            gw: self.clone(),
+            key,
+            run: run.to_owned(),
+            counted: false,
+            claimed: false,
+            released: false,
+            aside: false,
+            stop,
+        };
+        match self.store.claim_thread(tenant, thread, run).await {
+            Ok(None) => slot.claimed = true,
+            Ok(Some(holder)) => {
+                drop(slot);
+                return Ok(Reserve::Held(holder, None));
+            }
+            Err(e) => return Err(store_error(e)),
+        }
+        self.metrics
+            .runs_in_flight
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        slot.counted = true;
+        Ok(Reserve::Done(slot))
+    }
+
+    /// The thread is held by `current` (a run, or an empty id for an
+    /// operation such as a delete): a branch from a run other than
+    /// `current` reserves its aside thread; anything else is 409.
+    async fn reserve_aside(
+        self: &Arc<Self>,
+        tenant: &str,
+        thread: &str,
+        run: &str,
+        parent: Option<&str>,
+        current: &str,
+    ) -> Result<RunSlot, ApiError> {
+        if current.is_empty() || parent.is_none_or(|p| p == current) {
+            return Err(in_flight(current));
+        }
+        let Some(aside) = agui_store::aside::aside_thread(thread, run) else {
+            return Err(in_flight(current));
+        };
+        let key = (agui_store::aside::aside_tenant(tenant), aside);
+        let stop = CancellationToken::new();
+        let taken = {
+            let mut active = self.active.lock().unwrap_or_else(|p| p.into_inner());
+            let taken = active.contains_key(&key);
+            if !taken {
+                active.insert(
+                    key.clone(),
+                    InFlight {
+                        run: run.to_owned(),
+                        ended: Arc::new(tokio::sync::Notify::new()),
+                        stop: stop.clone(),
+                    },
+                );
+            }
+            taken
+        };
+        if taken {
+            return Err(crate::run::run_exists(run));
         }
         let slot = RunSlot {
             gw: self.clone(),
@@ -201,9 +320,16 @@ impl Gateway {
             counted: false,
             claimed: false,
             released: false,
+            aside: true,
             stop,
         };
-        let mut slot = self.claim(slot).await?;
+        let mut slot = slot;
+        let (tenant, thread) = (&slot.key.0, &slot.key.1);
+        match self.store.claim_thread(tenant, thread, run).await {
+            Ok(None) => slot.claimed = true,
+            Ok(Some(_)) => return Err(crate::run::run_exists(run)),
+            Err(e) => return Err(store_error(e)),
+        }
         self.metrics
             .runs_in_flight
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -257,9 +383,30 @@ impl Gateway {
             counted: false,
             claimed: false,
             released: false,
+            aside: false,
             stop: CancellationToken::new(),
         };
         self.claim(slot).await
+    }
+
+    /// Resolves when the run (or hold) of the thread in this process ends;
+    /// never when there is none (the thread is free here, or busy in
+    /// another process). Listens from the call on: an end after it is not
+    /// missed.
+    pub(crate) fn thread_ended(
+        &self,
+        tenant: &str,
+        thread: &str,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+        let active = self.active.lock().unwrap_or_else(|p| p.into_inner());
+        match active.get(&(tenant.to_owned(), thread.to_owned())) {
+            None => Box::pin(std::future::pending()),
+            Some(f) => {
+                let mut notified = Box::pin(f.ended.clone().notified_owned());
+                notified.as_mut().enable();
+                notified
+            }
+        }
     }
 
     /// Asks the run `run` of a thread to stop when this process forwards it;
@@ -297,6 +444,10 @@ impl Gateway {
     /// closed: their owners' locks are held. Retries every 250 ms for 30 s.
     pub async fn recover_at_start(self: &Arc<Self>) -> Result<u64, ServerError> {
         let (closed, left) = self.recover_pass(false).await?;
+        let joined = crate::aside::join_all(self).await?;
+        if joined > 0 {
+            tracing::info!(runs = joined, "runs set aside joined their threads");
+        }
         if left > 0 {
             let gw = Arc::downgrade(self);
             tokio::spawn(async move {
@@ -313,6 +464,10 @@ impl Gateway {
                                     runs = n,
                                     "closed runs left in flight by a gateway that is gone as interrupted"
                                 );
+                                // Some may have been set aside.
+                                if let Err(e) = crate::aside::join_all(&gw).await {
+                                    tracing::warn!(error = %e, "cannot join runs set aside");
+                                }
                             }
                             if left == 0 {
                                 return;
@@ -494,7 +649,7 @@ fn in_flight(run: &str) -> ApiError {
         return ApiError::new(
             StatusCode::CONFLICT,
             "run_in_flight",
-            "the thread is being deleted",
+            "the thread is held by another operation (a delete, or a run set aside joining its log); retry",
         );
     }
     ApiError::new(
@@ -523,11 +678,20 @@ pub struct RunSlot {
     claimed: bool,
     /// Released by [`RunSlot::release`].
     released: bool,
+    /// The slot reserves a run's aside thread (see [`crate::aside`]): its
+    /// key is the aside tenant and thread.
+    pub(crate) aside: bool,
     /// Cancelled when the run must stop (`POST .../stop`).
     pub(crate) stop: CancellationToken,
 }
 
 impl RunSlot {
+    /// Where the run's events go: the reserved tenant and thread (for a
+    /// run set aside, its aside tenant and thread).
+    pub(crate) fn log(&self) -> (String, String) {
+        self.key.clone()
+    }
+
     /// Releases the store's claim (awaited), then the local reservation.
     /// Call it before the run's client sees the end of its stream, so that
     /// the client's next run finds the thread free.

@@ -74,6 +74,21 @@ fn run_json(r: &RunRecord) -> Value {
     })
 }
 
+/// A run set aside (see `aside`): what `run_json` gives but its sequence
+/// numbers, which are its aside thread's.
+fn aside_run_json(r: &RunRecord) -> Value {
+    json!({
+        "runId": r.run_id,
+        "parentRunId": r.parent_run_id,
+        "agent": r.agent,
+        "status": r.status.as_str(),
+        "startedAt": ts(r.started_at),
+        "finishedAt": r.finished_at.map(ts),
+        "eventCount": r.event_count,
+        "bytes": r.bytes,
+    })
+}
+
 /// `GET /threads`.
 pub async fn list_threads(
     State(gw): State<Arc<Gateway>>,
@@ -197,8 +212,12 @@ pub async fn get_thread(
         .await
         .map_err(store_error)?;
     let runs = all_runs(&gw, &tenant, &thread).await?;
+    let aside = crate::aside::runs_of(&gw, &tenant, &thread)
+        .await
+        .map_err(store_error)?;
     let mut out = thread_json(&info);
     out["runs"] = Value::Array(runs.iter().map(run_json).collect());
+    out["runsAside"] = Value::Array(aside.iter().map(aside_run_json).collect());
     // A placeholder, written by `run_tree` below: the tree is as deep as the
     // thread's longest chain of runs, too deep for a `Value` (serializing
     // and dropping one recurse) on a thread of a few thousand turns.
@@ -294,11 +313,36 @@ pub async fn delete_thread(
             return Err(e);
         }
     };
-    if let Some(r) = runs.iter().find(|r| r.status == RunStatus::Running) {
+    // Runs set aside go with the thread, but not while one is in flight.
+    let aside = match crate::aside::runs_of(&gw, &tenant, &thread).await {
+        Ok(a) => a,
+        Err(e) => {
+            hold.release().await;
+            return Err(store_error(e));
+        }
+    };
+    if let Some(r) = runs
+        .iter()
+        .chain(&aside)
+        .find(|r| r.status == RunStatus::Running)
+    {
         hold.release().await;
         return Err(crate::gateway::in_flight_error(&r.run_id));
     }
-    let deleted = gw.store.delete_thread(&tenant, &thread).await;
+    let aside_tenant = agui_store::aside::aside_tenant(&tenant);
+    let mut deleted = Ok(());
+    for r in &aside {
+        match gw.store.delete_thread(&aside_tenant, &r.thread_id).await {
+            Err(e) if e.kind() != agui_store::ErrorKind::NotFound => {
+                deleted = Err(e);
+                break;
+            }
+            _ => {}
+        }
+    }
+    if deleted.is_ok() {
+        deleted = gw.store.delete_thread(&tenant, &thread).await;
+    }
     hold.release().await;
     deleted.map_err(store_error)?;
     gw.positions.forget(&tenant, &thread);
@@ -464,6 +508,13 @@ pub async fn get_messages(
         .await
         .map_err(store_error)?;
     let runs = all_runs(&gw, &tenant, &thread).await?;
+    if let Some(r) = q
+        .run
+        .as_deref()
+        .filter(|r| !runs.iter().any(|x| x.run_id == *r))
+    {
+        return Err(crate::aside::no_run(&gw, &tenant, &thread, r).await);
+    }
     let position = crate::travel::resolve_position(&runs, q.run.as_deref(), q.event, q.seq)?;
     let Some((record, event)) = position else {
         return Ok(Json(json!({"messages": [], "state": null, "runId": null})).into_response());
@@ -538,12 +589,17 @@ pub async fn get_events(
         .iter()
         .find(|r| r.status == RunStatus::Running)
         .cloned();
+    // A branch ending at a run set aside (not in the log yet).
+    let mut aside = None;
     if let Some(b) = q
         .branch
         .as_ref()
         .filter(|b| !runs.iter().any(|r| &r.run_id == *b))
     {
-        return Err(ApiError::not_found(format!("no run {b:?} in this thread")));
+        match crate::aside::find(&gw, &tenant, &thread, b).await? {
+            Some(found) => aside = Some(found),
+            None => return Err(ApiError::not_found(format!("no run {b:?} in this thread"))),
+        }
     }
     if q.branch.is_none() && mode.is_none() {
         // Everything from `after` on, then live: one subscription.
@@ -561,6 +617,7 @@ pub async fn get_events(
             info.last_seq,
             running.is_some(),
             Vec::new(),
+            true,
         );
         return Ok(sse_response(body));
     }
@@ -569,6 +626,18 @@ pub async fn get_events(
             "invalid_after",
             "compact=snapshot and compact=latest replay from the start; drop after and Last-Event-ID",
         ));
+    }
+    if let Some((a_tenant, a_thread, record)) = aside {
+        return aside_events(
+            &gw,
+            &tenant,
+            &thread,
+            (a_tenant, a_thread),
+            record,
+            after,
+            mode,
+        )
+        .await;
     }
     // Stored part of the branch (or of the whole thread).
     let stored: Vec<StoredEvent> = match &q.branch {
@@ -630,14 +699,93 @@ pub async fn get_events(
                 last_seq,
                 true,
                 buf,
+                true,
             )))
         }
         None => Ok(sse_response(Body::from(Bytes::from(buf)))),
     }
 }
 
+/// `GET /threads/{id}/events?branch=RUN` for a run set aside (see
+/// `aside`): the branch up to its parent from the thread's log (with their
+/// ids), then the run's own events, and while it runs, its live events;
+/// the run's events carry no ids (their sequence numbers are its aside
+/// thread's). Compacted, no frame has an id.
+async fn aside_events(
+    gw: &Arc<Gateway>,
+    tenant: &str,
+    thread: &str,
+    (a_tenant, a_thread): (String, String),
+    record: RunRecord,
+    after: u64,
+    mode: Option<Mode>,
+) -> Result<Response, ApiError> {
+    let mut stored = match &record.parent_run_id {
+        Some(p) => gw
+            .store
+            .read_branch(tenant, thread, p)
+            .await
+            .map_err(store_error)?,
+        None => Vec::new(),
+    };
+    stored.retain(|e| e.seq > after);
+    let own = gw
+        .store
+        .read_range(&a_tenant, &a_thread, 1, u64::MAX)
+        .await
+        .map_err(store_error)?;
+    let own_last = own.last().map_or(0, |e| e.seq);
+    let mut buf = Vec::new();
+    match mode {
+        None => {
+            for e in &stored {
+                put_frame(&mut buf, &e.event, Some(e.seq));
+            }
+            for e in &own {
+                put_frame(&mut buf, &e.event, None);
+            }
+        }
+        Some(m) => {
+            let events: Vec<Event> = stored.iter().chain(&own).map(|e| e.event.clone()).collect();
+            let out = compact(events, m, &Conversation::default(), Some(&record.run_id)).map_err(
+                |e| {
+                    ApiError::new(
+                        StatusCode::UNPROCESSABLE_ENTITY,
+                        "cannot_compact",
+                        format!("the stored events cannot be compacted: {e}"),
+                    )
+                },
+            )?;
+            for e in &out {
+                put_frame(&mut buf, e, None);
+            }
+        }
+    }
+    if record.status != RunStatus::Running {
+        return Ok(sse_response(Body::from(Bytes::from(buf))));
+    }
+    let sub = gw
+        .store
+        .subscribe(&a_tenant, &a_thread, own_last + 1)
+        .await
+        .map_err(store_error)?;
+    Ok(sse_response(follow(
+        gw.clone(),
+        a_tenant,
+        a_thread,
+        sub,
+        own_last,
+        own_last,
+        true,
+        buf,
+        false,
+    )))
+}
+
 /// Streams a subscription as SSE: first `prefix`, then events until the
 /// thread has nothing in flight and everything up to its head was sent.
+/// `ids`: frames carry their sequence numbers as `id:` (not for a run set
+/// aside, whose numbers are not its thread's).
 #[allow(clippy::too_many_arguments)]
 fn follow(
     gw: Arc<Gateway>,
@@ -648,6 +796,7 @@ fn follow(
     head: u64,
     running: bool,
     prefix: Vec<u8>,
+    ids: bool,
 ) -> Body {
     struct S {
         gw: Arc<Gateway>,
@@ -674,7 +823,7 @@ fn follow(
         prefix: (!prefix.is_empty()).then(|| Bytes::from(prefix)),
         done: false,
     };
-    let stream = futures::stream::unfold(state, |mut s| async move {
+    let stream = futures::stream::unfold(state, move |mut s| async move {
         if let Some(p) = s.prefix.take() {
             return Some((Ok::<Bytes, Infallible>(p), s));
         }
@@ -704,7 +853,7 @@ fn follow(
                     let mut buf = Vec::new();
                     let mut ended = false;
                     let mut take = |e: &StoredEvent, buf: &mut Vec<u8>, last: &mut u64| {
-                        put_frame(buf, &e.event, Some(e.seq));
+                        put_frame(buf, &e.event, ids.then_some(e.seq));
                         *last = e.seq;
                         if e.event.event_type().is_run_terminal() {
                             ended = true;
@@ -851,6 +1000,7 @@ pub async fn connect(
                 from,
                 true,
                 buf,
+                true,
             )))
         }
         None => Ok(sse_response(Body::from(Bytes::from(buf)))),

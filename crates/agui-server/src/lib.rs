@@ -11,6 +11,7 @@
 //! never names a backend.
 
 mod app;
+mod aside;
 mod copilotkit;
 mod gateway;
 mod history;

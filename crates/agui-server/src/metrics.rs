@@ -65,6 +65,10 @@ pub struct Metrics {
     /// Runs stopped (`POST .../stop`, or a dropped client under
     /// `on_disconnect = cancel`).
     pub runs_cancelled: AtomicU64,
+    /// Runs set aside (a branch that ran beside another branch's run).
+    pub runs_aside: AtomicU64,
+    /// Runs set aside that joined their thread's log.
+    pub runs_joined: AtomicU64,
     /// Runs refused (409 etc. are counted in requests instead).
     pub events_stored: AtomicU64,
     /// JSON bytes stored.
@@ -117,6 +121,20 @@ impl Metrics {
                 v.load(Relaxed)
             );
         }
+        g(
+            &mut out,
+            "agui_runs_aside_total",
+            "counter",
+            "Runs set aside: branches that ran beside another branch's run of their thread.",
+            self.runs_aside.load(Relaxed),
+        );
+        g(
+            &mut out,
+            "agui_runs_joined_total",
+            "counter",
+            "Runs set aside that joined their thread's log.",
+            self.runs_joined.load(Relaxed),
+        );
         g(
             &mut out,
             "agui_events_stored_total",

@@ -114,7 +114,7 @@ pub async fn run_handler(
             input.parent_run_id.as_deref(),
         )
         .await?;
-    let prep = match prepare(&gw, &tenant, &agent, &input).await {
+    let prep = match prepare(&gw, &tenant, &agent, &input, slot.aside).await {
         Ok(p) => p,
         Err(e) => {
             slot.release().await;
@@ -144,10 +144,17 @@ pub async fn run_handler(
             format!("RunAgentInput {reason}"),
         ));
     }
+    if slot.aside {
+        gw.metrics.runs_aside.fetch_add(1, Relaxed);
+    }
     let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
     let upstream_headers = upstream_headers(&gw, &agent, &headers);
+    let (log_tenant, log_thread) = slot.log();
     let ctx = RunCtx {
         gw: gw.clone(),
+        log_tenant,
+        log_thread,
+        aside: slot.aside,
         tenant,
         upstream_headers,
         agent,
@@ -237,6 +244,7 @@ async fn prepare(
     tenant: &str,
     agent: &AgentConfig,
     input: &RunInput,
+    aside: bool,
 ) -> Result<Prepared, ApiError> {
     let store = &gw.store;
     let thread = input.thread_id.clone();
@@ -250,29 +258,27 @@ async fn prepare(
     let mut runs = Vec::new();
     if head > 0 {
         runs = all_runs(gw, tenant, &thread).await?;
-        if let Some(r) = runs.iter().find(|r| r.status == RunStatus::Running) {
+        if !aside && let Some(r) = runs.iter().find(|r| r.status == RunStatus::Running) {
             return Err(in_flight_error(&r.run_id));
         }
         if runs.iter().any(|r| r.run_id == input.run_id) {
-            return Err(ApiError::new(
-                StatusCode::CONFLICT,
-                "run_exists",
-                format!(
-                    "run {:?} already exists in this thread; use a new runId",
-                    input.run_id
-                ),
-            ));
+            return Err(run_exists(&input.run_id));
         }
         match &parent {
             Some(p) if !runs.iter().any(|r| &r.run_id == p) => {
-                return Err(unknown_parent(p));
+                return Err(crate::aside::unknown_parent(gw, tenant, &thread, p).await);
             }
             Some(_) => {}
             None => parent = runs.last().map(|r| r.run_id.clone()),
         }
     } else if let Some(p) = &parent {
-        return Err(unknown_parent(p));
+        return Err(crate::aside::unknown_parent(gw, tenant, &thread, p).await);
     }
+    // A run set aside that has not joined the log yet holds its id too.
+    if crate::aside::holds(gw, tenant, &thread, &input.run_id).await? {
+        return Err(run_exists(&input.run_id));
+    }
+    let head = if aside { 0 } else { head };
     let looked_up = began.elapsed();
     let mut restored_in = Duration::ZERO;
     // The branch history the run continues (empty for a thread's first run),
@@ -293,29 +299,21 @@ async fn prepare(
     let (upstream_thread, fork, upstream_branch) = match agent.upstream_thread {
         UpstreamThread::Shared => (thread.clone(), false, None),
         UpstreamThread::PerBranch => {
+            let recorded =
+                crate::session::recorded_upstream_threads(gw, tenant, &thread, &agent.name).await;
+            let starts = recorded.keys().map(String::as_str).collect();
             let new = crate::upstream_thread::for_new_run(
                 &thread,
                 &runs,
+                &starts,
                 &input.run_id,
                 parent.as_deref(),
+                aside,
             );
             // A branch this agent's channel knows under another upstream id
             // (the thread was imported under a new id): the upstream has
             // never seen this one, so it gets the whole history, as a fork.
-            let recorded = match new.fork {
-                true => None,
-                false => {
-                    crate::session::recorded_upstream_thread(
-                        gw,
-                        tenant,
-                        &thread,
-                        &agent.name,
-                        &new.branch,
-                    )
-                    .await
-                }
-            };
-            let fork = new.fork || recorded.is_some_and(|r| r != new.id);
+            let fork = new.fork || recorded.get(&new.branch).is_some_and(|r| *r != new.id);
             (new.id, fork, Some(new.branch))
         }
     };
@@ -394,11 +392,20 @@ fn thin_client_prelude(merged: &str) -> Bytes {
     Bytes::from(buf)
 }
 
-fn unknown_parent(p: &str) -> ApiError {
+pub(crate) fn unknown_parent(p: &str) -> ApiError {
     ApiError::new(
         StatusCode::UNPROCESSABLE_ENTITY,
         "unknown_parent_run",
         format!("parentRunId {p:?} is not a run of this thread"),
+    )
+}
+
+/// 409 `run_exists`.
+pub(crate) fn run_exists(run: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::CONFLICT,
+        "run_exists",
+        format!("run {run:?} already exists in this thread; use a new runId"),
     )
 }
 
@@ -437,6 +444,13 @@ pub(crate) async fn all_runs(
 pub(crate) struct RunCtx {
     pub(crate) gw: Arc<Gateway>,
     pub(crate) tenant: String,
+    /// Where the run's events are written: the thread, or for a run set
+    /// aside (see [`crate::aside`]) its aside tenant and thread.
+    pub(crate) log_tenant: String,
+    pub(crate) log_thread: String,
+    /// The run is set aside: its frames carry no `id` (its sequence numbers
+    /// are its aside thread's, not the thread's).
+    pub(crate) aside: bool,
     /// Forwarded and configured headers for the upstream request (secret).
     pub(crate) upstream_headers: HeaderMap,
     pub(crate) agent: AgentConfig,
@@ -591,8 +605,8 @@ async fn drive(mut ctx: RunCtx, tx: mpsc::UnboundedSender<Bytes>) {
     // A stop sent to another replica shows as events this run did not write.
     let _watch = crate::stop::watch_foreign(
         &ctx.gw,
-        &ctx.tenant,
-        &ctx.thread,
+        &ctx.log_tenant,
+        &ctx.log_thread,
         ctx.head,
         own_seq.clone(),
         ctx.stop.clone(),
@@ -680,6 +694,9 @@ async fn drive(mut ctx: RunCtx, tx: mpsc::UnboundedSender<Bytes>) {
         slot.release().await;
     }
     drop(st);
+    if ctx.aside {
+        crate::aside::join_when_free(&gw, &ctx.tenant, &ctx.thread, &ctx.run_id);
+    }
 }
 
 /// Chunks read ahead of the store at most, per run.
@@ -814,7 +831,11 @@ pub(crate) async fn store_and_send(ctx: &RunCtx, st: &mut RunState, batch: Vec<E
     let req = AppendRequest::new(batch)
         .expect_seq(st.seq)
         .agent_opt(Some(ctx.agent.name.clone()));
-    match gw.store.append(&ctx.tenant, &ctx.thread, req.clone()).await {
+    match gw
+        .store
+        .append(&ctx.log_tenant, &ctx.log_thread, req.clone())
+        .await
+    {
         Ok(appended) => {
             gw.metrics.append_latency.observe(t0.elapsed());
             gw.metrics.events_stored.fetch_add(n as u64, Relaxed);
@@ -822,7 +843,7 @@ pub(crate) async fn store_and_send(ctx: &RunCtx, st: &mut RunState, batch: Vec<E
             st.seq = appended.last_seq;
             let mut buf = Vec::with_capacity(bytes + n * 24);
             for (e, seq) in req.events.iter().zip(appended.seqs()) {
-                put_frame(&mut buf, e, Some(seq));
+                put_frame(&mut buf, e, (!ctx.aside).then_some(seq));
                 if *e.event_type() == EventType::RunStarted
                     && let Some(p) = st.prelude.take()
                 {

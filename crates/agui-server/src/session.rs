@@ -50,30 +50,33 @@ pub(crate) fn participants(gw: &Gateway, runs: &[RunRecord], channels: &[Channel
     )
 }
 
-/// The upstream thread id `agent`'s channel on `thread` records for the
-/// branch that starts at run `branch` (`upstreamThreads`), if any.
-pub(crate) async fn recorded_upstream_thread(
+/// The upstream thread ids the agent's channel on the thread records, by
+/// branch (its first run): `upstreamThreads`. Empty when there is none or
+/// it cannot be read (logged).
+pub(crate) async fn recorded_upstream_threads(
     gw: &Gateway,
     tenant: &str,
     thread: &str,
     agent: &str,
-    branch: &str,
-) -> Option<String> {
+) -> std::collections::HashMap<String, String> {
     let channel = match gw.store.channel(tenant, thread, agent).await {
-        Ok(channel) => channel?,
+        Ok(Some(channel)) => channel,
+        Ok(None) => return Default::default(),
         Err(e) => {
             tracing::warn!(thread = %thread, agent = %agent, error = %e, "cannot read a channel");
-            return None;
+            return Default::default();
         }
     };
-    let state: Value = serde_json::from_str(&channel.state).ok()?;
-    Some(
-        state
-            .get("upstreamThreads")?
-            .get(branch)?
-            .as_str()?
-            .to_owned(),
-    )
+    let state: Value = serde_json::from_str(&channel.state).unwrap_or(Value::Null);
+    state
+        .get("upstreamThreads")
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Records what the gateway needs to continue `agent` on `thread`: its
@@ -89,6 +92,9 @@ pub(crate) async fn record_channel(
     run_id: &str,
     upstream: Option<(&str, &str)>,
 ) {
+    // Read, change, write: two runs of the thread ending at once (branches
+    // side by side) must not lose each other's entries.
+    let _serial = gw.channel_lock(tenant, thread).await;
     let mut state = match gw.store.channel(tenant, thread, &agent.name).await {
         Ok(Some(c)) => {
             serde_json::from_str::<serde_json::Map<String, Value>>(&c.state).unwrap_or_default()

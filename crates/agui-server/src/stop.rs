@@ -127,10 +127,11 @@ pub(crate) async fn finish_cancelled(ctx: &RunCtx, st: &mut RunState) {
 pub(crate) async fn relay_foreign(ctx: &RunCtx, st: &mut RunState) {
     let store = &ctx.gw.store;
     let mut ended = false;
-    if let Ok(info) = store.thread(&ctx.tenant, &ctx.thread).await
+    let (tenant, thread) = (&ctx.log_tenant, &ctx.log_thread);
+    if let Ok(info) = store.thread(tenant, thread).await
         && info.last_seq > st.seq
         && let Ok(events) = store
-            .read_range(&ctx.tenant, &ctx.thread, st.seq + 1, info.last_seq)
+            .read_range(tenant, thread, st.seq + 1, info.last_seq)
             .await
     {
         let mut buf = Vec::new();
@@ -138,7 +139,7 @@ pub(crate) async fn relay_foreign(ctx: &RunCtx, st: &mut RunState) {
             if *e.event.event_type() == EventType::RunStarted {
                 break;
             }
-            put_frame(&mut buf, &e.event, Some(e.seq));
+            put_frame(&mut buf, &e.event, (!ctx.aside).then_some(e.seq));
             if e.event.event_type().is_run_terminal() {
                 ended = true;
                 break;
@@ -170,36 +171,42 @@ pub async fn stop_handler(
     stop_run(&gw, &tenant, &thread, &run).await
 }
 
-/// Stops a run of a thread wherever it runs; 404 for an unknown run, 409
-/// for a run that already ended.
+/// Stops a run of a thread wherever it runs (set aside or not); 404 for
+/// an unknown run, 409 for a run that already ended.
 pub(crate) async fn stop_run(
     gw: &Arc<Gateway>,
     tenant: &str,
     thread: &str,
     run: &str,
 ) -> Result<Json<Value>, ApiError> {
-    let record = gw
-        .store
-        .run(tenant, thread, run)
-        .await
-        .map_err(|e| match e.kind() {
-            ErrorKind::NotFound => ApiError::not_found(format!("no run {run:?} in this thread")),
-            _ => store_error(e),
-        })?;
+    let not_found = || ApiError::not_found(format!("no run {run:?} in this thread"));
+    // Where the run's events are: the thread, or its aside thread.
+    let (log_tenant, log_thread, record) = match gw.store.run(tenant, thread, run).await {
+        Ok(r) => (tenant.to_owned(), thread.to_owned(), r),
+        Err(e) if e.kind() == ErrorKind::NotFound => crate::aside::find(gw, tenant, thread, run)
+            .await?
+            .ok_or_else(not_found)?,
+        Err(e) => return Err(store_error(e)),
+    };
     if record.status != RunStatus::Running {
         return Err(not_running(run, record.status));
     }
-    if gw.stop_local(tenant, thread, run).is_none() {
-        stop_remote(gw, tenant, thread, run).await?;
+    if gw.stop_local(&log_tenant, &log_thread, run).is_none() {
+        stop_remote(gw, &log_tenant, &log_thread, thread, run).await?;
     }
     // Wait for the run's end to be stored (by this or another replica).
     let deadline = tokio::time::Instant::now() + STOP_WAIT;
     loop {
-        let now = gw
-            .store
-            .run(tenant, thread, run)
-            .await
-            .map_err(store_error)?;
+        let now = match gw.store.run(&log_tenant, &log_thread, run).await {
+            Ok(now) => now,
+            // Set aside, ended, and joined its thread meanwhile.
+            Err(e) if e.kind() == ErrorKind::NotFound && log_tenant != tenant => gw
+                .store
+                .run(tenant, thread, run)
+                .await
+                .map_err(store_error)?,
+            Err(e) => return Err(store_error(e)),
+        };
         if now.status != RunStatus::Running || tokio::time::Instant::now() >= deadline {
             return Ok(Json(json!({
                 "threadId": thread,
@@ -223,12 +230,15 @@ fn not_running(run: &str, status: RunStatus) -> ApiError {
 }
 
 /// Closes a run this process does not forward: appends its closers and
-/// `RUN_FINISHED` (cancelled) at the thread's head, retrying when the
-/// forwarding replica appended meanwhile.
+/// `RUN_FINISHED` (cancelled) at the head of the thread that holds it
+/// (`tenant`, `thread`: its aside thread for a run set aside; `event_thread`
+/// is the `threadId` its events name), retrying when the forwarding
+/// replica appended meanwhile.
 async fn stop_remote(
     gw: &Arc<Gateway>,
     tenant: &str,
     thread: &str,
+    event_thread: &str,
     run: &str,
 ) -> Result<(), ApiError> {
     for _ in 0..20 {
@@ -256,7 +266,7 @@ async fn stop_remote(
             open.track(&e.event);
         }
         let mut batch = open.closers();
-        batch.push(cancelled_finish(thread, run));
+        batch.push(cancelled_finish(event_thread, run));
         let req = AppendRequest::new(batch)
             .expect_seq(head)
             .agent_opt(record.agent.clone());

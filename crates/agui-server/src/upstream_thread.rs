@@ -15,6 +15,12 @@
 //! A run whose upstream id differs from its parent's is sent the whole
 //! history of its branch, so the framework starts the new id from it.
 //!
+//! A run set aside (a branch that ran beside another branch's run, see
+//! `crate::aside`) always forks: whether it is its parent's first child is
+//! only settled when it joins the log. The branch starts the agent's
+//! channel records (`upstreamThreads` keys) therefore count as branch
+//! starts too: a run recorded as a fork stays one, wherever it joined.
+//!
 //! A branch is named by its first run (the thread's root run, or the run at
 //! which it forked). Each agent's channel records the upstream thread id it
 //! used per branch (`upstreamThreads`, see `crate::session`). When the id
@@ -24,7 +30,7 @@
 //! id from it instead of from nothing, and never shares state with the
 //! thread the document came from.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use agui_store::RunRecord;
 
@@ -41,12 +47,15 @@ pub(crate) struct NewRun {
 }
 
 /// The upstream thread id of a new run `run` with parent `parent`, given the
-/// thread's existing runs (any order).
+/// thread's existing runs (any order) and the branch starts the agent's
+/// channel records (`starts`). A run set aside (`aside`) forks.
 pub(crate) fn for_new_run(
     thread: &str,
     runs: &[RunRecord],
+    starts: &HashSet<&str>,
     run: &str,
     parent: Option<&str>,
+    aside: bool,
 ) -> NewRun {
     let Some(parent) = parent else {
         return NewRun {
@@ -55,8 +64,8 @@ pub(crate) fn for_new_run(
             branch: run.to_owned(),
         };
     };
-    let index = Index::new(runs);
-    if index.first_child.contains_key(parent) {
+    let index = Index::new(runs, starts);
+    if aside || index.first_child.contains_key(parent) {
         // The parent already has a child that continued it: a fork.
         NewRun {
             id: fork_id(thread, run),
@@ -80,7 +89,7 @@ pub(crate) fn for_new_run(
 /// The upstream thread id of an existing run.
 #[cfg(test)]
 pub(crate) fn of_run(thread: &str, runs: &[RunRecord], run: &str) -> String {
-    Index::new(runs).upstream_id(thread, run)
+    Index::new(runs, &HashSet::new()).upstream_id(thread, run)
 }
 
 fn fork_id(thread: &str, run: &str) -> String {
@@ -91,10 +100,12 @@ struct Index<'a> {
     parent: HashMap<&'a str, Option<&'a str>>,
     /// parent → its first child (smallest `first_seq`).
     first_child: HashMap<&'a str, (&'a str, u64)>,
+    /// Runs recorded as branch starts.
+    starts: &'a HashSet<&'a str>,
 }
 
 impl<'a> Index<'a> {
-    fn new(runs: &'a [RunRecord]) -> Index<'a> {
+    fn new(runs: &'a [RunRecord], starts: &'a HashSet<&'a str>) -> Index<'a> {
         let mut parent = HashMap::new();
         let mut first_child: HashMap<&str, (&str, u64)> = HashMap::new();
         for r in runs {
@@ -112,6 +123,7 @@ impl<'a> Index<'a> {
         Index {
             parent,
             first_child,
+            starts,
         }
     }
 
@@ -126,6 +138,9 @@ impl<'a> Index<'a> {
         for _ in 0..=self.parent.len() {
             match self.parent.get(cur).copied().flatten() {
                 None => return (cur, true),
+                // Recorded as a fork (a run set aside that joined as its
+                // parent's first child).
+                Some(_) if self.starts.contains(cur) => return (cur, false),
                 Some(p) => match self.first_child.get(p) {
                     Some((first, _)) if *first == cur => cur = p,
                     _ => return (cur, false),
@@ -176,6 +191,7 @@ mod tests {
             run("b2", Some("b1"), 17),
             run("c1", Some("r2"), 21),
         ];
+        let none = HashSet::new();
         let id = |r| of_run("t", &runs, r);
         assert_eq!(id("r1"), "t");
         assert_eq!(id("r2"), "t");
@@ -191,21 +207,51 @@ mod tests {
             branch: branch.into(),
         };
         assert_eq!(
-            for_new_run("t", &runs, "n", Some("r3")),
+            for_new_run("t", &runs, &none, "n", Some("r3"), false),
             new("t", false, "r1")
         );
         assert_eq!(
-            for_new_run("t", &runs, "n", Some("b2")),
+            for_new_run("t", &runs, &none, "n", Some("b2"), false),
             new("t~b1", false, "b1")
         );
         assert_eq!(
-            for_new_run("t", &runs, "n", Some("c1")),
+            for_new_run("t", &runs, &none, "n", Some("c1"), false),
             new("t~c1", false, "c1")
         );
         assert_eq!(
-            for_new_run("t", &runs, "n", Some("r1")),
+            for_new_run("t", &runs, &none, "n", Some("r1"), false),
             new("t~n", true, "n")
         );
-        assert_eq!(for_new_run("t", &[], "n", None), new("t", false, "n"));
+        assert_eq!(
+            for_new_run("t", &[], &none, "n", None, false),
+            new("t", false, "n")
+        );
+        // A run set aside forks, even from a tip.
+        assert_eq!(
+            for_new_run("t", &runs, &none, "n", Some("r3"), true),
+            new("t~n", true, "n")
+        );
+        // A fork recorded for a run that joined as its parent's first child
+        // (a run set aside from r3): its children continue its id.
+        let mut joined = runs.clone();
+        joined.push(run("a1", Some("r3"), 25));
+        let starts: HashSet<&str> = ["r1", "b1", "c1", "a1"].into();
+        assert_eq!(
+            for_new_run("t", &joined, &starts, "n", Some("a1"), false),
+            new("t~a1", false, "a1")
+        );
+        // Without the record it would continue r1's branch.
+        assert_eq!(
+            for_new_run("t", &joined, &none, "n", Some("a1"), false),
+            new("t", false, "r1")
+        );
+        // The recorded starts of an ordinary tree change nothing.
+        for p in ["r1", "r2", "r3", "b1", "b2", "c1"] {
+            assert_eq!(
+                for_new_run("t", &runs, &starts, "n", Some(p), false),
+                for_new_run("t", &runs, &none, "n", Some(p), false),
+                "{p}"
+            );
+        }
     }
 }

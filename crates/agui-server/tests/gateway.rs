@@ -854,39 +854,3 @@ async fn a_preflight_without_cors_names_the_flag() {
     );
     g.shutdown().await;
 }
-
-#[tokio::test]
-async fn a_branch_started_while_a_run_is_in_flight_waits_for_it() {
-    let g = start(GatewayConfig::default()).await;
-    run(&g.base, "demo", &input("t", "r1", "first")).await;
-    let mut slow = input("t", "r2", "a b c d e f");
-    slow["forwardedProps"] = json!({"demo": {"delayMs": 30}});
-    let resp = client()
-        .post(format!("{}/agents/demo/run", g.base))
-        .json(&slow)
-        .send()
-        .await
-        .unwrap();
-    let r2 = tokio::spawn(async move { parse_sse(&resp.text().await.unwrap()) });
-    // Not a branch: refused at once.
-    let mut plain = input("t", "r3", "x");
-    let (s, _, _) = run(&g.base, "demo", &plain).await;
-    assert_eq!(s, 409);
-    // A branch from r1: waits for r2, then runs.
-    plain["parentRunId"] = json!("r1");
-    let (s, frames, _) = run(&g.base, "demo", &plain).await;
-    assert_eq!(s, 200);
-    assert_eq!(frames[0].data["parentRunId"], "r1");
-    let r2 = r2.await.unwrap();
-    assert_eq!(r2.last().unwrap().ty(), "RUN_FINISHED");
-    assert!(frames[0].id.unwrap() > r2.last().unwrap().id.unwrap());
-    let (_, thread) = get_json(&format!("{}/threads/t", g.base)).await;
-    let statuses: Vec<&str> = thread["runs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["status"].as_str().unwrap())
-        .collect();
-    assert_eq!(statuses, vec!["finished", "finished", "finished"]);
-    g.shutdown().await;
-}

@@ -519,6 +519,17 @@ function threadView(threadId) {
     }
     const box = h("div", { className: "graph" }, svg, list);
     clear(treeBox).append(box);
+    // Branches running beside another branch's run: they join the log
+    // (and this tree) once the thread is free.
+    const aside = st.thread?.runsAside ?? [];
+    if (aside.length) {
+      treeBox.append(h("div", { className: "aside muted" },
+        h("div", { text: "Set aside (joins the thread when its run in flight ends):" }),
+        ...aside.map((r) => h("div", { className: "run-line", dataset: { runId: r.runId, status: r.status } },
+          h("span", { className: "run-id", text: short(r.runId, 22), title: r.runId }),
+          h("span", { className: `badge st-${r.status}`, text: r.status }),
+          h("span", { text: ` from ${short(r.parentRunId ?? "—", 22)} · ${r.eventCount} events` })))));
+    }
   }
 
   treeBox.addEventListener("keydown", (e) => {
@@ -895,14 +906,17 @@ function threadView(threadId) {
   }
 
   let refreshing = false;
+  let asideTimer = null;
+  aborts.push({ abort: () => clearTimeout(asideTimer) });
   async function refreshThread() {
     if (refreshing) { scheduleLive(); return; }
     refreshing = true;
     try {
-      const before = JSON.stringify(st.runs.map((r) => [r.runId, r.status, r.eventCount]));
+      const shape = () => JSON.stringify([st.runs, st.thread?.runsAside ?? []].map((runs) => runs.map((r) => [r.runId, r.status, r.eventCount])));
+      const before = shape();
       const wasLatest = st.selected === st.runs[st.runs.length - 1]?.runId;
       await loadThread();
-      const after = JSON.stringify(st.runs.map((r) => [r.runId, r.status, r.eventCount]));
+      const after = shape();
       const latest = st.runs[st.runs.length - 1];
       if (before !== after) {
         // Follow the newest run when the latest was selected at its end.
@@ -914,6 +928,10 @@ function threadView(threadId) {
       }
       const running = st.runs.find((r) => r.status === "running");
       if (running) attach(running);
+      // A run set aside shows in the tree once it joined: look again.
+      else if ((st.thread?.runsAside ?? []).length && !asideTimer) {
+        asideTimer = setTimeout(() => { asideTimer = null; refreshThread(); }, 1000);
+      }
     } catch (e) {
       if (!(e instanceof AuthNeeded)) posLabel.textContent = String(e.message ?? e);
     } finally {

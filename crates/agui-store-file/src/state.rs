@@ -104,8 +104,10 @@ impl State {
     ) -> Result<BatchPlan> {
         let t = self.thread(tenant, thread);
         let head = t.map(|t| t.head.clone()).unwrap_or_default();
+        let last_run = head.last_run.as_ref().map(|(id, _)| id.as_str());
+        let elsewhere = agui_store::aside::parents_elsewhere(tenant, events, last_run);
         plan_batch(&head, events, agent, now, |id| {
-            Ok(t.is_some_and(|t| t.runs.contains(id)))
+            Ok(t.is_some_and(|t| t.runs.contains(id)) || elsewhere.iter().any(|p| p == id))
         })
     }
 

@@ -353,7 +353,8 @@ impl Store {
         if req.events.is_empty() {
             return Err(StoreError::invalid("an append needs at least one event"));
         }
-        let build = req.checkpoints == Checkpoints::Build;
+        // A run set aside restores through its own thread once it joins it.
+        let build = req.checkpoints == Checkpoints::Build && !crate::aside::is_aside_tenant(tenant);
         let (appended, plan, events) = self.plan_and_commit(tenant, thread, req).await?;
         // Listeners are asked after the commit: one that registered later
         // reads this batch in its catch-up.
@@ -409,6 +410,9 @@ impl Store {
             let parents = parents_to_look_up(&events, last_run);
             let known = if parents.is_empty() {
                 Vec::new()
+            } else if crate::aside::is_aside_tenant(tenant) {
+                // A run set aside names its parent in its own thread.
+                parents
             } else {
                 backend.known_runs(tenant, thread, &parents).await?
             };
@@ -1214,5 +1218,44 @@ mod tests {
             assert!(got.from_checkpoint, "{run}");
             assert_eq!(got.rebuilt, 0);
         }
+    }
+
+    /// Under an aside tenant a run names its parent in another thread: the
+    /// engine takes the parent as given (elsewhere it is refused), builds
+    /// no checkpoint for it, and `check` finds nothing wrong.
+    #[tokio::test]
+    async fn an_aside_tenant_takes_parents_of_another_thread() {
+        let store = Store::memory();
+        let aside = crate::aside::aside_tenant(T);
+        let thread = crate::aside::aside_thread("th", "b").unwrap();
+        let refused = store
+            .append(
+                T,
+                &thread,
+                AppendRequest::new(full_run("th", "b", Some("a"), "x")),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(refused.kind(), crate::ErrorKind::Invalid, "{refused}");
+        store
+            .append(
+                &aside,
+                &thread,
+                AppendRequest::new(full_run("th", "b", Some("a"), "x")),
+            )
+            .await
+            .unwrap();
+        store.settle().await;
+        let run = store.run(&aside, &thread, "b").await.unwrap();
+        assert_eq!(run.parent_run_id.as_deref(), Some("a"));
+        assert_eq!(run.status, RunStatus::Finished);
+        assert_eq!(
+            store.load_checkpoint(&aside, &thread, "b").await.unwrap(),
+            None
+        );
+        let report = crate::check::check_store(&store, |_| {}).await.unwrap();
+        assert!(report.is_clean(), "{:?}", report.damage);
+        assert!(report.notes.is_empty(), "{:?}", report.notes);
+        assert_eq!(report.runs, 1);
     }
 }

@@ -14,7 +14,9 @@
 //!   Events before the thread's first `RUN_STARTED` belong to no run (the
 //!   preamble, which every branch starts with).
 //! - `RUN_FINISHED` ends the open run as `finished` (as `cancelled` when its
-//!   `outcome.type` is `cancelled`), `RUN_ERROR` as `error`.
+//!   `outcome.type` is `cancelled`), `RUN_ERROR` as `error` (as
+//!   `interrupted` when its `code` is `interrupted`, the end a gateway
+//!   writes for a run its stopped process left in flight).
 //!   A run still `running` when the next run starts becomes `interrupted`.
 
 use std::borrow::Cow;
@@ -414,6 +416,9 @@ pub fn plan_batch(
                     let ended = match ty {
                         EventType::RunFinished if is_cancelled(event) => Some(RunStatus::Cancelled),
                         EventType::RunFinished => Some(RunStatus::Finished),
+                        EventType::RunError if is_interrupted(event) => {
+                            Some(RunStatus::Interrupted)
+                        }
                         EventType::RunError => Some(RunStatus::Error),
                         _ => None,
                     };
@@ -460,6 +465,25 @@ struct FinishedView<'a> {
 struct OutcomeView<'a> {
     #[serde(rename = "type", borrow, default)]
     ty: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct ErrorView<'a> {
+    #[serde(borrow, default)]
+    code: Option<Cow<'a, str>>,
+}
+
+/// True for a `RUN_ERROR` whose `code` is `interrupted`: the end a gateway
+/// writes for a run it found interrupted (its process stopped while the
+/// run was in flight), so a log read again (a file store opened, a copy, a
+/// run set aside joining its thread) indexes the run as the store did.
+fn is_interrupted(event: &Event) -> bool {
+    event.json().contains("interrupted")
+        && event
+            .view::<ErrorView>()
+            .ok()
+            .and_then(|v| v.code)
+            .is_some_and(|c| c == "interrupted")
 }
 
 /// True for a `RUN_FINISHED` whose `outcome.type` is `cancelled`.
@@ -542,6 +566,25 @@ mod tests {
             ]
         );
         assert!(p.runs.iter().all(|r| r.ended));
+    }
+
+    #[test]
+    fn an_interrupted_code_ends_the_run_as_interrupted() {
+        let events = vec![
+            ev(r#"{"type":"RUN_STARTED","threadId":"t","runId":"a"}"#),
+            ev(r#"{"type":"RUN_ERROR","message":"gone","code":"interrupted"}"#),
+            ev(r#"{"type":"RUN_STARTED","threadId":"t","runId":"b"}"#),
+            ev(r#"{"type":"RUN_ERROR","message":"interrupted","code":"upstream_error"}"#),
+            ev(r#"{"type":"RUN_STARTED","threadId":"t","runId":"c"}"#),
+            ev(r#"{"type":"RUN_ERROR","message":"x","code":"interrupted_by_user"}"#),
+        ];
+        let p = plan_batch(&ThreadHead::default(), &events, None, Timestamp(5), none).unwrap();
+        let status: Vec<_> = p.runs.iter().map(|r| r.status).collect();
+        assert_eq!(
+            status,
+            [RunStatus::Interrupted, RunStatus::Error, RunStatus::Error]
+        );
+        assert!(p.runs.iter().all(|r| r.ended && r.finished_at.is_some()));
     }
 
     #[test]

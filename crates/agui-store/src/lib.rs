@@ -14,6 +14,8 @@
 //! - [`checkpoint`]: self-checking checkpoint blobs, full or delta.
 //! - [`restore`]: building delta checkpoints at run end and restoring runs
 //!   through them (the engine's).
+//! - [`aside`]: where a run that cannot join its thread's log yet is
+//!   written (concurrent branches).
 //! - [`subscribe`]: catch-up-then-live subscriptions without gap or duplicate.
 //! - [`channel`]: per-agent channel state of a thread.
 //! - [`MemoryStore`]: the in-memory backend (`memory://`).
@@ -32,6 +34,7 @@ mod engine;
 mod error;
 mod types;
 
+pub mod aside;
 pub mod bench;
 pub mod channel;
 pub mod check;
