@@ -392,3 +392,53 @@ async fn a_stopped_run_as_each_client_version_sees_it() {
     }
     g.shutdown().await;
 }
+
+/// Concurrent branches through both official client versions: while a run
+/// of the thread is in flight, the client branches from an earlier run; the
+/// branch runs at once, set aside (its frames carry no ids, which the
+/// clients do not need), the client ends holding the branch's conversation,
+/// and once the run in flight ended the branch joins the thread's log, where
+/// its restored conversation is the one the client holds.
+#[tokio::test]
+async fn a_branch_beside_a_run_in_flight_through_both_client_versions() {
+    clients_installed();
+    let g = start(GatewayConfig::default()).await;
+    let url = format!("{}/agents/demo/run", g.base);
+    for (i, pkg) in CLIENTS.iter().enumerate() {
+        let t = format!("c{i}");
+        let conv = node(json!({"client":pkg,"op":"conversation","url":url,"threadId":t,"turns":turns(&[("r1","one")])})).await;
+        all_ok(&conv);
+        let (_, at1) = get_json(&format!("{}/threads/{t}/messages?run=r1", g.base)).await;
+        // r2 in flight for a while (a plain HTTP client, paced demo agent).
+        let mut slow = input(&t, "r2", "a b c d e f g h");
+        slow["parentRunId"] = json!("r1");
+        slow["forwardedProps"] = json!({"demo": {"delayMs": 250}});
+        let resp = client().post(&url).json(&slow).send().await.unwrap();
+        assert_eq!(resp.status().as_u16(), 200);
+        let r2 = tokio::spawn(async move { resp.text().await.unwrap() });
+        let b = node(json!({"client":pkg,"op":"branch","url":url,"threadId":t,"parentRunId":"r1","runId":"b1","messages":at1["messages"],"state":at1["state"],"text":"beside"})).await;
+        all_ok(&b);
+        assert!(!r2.is_finished(), "{pkg}: the branch waited for r2");
+        let text = b["messages"].to_string();
+        assert!(
+            text.contains("beside") && text.contains("one"),
+            "{pkg}: {text}"
+        );
+        r2.await.unwrap();
+        let mut joined = false;
+        for _ in 0..200 {
+            let (_, th) = get_json(&format!("{}/threads/{t}", g.base)).await;
+            if th["runsAside"] == json!([]) && th["runs"].as_array().unwrap().len() == 3 {
+                joined = true;
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+        }
+        assert!(joined, "{pkg}: b1 did not join");
+        let (_, atb) = get_json(&format!("{}/threads/{t}/messages?run=b1", g.base)).await;
+        assert_eq!(b["messages"], atb["messages"], "{pkg}");
+        assert_eq!(b["state"], atb["state"], "{pkg}");
+        assert!(!atb["messages"].to_string().contains("a b c"), "{pkg}");
+    }
+    g.shutdown().await;
+}
