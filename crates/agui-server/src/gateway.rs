@@ -313,7 +313,7 @@ impl Gateway {
         if taken {
             return Err(crate::run::run_exists(run));
         }
-        let slot = RunSlot {
+        let mut slot = RunSlot {
             gw: self.clone(),
             key,
             run: run.to_owned(),
@@ -323,7 +323,6 @@ impl Gateway {
             aside: true,
             stop,
         };
-        let mut slot = slot;
         let (tenant, thread) = (&slot.key.0, &slot.key.1);
         match self.store.claim_thread(tenant, thread, run).await {
             Ok(None) => slot.claimed = true,
