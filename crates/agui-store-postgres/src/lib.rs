@@ -300,11 +300,22 @@ const APPEND_SQL: &str = "WITH h AS (\
      WHERE x.thread_id = h.id AND x.run_id = u.r) \
    SELECT set_config('synchronous_commit', $35, true), pg_notify($36, $37) FROM h";
 
+/// The head columns of the `threads` row, in the order [`head_from_row`]
+/// reads them (one list for every statement that reads a head).
+macro_rules! head_columns {
+    () => {
+        "id, last_seq, updated_at, last_run, last_run_status"
+    };
+}
+
 /// Creates the head row if missing and locks it either way.
-const LOCK_HEAD_SQL: &str = "INSERT INTO threads (tenant, thread, created_at, updated_at, \
+const LOCK_HEAD_SQL: &str = concat!(
+    "INSERT INTO threads (tenant, thread, created_at, updated_at, \
      last_seq) VALUES ($1, $2, $3, $3, 0) \
      ON CONFLICT (tenant, thread) DO UPDATE SET last_seq = threads.last_seq \
-     RETURNING id, last_seq, updated_at, last_run, last_run_status";
+     RETURNING ",
+    head_columns!()
+);
 
 /// Maps an error of the append statement: a reused run id is `Invalid`.
 fn append_err(e: tokio_postgres::Error) -> StoreError {
@@ -1128,8 +1139,7 @@ impl PgStore {
     }
 }
 
-/// A thread's row id and head from a row of `id, last_seq, updated_at,
-/// last_run, last_run_status`. A row with no events yet (made by
+/// A thread's row id and head from a row of the head columns (`head_columns!`). A row with no events yet (made by
 /// [`LOCK_HEAD_SQL`] for a new thread) has the default head.
 fn head_from_row(row: &tokio_postgres::Row) -> Result<KnownHead> {
     let id: i64 = get(row, 0)?;
@@ -1152,8 +1162,11 @@ impl Backend for PgStore {
         let c = self.conn().await?;
         let row = c
             .query_opt(
-                "SELECT id, last_seq, updated_at, last_run, last_run_status FROM threads \
-                 WHERE tenant = $1 AND thread = $2",
+                concat!(
+                    "SELECT ",
+                    head_columns!(),
+                    " FROM threads WHERE tenant = $1 AND thread = $2"
+                ),
                 &[&tenant.as_bytes(), &thread.as_bytes()],
             )
             .await
