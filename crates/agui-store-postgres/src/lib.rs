@@ -1139,8 +1139,9 @@ impl PgStore {
     }
 }
 
-/// A thread's row id and head from a row of the head columns (`head_columns!`). A row with no events yet (made by
-/// [`LOCK_HEAD_SQL`] for a new thread) has the default head.
+/// A thread's row id and head from a row of the head columns
+/// (`head_columns!`). A row with no events yet (made by [`LOCK_HEAD_SQL`]
+/// for a new thread) has the default head.
 fn head_from_row(row: &tokio_postgres::Row) -> Result<KnownHead> {
     let id: i64 = get(row, 0)?;
     let last_seq = to_u64(get(row, 1)?)?;
