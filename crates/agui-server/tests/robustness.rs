@@ -915,3 +915,23 @@ async fn readiness_follows_the_store() {
         (503, &json!("store_unavailable"))
     );
 }
+
+/// Once the gateway starts shutting down, `/readyz` says so (to a client
+/// whose connection is still served), whatever the store says; `/healthz`
+/// still answers.
+#[tokio::test]
+async fn readiness_ends_when_the_gateway_shuts_down() {
+    let g = start(GatewayConfig::default()).await;
+    let (status, _) = get_json(&format!("{}/readyz", g.base)).await;
+    assert_eq!(status, 200);
+    g.gw.begin_shutdown();
+    let (status, body) = get_json(&format!("{}/readyz", g.base)).await;
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (503, &json!("shutting_down")),
+        "{body}"
+    );
+    let (status, _) = get_json(&format!("{}/healthz", g.base)).await;
+    assert_eq!(status, 200);
+    g.shutdown().await;
+}
