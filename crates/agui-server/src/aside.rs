@@ -26,6 +26,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use agui_history::reduce::{Conversation, Reducer};
 use agui_store::aside::{aside_tenant, aside_thread, owner_tenant, parse_aside_thread};
 use agui_store::{AppendRequest, ErrorKind, RunFilter, RunRecord, RunStatus, StoreError};
 use axum::http::StatusCode;
@@ -70,6 +71,19 @@ pub(crate) async fn holds(
     }
 }
 
+/// True when run `run` of `thread` is set aside (not joined yet) and has
+/// ended.
+pub(crate) async fn is_ended(
+    gw: &Gateway,
+    tenant: &str,
+    thread: &str,
+    run: &str,
+) -> Result<bool, ApiError> {
+    Ok(find(gw, tenant, thread, run)
+        .await?
+        .is_some_and(|(_, _, r)| r.status != RunStatus::Running))
+}
+
 /// The answer to a `parentRunId` that is not a run of the thread: 409
 /// `parent_not_joined` when it names a run set aside that has not joined
 /// the thread yet (retry once it has), else 422 `unknown_parent_run`.
@@ -93,23 +107,72 @@ pub(crate) async fn unknown_parent(
     }
 }
 
-/// The answer to a run that is not in the thread's log: 409
-/// `run_not_joined` when it is set aside (its conversation is the
-/// thread's once it joins; its events can be read and followed with
-/// `GET /threads/{id}/events?branch=RUN`), else 404.
+/// The answer to a position asked for in a run that is not in the
+/// thread's log: 409 `run_not_joined` when it is set aside (positions for
+/// time travel come with the thread's sequence numbers, once it joined),
+/// else 404.
 pub(crate) async fn no_run(gw: &Gateway, tenant: &str, thread: &str, run: &str) -> ApiError {
     match find(gw, tenant, thread, run).await {
         Ok(Some((_, _, r))) => ApiError::new(
             StatusCode::CONFLICT,
             "run_not_joined",
             format!(
-                "run {run:?} ran beside another run of this thread and joins the thread's log once that run ends (it is {}); until then its events are at GET /threads/{{id}}/events?branch={{run}}",
+                "run {run:?} ran beside another run of this thread and joins the thread's log once that run ends (it is {}); until then it has no positions to travel to (its conversation: GET /threads/{{id}}/messages?run={{run}}, its events: GET /threads/{{id}}/events?branch={{run}})",
                 r.status.as_str()
             ),
         ),
         Ok(None) => ApiError::not_found(format!("no run {run:?} in this thread")),
         Err(e) => e,
     }
+}
+
+/// The conversation at the end of run `record` set aside (in `a_tenant`,
+/// `a_thread`): its parent's conversation (the thread's, or that of a run
+/// set aside in turn), with the run's own events reduced on top, as the
+/// thread restores it once it joined (the restore of a run in the log is
+/// its parent's checkpoint plus its own events, too). Events the reducer
+/// refuses are skipped and named in `warnings`.
+pub(crate) async fn restore(
+    gw: &Gateway,
+    tenant: &str,
+    thread: &str,
+    (a_tenant, a_thread): (&str, &str),
+    record: &RunRecord,
+) -> Result<crate::history::Restored, ApiError> {
+    let base = match &record.parent_run_id {
+        Some(p) => Box::pin(crate::history::restore(gw, tenant, thread, p)).await?,
+        None => crate::history::Restored {
+            json: Arc::new(r#"{"messages":[],"state":null}"#.to_owned()),
+            last_seq: 0,
+            warnings: Vec::new(),
+        },
+    };
+    let conversation: Conversation =
+        serde_json::from_str(&base.json).map_err(|_| ApiError::store())?;
+    let mut reducer = Reducer::new(conversation);
+    let mut warnings = base.warnings;
+    let events = gw
+        .store
+        .read_run(a_tenant, a_thread, &record.run_id)
+        .await
+        .map_err(store_error)?;
+    for (i, e) in events.iter().enumerate() {
+        if let Err(err) = reducer.apply(&e.event) {
+            tracing::warn!(thread, run = %record.run_id, index = i, error = %err, "skipping an event of a run set aside the reducer refuses");
+            warnings.push(format!(
+                "event {i} of run {} ({}) was skipped: the AG-UI client cannot apply it",
+                record.run_id,
+                e.event.type_name()
+            ));
+        }
+    }
+    let json =
+        serde_json::to_string(&reducer.into_conversation()).map_err(|_| ApiError::store())?;
+    Ok(crate::history::Restored {
+        json: Arc::new(json),
+        last_seq: base.last_seq,
+        warnings,
+    })
 }
 
 /// The runs of `thread` set aside and not joined yet, oldest first (each
@@ -195,6 +258,13 @@ async fn join_held(
         tracing::warn!(thread = %thread, run = %record.run_id, error = %e, "cannot join a run set aside ({what}); retrying later");
         Join::Busy
     };
+    // A run set aside from a run set aside joins after its parent.
+    if let Some(p) = &record.parent_run_id {
+        match find(gw, tenant, thread, p).await {
+            Ok(None) => {}
+            Ok(Some(_)) | Err(_) => return Join::Busy,
+        }
+    }
     let head = match gw.store.thread(tenant, thread).await {
         Ok(info) => info.last_seq,
         Err(e) if e.kind() == ErrorKind::NotFound => 0,

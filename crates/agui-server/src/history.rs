@@ -386,6 +386,15 @@ pub(crate) async fn restore(
             last_seq: r.last_seq,
             warnings: Vec::new(),
         }),
+        Err(e) if e.kind() == agui_store::ErrorKind::NotFound => {
+            // A run set aside that has not joined the log yet.
+            match crate::aside::find(gw, tenant, thread, run).await? {
+                Some((a_tenant, a_thread, record)) => {
+                    crate::aside::restore(gw, tenant, thread, (&a_tenant, &a_thread), &record).await
+                }
+                None => Err(store_error(e)),
+            }
+        }
         Err(e) if e.kind() == agui_store::ErrorKind::Invalid => {
             tracing::warn!(thread, run, error = %e, "the stored events cannot all be reduced; restoring as far as they go");
             let events = gw
@@ -513,6 +522,18 @@ pub async fn get_messages(
         .as_deref()
         .filter(|r| !runs.iter().any(|x| x.run_id == *r))
     {
+        // A run set aside: its conversation as it will join the thread (no
+        // time travel inside it until it has).
+        if q.event.is_none()
+            && q.seq.is_none()
+            && crate::aside::find(&gw, &tenant, &thread, r)
+                .await?
+                .is_some()
+        {
+            let restored = restore(&gw, &tenant, &thread, r).await?;
+            let body = messages_body(restored, r)?;
+            return Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response());
+        }
         return Err(crate::aside::no_run(&gw, &tenant, &thread, r).await);
     }
     let position = crate::travel::resolve_position(&runs, q.run.as_deref(), q.event, q.seq)?;

@@ -266,7 +266,11 @@ async fn prepare(
         }
         match &parent {
             Some(p) if !runs.iter().any(|r| &r.run_id == p) => {
-                return Err(crate::aside::unknown_parent(gw, tenant, &thread, p).await);
+                // A run set aside is a parent for a run set aside in turn
+                // (which joins after it), once it ended.
+                if !aside || !crate::aside::is_ended(gw, tenant, &thread, p).await? {
+                    return Err(crate::aside::unknown_parent(gw, tenant, &thread, p).await);
+                }
             }
             Some(_) => {}
             None => parent = runs.last().map(|r| r.run_id.clone()),

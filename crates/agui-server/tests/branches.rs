@@ -147,13 +147,33 @@ async fn a_branch_runs_beside_the_run_in_flight_and_joins_the_log_after_it() {
     );
     assert_eq!(v["runsAside"][0]["parentRunId"], "r1");
     assert!(v["runsAside"][0].get("firstSeq").is_none());
-    // Its id is taken, and it cannot be a parent until it joins.
+    // Its id is taken; its conversation is restored as it will join.
     let (s, _, body) = run(&g.base, "demo", &branch("t", "r3", "r1", "again")).await;
     assert_eq!(s, 409, "{body}");
     assert!(body.contains("run_exists"), "{body}");
-    let (s, _, body) = run(&g.base, "demo", &branch("t", "r4", "r3", "third")).await;
-    assert_eq!(s, 409, "{body}");
-    assert!(body.contains("parent_not_joined"), "{body}");
+    let (s, m3) = get_json(&format!("{}/threads/t/messages?run=r3", g.base)).await;
+    assert_eq!(s, 200, "{m3}");
+    assert_eq!(m3["runId"], "r3");
+    let resp = client()
+        .get(format!("{}/threads/t/messages?run=r3&event=0", g.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 409);
+    assert!(resp.text().await.unwrap().contains("run_not_joined"));
+    // It is a parent: the branch goes on beside r2 (set aside in turn, with
+    // r3's conversation as its history).
+    let (s, f4, body) = run(&g.base, "demo", &branch("t", "r4", "r3", "third")).await;
+    assert_eq!(s, 200, "{body}");
+    assert!(f4.iter().all(|f| f.id.is_none()), "{body}");
+    let (s, m4) = get_json(&format!("{}/threads/t/messages?run=r4", g.base)).await;
+    assert_eq!(s, 200, "{m4}");
+    let got4 = texts(&m4["messages"]);
+    assert_eq!(
+        got4[..texts(&m3["messages"]).len()],
+        texts(&m3["messages"])[..]
+    );
+    assert!(got4.iter().any(|t| t == "third"), "{got4:?}");
     // A stop of a run that ended: 409, as for any run.
     let stop = client()
         .post(format!("{}/threads/t/runs/r3/stop", g.base))
@@ -161,7 +181,7 @@ async fn a_branch_runs_beside_the_run_in_flight_and_joins_the_log_after_it() {
         .await
         .unwrap();
     assert_eq!(stop.status().as_u16(), 409);
-    // r2 ends; r3 joins the log after it, whole.
+    // r2 ends; r3 joins the log after it, whole, then r4 after its parent.
     let r2 = r2.await.unwrap();
     assert_eq!(r2.last().unwrap().ty(), "RUN_FINISHED");
     let v = wait_thread(&g.base, "t", |v| v["runsAside"] == json!([])).await;
@@ -170,17 +190,25 @@ async fn a_branch_runs_beside_the_run_in_flight_and_joins_the_log_after_it() {
         [
             ("r1".into(), "finished".into()),
             ("r2".into(), "finished".into()),
-            ("r3".into(), "finished".into())
+            ("r3".into(), "finished".into()),
+            ("r4".into(), "finished".into())
         ]
     );
     assert_eq!(v["runs"][2]["parentRunId"], "r1");
     assert_eq!(v["runs"][2]["eventCount"], frames.len());
+    assert_eq!(v["runs"][3]["parentRunId"], "r3");
     let log = thread_events(&g.base, "t").await;
-    assert_eq!(runs_are_contiguous(&log), ["r1", "r2", "r3"]);
-    // The joined run's events are the ones its client got, in order.
-    let r3_start = log.len() - frames.len();
-    for (stored, sent) in log[r3_start..].iter().zip(&frames) {
+    assert_eq!(runs_are_contiguous(&log), ["r1", "r2", "r3", "r4"]);
+    // The joined runs' events are the ones their clients got, in order.
+    let r3_start = log.len() - f4.len() - frames.len();
+    for (stored, sent) in log[r3_start..].iter().zip(frames.iter().chain(&f4)) {
         assert_eq!(stored.data, sent.data);
+    }
+    // Their conversations are the ones restored while they were aside.
+    for (run, before) in [("r3", &m3), ("r4", &m4)] {
+        let (_, now) = get_json(&format!("{}/threads/t/messages?run={run}", g.base)).await;
+        assert_eq!(now["messages"], before["messages"], "{run}");
+        assert_eq!(now["state"], before["state"], "{run}");
     }
     // Its branch holds r1 and r3, never r2.
     let (_, m) = get_json(&format!("{}/threads/t/messages?run=r3", g.base)).await;
@@ -188,8 +216,8 @@ async fn a_branch_runs_beside_the_run_in_flight_and_joins_the_log_after_it() {
     assert_eq!(got[0], "first");
     assert!(got.iter().any(|t| t == "second"), "{got:?}");
     assert!(!got.iter().any(|t| t.contains("a b c")), "{got:?}");
-    // Now it can be a parent.
-    let (s, _, body) = run(&g.base, "demo", &branch("t", "r4", "r3", "third")).await;
+    // A parent like any other run of the thread.
+    let (s, _, body) = run(&g.base, "demo", &branch("t", "r5", "r3", "fourth")).await;
     assert_eq!(s, 200, "{body}");
     let metrics = client()
         .get(format!("{}/metrics", g.base))
@@ -199,8 +227,8 @@ async fn a_branch_runs_beside_the_run_in_flight_and_joins_the_log_after_it() {
         .text()
         .await
         .unwrap();
-    assert!(metrics.contains("agui_runs_aside_total 1"), "{metrics}");
-    assert!(metrics.contains("agui_runs_joined_total 1"), "{metrics}");
+    assert!(metrics.contains("agui_runs_aside_total 2"), "{metrics}");
+    assert!(metrics.contains("agui_runs_joined_total 2"), "{metrics}");
     g.shutdown().await;
 }
 
@@ -511,14 +539,10 @@ async fn a_run_set_aside_is_attached_to_while_in_flight() {
     aside["forwardedProps"] = json!({"demo": {"delayMs": 60}});
     let r3 = start_run(&g.base, &aside).await;
     wait_thread(&g.base, "t", |v| v["runsAside"][0]["runId"] == "r3").await;
-    // Its conversation is not the thread's yet.
-    let resp = client()
-        .get(format!("{}/threads/t/messages?run=r3", g.base))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status().as_u16(), 409);
-    assert!(resp.text().await.unwrap().contains("run_not_joined"));
+    // Not a parent while in flight.
+    let (s, _, body) = run(&g.base, "demo", &branch("t", "r4", "r3", "x")).await;
+    assert_eq!(s, 409, "{body}");
+    assert!(body.contains("parent_not_joined"), "{body}");
     let attached = client()
         .get(format!("{}/threads/t/events?branch=r3", g.base))
         .send()
