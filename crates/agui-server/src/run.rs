@@ -146,6 +146,20 @@ pub async fn run_handler(
     }
     if slot.aside {
         gw.metrics.runs_aside.fetch_add(1, Relaxed);
+        // Its fork of a per-branch upstream thread is recorded now, not only
+        // at its end: should the process stop mid-run, the run still joins
+        // (interrupted), and a run continuing it must go on under its fork.
+        if let Some(branch) = prep.upstream_branch.as_deref() {
+            crate::session::record_channel(
+                &gw,
+                &tenant,
+                &input.thread_id,
+                &agent,
+                &input.run_id,
+                Some((branch, prep.upstream_thread.as_str())),
+            )
+            .await;
+        }
     }
     let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
     let upstream_headers = upstream_headers(&gw, &agent, &headers);

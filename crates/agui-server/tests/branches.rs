@@ -690,12 +690,27 @@ async fn per_branch_upstream_threads_with_a_run_set_aside() {
         .unwrap();
     let r3 = tokio::spawn(async move { resp.text().await.unwrap() });
     let x1_history = messages("x1").await;
-    ok(run(
-        &g.base,
-        "st",
-        &body("b1", Some("x1"), json!([user("ub")]), 0),
-    )
-    .await);
+    let resp = client()
+        .post(format!("{}/agents/st/run", g.base))
+        .json(&body("b1", Some("x1"), json!([user("ub")]), 300))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let b1 = tokio::spawn(async move { resp.text().await.unwrap() });
+    // Its fork is recorded as it starts, not only at its end: a run that
+    // a stopped process left in flight still joins, and its children must
+    // go on under its fork.
+    let recorded = g
+        .store
+        .channel("default", "p", "st")
+        .await
+        .unwrap()
+        .unwrap();
+    let recorded: Value = serde_json::from_str(&recorded.state).unwrap();
+    assert_eq!(recorded["upstreamThreads"]["b1"], "p~b1", "{recorded}");
+    assert!(!b1.is_finished());
+    assert!(b1.await.unwrap().contains("RUN_FINISHED"));
     assert!(!r3.is_finished());
     r3.await.unwrap();
     wait_thread(&g.base, "p", |v| v["runsAside"] == json!([])).await;
