@@ -192,26 +192,7 @@ pub(crate) async fn runs_of(
 }
 
 async fn all_aside_runs(gw: &Gateway, aside_tenant: &str) -> Result<Vec<RunRecord>, StoreError> {
-    let mut out = Vec::new();
-    let mut cursor = None;
-    loop {
-        let page = gw
-            .store
-            .list_runs(
-                aside_tenant,
-                &RunFilter {
-                    limit: agui_store::MAX_PAGE,
-                    cursor: cursor.take(),
-                    ..RunFilter::default()
-                },
-            )
-            .await?;
-        out.extend(page.runs);
-        match page.next_cursor {
-            Some(c) => cursor = Some(c),
-            None => return Ok(out),
-        }
-    }
+    crate::run::every_run(gw, aside_tenant, RunFilter::default()).await
 }
 
 /// What one attempt to join a run set aside came to.

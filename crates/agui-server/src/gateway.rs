@@ -226,28 +226,7 @@ impl Gateway {
     ) -> Result<Reserve, ApiError> {
         let key = (tenant.to_owned(), thread.to_owned());
         let stop = CancellationToken::new();
-        let held_by = {
-            let mut active = self.active.lock().unwrap_or_else(|p| p.into_inner());
-            match active.get(&key) {
-                Some(current) => {
-                    // Registered before the lock is released: no wake-up is lost.
-                    let mut ended = Box::pin(current.ended.clone().notified_owned());
-                    ended.as_mut().enable();
-                    Some((current.run.clone(), ended))
-                }
-                None => {
-                    active.insert(
-                        key.clone(),
-                        InFlight {
-                            run: run.to_owned(),
-                            ended: Arc::new(tokio::sync::Notify::new()),
-                            stop: stop.clone(),
-                        },
-                    );
-                    None
-                }
-            }
-        };
+        let held_by = self.occupy(&key, run, &stop);
         if let Some((current, ended)) = held_by {
             return Ok(Reserve::Held(current, Some(ended)));
         }
@@ -276,6 +255,40 @@ impl Gateway {
         Ok(Reserve::Done(slot))
     }
 
+    /// Marks `key` (tenant, thread) as held by `run` in this process, unless
+    /// something holds it already: then that holder's run id (empty for a
+    /// hold) and how to wait for its end, listening from now on.
+    fn occupy(
+        &self,
+        key: &(String, String),
+        run: &str,
+        stop: &CancellationToken,
+    ) -> Option<(
+        String,
+        std::pin::Pin<Box<tokio::sync::futures::OwnedNotified>>,
+    )> {
+        let mut active = self.active.lock().unwrap_or_else(|p| p.into_inner());
+        match active.get(key) {
+            Some(current) => {
+                // Registered before the lock is released: no wake-up is lost.
+                let mut ended = Box::pin(current.ended.clone().notified_owned());
+                ended.as_mut().enable();
+                Some((current.run.clone(), ended))
+            }
+            None => {
+                active.insert(
+                    key.clone(),
+                    InFlight {
+                        run: run.to_owned(),
+                        ended: Arc::new(tokio::sync::Notify::new()),
+                        stop: stop.clone(),
+                    },
+                );
+                None
+            }
+        }
+    }
+
     /// The thread is held by `current` (a run, or an empty id for an
     /// operation such as a delete): a branch from a run other than
     /// `current` reserves its aside thread; anything else is 409.
@@ -295,21 +308,7 @@ impl Gateway {
         };
         let key = (agui_store::aside::aside_tenant(tenant), aside);
         let stop = CancellationToken::new();
-        let taken = {
-            let mut active = self.active.lock().unwrap_or_else(|p| p.into_inner());
-            let taken = active.contains_key(&key);
-            if !taken {
-                active.insert(
-                    key.clone(),
-                    InFlight {
-                        run: run.to_owned(),
-                        ended: Arc::new(tokio::sync::Notify::new()),
-                        stop: stop.clone(),
-                    },
-                );
-            }
-            taken
-        };
+        let taken = self.occupy(&key, run, &stop).is_some();
         if taken {
             return Err(crate::run::run_exists(run));
         }
@@ -361,19 +360,8 @@ impl Gateway {
         thread: &str,
     ) -> Result<RunSlot, ApiError> {
         let key = (tenant.to_owned(), thread.to_owned());
-        {
-            let mut active = self.active.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(f) = active.get(&key) {
-                return Err(in_flight(&f.run));
-            }
-            active.insert(
-                key.clone(),
-                InFlight {
-                    run: String::new(),
-                    ended: Arc::new(tokio::sync::Notify::new()),
-                    stop: CancellationToken::new(),
-                },
-            );
+        if let Some((holder, _)) = self.occupy(&key, "", &CancellationToken::new()) {
+            return Err(in_flight(&holder));
         }
         let slot = RunSlot {
             gw: self.clone(),

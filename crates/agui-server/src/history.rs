@@ -77,16 +77,12 @@ fn run_json(r: &RunRecord) -> Value {
 /// A run set aside (see `aside`): what `run_json` gives but its sequence
 /// numbers, which are its aside thread's.
 fn aside_run_json(r: &RunRecord) -> Value {
-    json!({
-        "runId": r.run_id,
-        "parentRunId": r.parent_run_id,
-        "agent": r.agent,
-        "status": r.status.as_str(),
-        "startedAt": ts(r.started_at),
-        "finishedAt": r.finished_at.map(ts),
-        "eventCount": r.event_count,
-        "bytes": r.bytes,
-    })
+    let mut v = run_json(r);
+    if let Some(o) = v.as_object_mut() {
+        o.remove("firstSeq");
+        o.remove("lastSeq");
+    }
+    v
 }
 
 /// `GET /threads`.

@@ -433,30 +433,33 @@ pub(crate) async fn all_runs(
     tenant: &str,
     thread: &str,
 ) -> Result<Vec<agui_store::RunRecord>, ApiError> {
-    let mut out = Vec::new();
-    let mut cursor = None;
-    loop {
-        let page = gw
-            .store
-            .list_runs(
-                tenant,
-                &RunFilter {
-                    thread_id: Some(thread.to_owned()),
-                    limit: agui_store::MAX_PAGE,
-                    cursor: cursor.take(),
-                    ..RunFilter::default()
-                },
-            )
-            .await
-            .map_err(store_error)?;
-        out.extend(page.runs);
-        match page.next_cursor {
-            Some(c) => cursor = Some(c),
-            None => break,
-        }
-    }
+    let filter = RunFilter {
+        thread_id: Some(thread.to_owned()),
+        ..RunFilter::default()
+    };
+    let mut out = every_run(gw, tenant, filter).await.map_err(store_error)?;
     out.sort_by_key(|r| r.first_seq);
     Ok(out)
+}
+
+/// Every run of the tenant `filter` keeps, page after page (its `limit`
+/// and `cursor` are the pager's).
+pub(crate) async fn every_run(
+    gw: &Gateway,
+    tenant: &str,
+    mut filter: RunFilter,
+) -> Result<Vec<agui_store::RunRecord>, agui_store::StoreError> {
+    let mut out = Vec::new();
+    filter.limit = agui_store::MAX_PAGE;
+    filter.cursor = None;
+    loop {
+        let page = gw.store.list_runs(tenant, &filter).await?;
+        out.extend(page.runs);
+        match page.next_cursor {
+            Some(c) => filter.cursor = Some(c),
+            None => return Ok(out),
+        }
+    }
 }
 
 pub(crate) struct RunCtx {
