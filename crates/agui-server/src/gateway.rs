@@ -230,16 +230,7 @@ impl Gateway {
         if let Some((current, ended)) = held_by {
             return Ok(Reserve::Held(current, Some(ended)));
         }
-        let mut slot = RunSlot {
-            gw: self.clone(),
-            key,
-            run: run.to_owned(),
-            counted: false,
-            claimed: false,
-            released: false,
-            aside: false,
-            stop,
-        };
+        let mut slot = RunSlot::new(self.clone(), key, run, stop, false);
         match self.store.claim_thread(tenant, thread, run).await {
             Ok(None) => slot.claimed = true,
             Ok(Some(holder)) => {
@@ -312,16 +303,7 @@ impl Gateway {
         if taken {
             return Err(crate::run::run_exists(run));
         }
-        let mut slot = RunSlot {
-            gw: self.clone(),
-            key,
-            run: run.to_owned(),
-            counted: false,
-            claimed: false,
-            released: false,
-            aside: true,
-            stop,
-        };
+        let mut slot = RunSlot::new(self.clone(), key, run, stop, true);
         let (tenant, thread) = (&slot.key.0, &slot.key.1);
         match self.store.claim_thread(tenant, thread, run).await {
             Ok(None) => slot.claimed = true,
@@ -363,16 +345,7 @@ impl Gateway {
         if let Some((holder, _)) = self.occupy(&key, "", &CancellationToken::new()) {
             return Err(in_flight(&holder));
         }
-        let slot = RunSlot {
-            gw: self.clone(),
-            key,
-            run: String::new(),
-            counted: false,
-            claimed: false,
-            released: false,
-            aside: false,
-            stop: CancellationToken::new(),
-        };
+        let slot = RunSlot::new(self.clone(), key, "", CancellationToken::new(), false);
         self.claim(slot).await
     }
 
@@ -673,6 +646,27 @@ pub struct RunSlot {
 }
 
 impl RunSlot {
+    /// A slot for `run` (empty for a hold) on `key`, neither claimed in the
+    /// store nor counted yet.
+    fn new(
+        gw: Arc<Gateway>,
+        key: (String, String),
+        run: &str,
+        stop: CancellationToken,
+        aside: bool,
+    ) -> RunSlot {
+        RunSlot {
+            gw,
+            key,
+            run: run.to_owned(),
+            counted: false,
+            claimed: false,
+            released: false,
+            aside,
+            stop,
+        }
+    }
+
     /// Where the run's events go: the reserved tenant and thread (for a
     /// run set aside, its aside tenant and thread).
     pub(crate) fn log(&self) -> (String, String) {
