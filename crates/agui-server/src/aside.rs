@@ -203,13 +203,25 @@ pub(crate) enum Join {
     /// Not now: the run is still in flight, or its thread is busy (a run in
     /// flight, another process holds it, a store error). Try again later.
     Busy,
-    /// It cannot join, ever (its thread was deleted, or the thread's log
-    /// already has another run of that id): left where it is and logged.
+    /// It cannot join, ever (the thread's log refuses it: its parent is no
+    /// run of the thread, or the log already has another run of that id;
+    /// or its parent, set aside too, cannot join): left where it is,
+    /// logged and counted (`agui_runs_aside_stuck_total`).
     Stuck,
 }
 
 /// Tries once to join run `run` of `thread` (set aside) into the thread.
 pub(crate) async fn join(gw: &Arc<Gateway>, tenant: &str, thread: &str, run: &str) -> Join {
+    let out = try_join(gw, tenant, thread, run).await;
+    if let Join::Stuck = out {
+        gw.metrics
+            .runs_stuck
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    out
+}
+
+async fn try_join(gw: &Arc<Gateway>, tenant: &str, thread: &str, run: &str) -> Join {
     let (a_tenant, a_thread, record) = match find(gw, tenant, thread, run).await {
         Ok(Some(found)) => found,
         // Gone: joined (by another process, or an earlier try).
@@ -239,10 +251,23 @@ async fn join_held(
         tracing::warn!(thread = %thread, run = %record.run_id, error = %e, "cannot join a run set aside ({what}); retrying later");
         Join::Busy
     };
-    // A run set aside from a run set aside joins after its parent.
+    // A run set aside from a run set aside joins after its parent: the
+    // parent joins first, under the same hold, and one that never can
+    // leaves its children where they are too.
     if let Some(p) = &record.parent_run_id {
         match find(gw, tenant, thread, p).await {
             Ok(None) => {}
+            Ok(Some((p_tenant, p_thread, parent))) if parent.status != RunStatus::Running => {
+                let parent_join = join_held(gw, tenant, thread, &p_tenant, &p_thread, &parent);
+                match Box::pin(parent_join).await {
+                    Join::Joined => {}
+                    Join::Busy => return Join::Busy,
+                    Join::Stuck => {
+                        tracing::error!(thread = %thread, run = %record.run_id, parent = %p, "a run set aside cannot join its thread: its parent, set aside too, cannot; it stays set aside");
+                        return Join::Stuck;
+                    }
+                }
+            }
             Ok(Some(_)) | Err(_) => return Join::Busy,
         }
     }

@@ -69,7 +69,10 @@ pub struct Metrics {
     pub runs_aside: AtomicU64,
     /// Runs set aside that joined their thread's log.
     pub runs_joined: AtomicU64,
-    /// Runs refused (409 etc. are counted in requests instead).
+    /// Tries to join a run set aside that found it never can (its parent
+    /// cannot, or the thread's log refuses it); it stays set aside.
+    pub runs_stuck: AtomicU64,
+    /// Events stored.
     pub events_stored: AtomicU64,
     /// JSON bytes stored.
     pub bytes_stored: AtomicU64,
@@ -134,6 +137,13 @@ impl Metrics {
             "counter",
             "Runs set aside that joined their thread's log.",
             self.runs_joined.load(Relaxed),
+        );
+        g(
+            &mut out,
+            "agui_runs_aside_stuck_total",
+            "counter",
+            "Tries to join a run set aside that found it never can (logged; it stays set aside).",
+            self.runs_stuck.load(Relaxed),
         );
         g(
             &mut out,

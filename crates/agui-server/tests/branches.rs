@@ -12,7 +12,6 @@ use agui_server::GatewayConfig;
 use agui_store::aside::{aside_tenant, aside_thread};
 use agui_store::{AppendRequest, RunStatus, Store};
 use common::*;
-use futures::StreamExt;
 use serde_json::{Value, json};
 
 /// A run of the demo agent that takes about `ms` milliseconds per event.
@@ -38,46 +37,6 @@ async fn start_run(base: &str, body: &Value) -> tokio::task::JoinHandle<Vec<Fram
         .unwrap();
     assert_eq!(resp.status().as_u16(), 200);
     tokio::spawn(async move { parse_sse(&resp.text().await.unwrap()) })
-}
-
-/// Waits (bounded) until the thread's summary satisfies `done`.
-async fn wait_thread(base: &str, thread: &str, done: impl Fn(&Value) -> bool) -> Value {
-    let mut last = Value::Null;
-    for _ in 0..400 {
-        let (s, v) = get_json(&format!("{base}/threads/{thread}")).await;
-        if s == 200 && done(&v) {
-            return v;
-        }
-        last = v;
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("thread {thread} never got there: {last}");
-}
-
-fn ids_and_statuses(runs: &Value) -> Vec<(String, String)> {
-    runs.as_array()
-        .unwrap()
-        .iter()
-        .map(|r| {
-            (
-                r["runId"].as_str().unwrap().to_owned(),
-                r["status"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect()
-}
-
-/// The thread's stored events as JSON, with their ids.
-async fn thread_events(base: &str, thread: &str) -> Vec<Frame> {
-    let text = client()
-        .get(format!("{base}/threads/{thread}/events"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    parse_sse(&text)
 }
 
 /// Each run's events are contiguous in the log: a `RUN_STARTED` only after
@@ -475,6 +434,139 @@ async fn runs_set_aside_join_at_the_next_start() {
     g.shutdown().await;
 }
 
+/// A run set aside that never can join (the thread's log refuses it: its
+/// parent is no run of the thread) stays set aside, logged and counted,
+/// and so does a run set aside from it: neither is tried again and again,
+/// and the thread goes on.
+#[tokio::test]
+async fn a_run_set_aside_that_cannot_join_stays_aside_with_its_children() {
+    let store = Store::memory();
+    let tenant = "default";
+    let r1 = vec![
+        ev(json!({"type":"RUN_STARTED","threadId":"t","runId":"r1"})),
+        ev(json!({"type":"RUN_FINISHED","threadId":"t","runId":"r1"})),
+    ];
+    store
+        .append(tenant, "t", AppendRequest::new(r1))
+        .await
+        .unwrap();
+    let at = aside_tenant(tenant);
+    for (run, parent) in [("b", "gone"), ("c", "b")] {
+        let events = vec![
+            ev(json!({"type":"RUN_STARTED","threadId":"t","runId":run,"parentRunId":parent})),
+            ev(json!({"type":"RUN_FINISHED","threadId":"t","runId":run})),
+        ];
+        store
+            .append(
+                &at,
+                &aside_thread("t", run).unwrap(),
+                AppendRequest::new(events),
+            )
+            .await
+            .unwrap();
+    }
+    let g = start_with(store.clone(), GatewayConfig::default()).await;
+    g.gw.recover_at_start().await.unwrap();
+    // Both found unable to join at start-up: the child through its parent.
+    let mut metrics = String::new();
+    for _ in 0..200 {
+        metrics = client()
+            .get(format!("{}/metrics", g.base))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if metrics.contains("agui_runs_aside_stuck_total 2") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(
+        metrics.contains("agui_runs_aside_stuck_total 2"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("agui_runs_joined_total 0"), "{metrics}");
+    let (_, v) = get_json(&format!("{}/threads/t", g.base)).await;
+    let mut aside = ids_and_statuses(&v["runsAside"]);
+    aside.sort();
+    assert_eq!(
+        aside,
+        [
+            ("b".into(), "finished".into()),
+            ("c".into(), "finished".into())
+        ]
+    );
+    // The thread goes on.
+    let (s, _, body) = run(&g.base, "demo", &input("t", "r2", "next")).await;
+    assert_eq!(s, 200, "{body}");
+    let v = wait_thread(&g.base, "t", |v| v["runs"].as_array().unwrap().len() == 2).await;
+    assert_eq!(
+        ids_and_statuses(&v["runs"]),
+        [
+            ("r1".into(), "finished".into()),
+            ("r2".into(), "finished".into())
+        ]
+    );
+    // Nothing retried them meanwhile.
+    let metrics = client()
+        .get(format!("{}/metrics", g.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("agui_runs_aside_stuck_total 2"),
+        "{metrics}"
+    );
+    g.shutdown().await;
+}
+
+/// A new run waits for a hold on its thread (a run set aside joining it, a
+/// delete; here one by another process, in the store) rather than failing:
+/// it starts once the hold ends, and gets 409 only after the bound.
+#[tokio::test]
+async fn a_new_run_waits_for_a_hold_on_its_thread() {
+    let store = Store::memory();
+    let g = start_with(store.clone(), GatewayConfig::default()).await;
+    let (s, _, _) = run(&g.base, "demo", &input("t", "r1", "first")).await;
+    assert_eq!(s, 200);
+    // Held, then released while the run waits.
+    assert_eq!(store.claim_thread("default", "t", "").await.unwrap(), None);
+    let base = g.base.clone();
+    let waiting = tokio::spawn(async move { run(&base, "demo", &input("t", "r2", "next")).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished(), "the run should wait for the hold");
+    store.release_thread("default", "t", "").await.unwrap();
+    let (s, frames, body) = waiting.await.unwrap();
+    assert_eq!(s, 200, "{body}");
+    assert_eq!(frames.last().unwrap().ty(), "RUN_FINISHED");
+    // Held for good: 409 once the bound (five seconds) has passed.
+    assert_eq!(store.claim_thread("default", "t", "").await.unwrap(), None);
+    let began = std::time::Instant::now();
+    let (s, _, body) = run(&g.base, "demo", &input("t", "r3", "again")).await;
+    assert_eq!(s, 409, "{body}");
+    assert!(body.contains("run_in_flight"), "{body}");
+    assert!(
+        began.elapsed() >= Duration::from_secs(4),
+        "{:?}",
+        began.elapsed()
+    );
+    store.release_thread("default", "t", "").await.unwrap();
+    let (_, v) = get_json(&format!("{}/threads/t", g.base)).await;
+    assert_eq!(
+        ids_and_statuses(&v["runs"]),
+        [
+            ("r1".into(), "finished".into()),
+            ("r2".into(), "finished".into())
+        ]
+    );
+    g.shutdown().await;
+}
+
 /// Two gateways sharing one store, as replicas share a PostgreSQL
 /// database: a branch sent to the one that does not forward the run in
 /// flight runs aside there, can be stopped through the other, and joins
@@ -585,42 +677,6 @@ async fn a_run_set_aside_is_attached_to_while_in_flight() {
     assert_eq!(s, 200);
     assert_eq!(m["runId"], "r3");
     g.shutdown().await;
-}
-
-/// An upstream that records every request body and answers each run with
-/// one assistant message, pausing `forwardedProps.pauseMs` before its end.
-async fn recording_upstream() -> (String, std::sync::Arc<std::sync::Mutex<Vec<Value>>>) {
-    use axum::body::Body;
-    use axum::response::IntoResponse;
-    let seen: std::sync::Arc<std::sync::Mutex<Vec<Value>>> = Default::default();
-    let seen2 = seen.clone();
-    let app = axum::Router::new().route(
-        "/agent",
-        axum::routing::post(move |body: axum::Json<Value>| {
-            let seen = seen2.clone();
-            async move {
-                let input = body.0;
-                seen.lock().unwrap().push(input.clone());
-                let (t, r) = (input["threadId"].clone(), input["runId"].as_str().unwrap().to_owned());
-                let pause = input["forwardedProps"]["pauseMs"].as_u64().unwrap_or(0);
-                let head = [
-                    json!({"type":"RUN_STARTED","threadId":t,"runId":r}),
-                    json!({"type":"TEXT_MESSAGE_START","messageId":format!("a-{r}"),"role":"assistant"}),
-                    json!({"type":"TEXT_MESSAGE_CONTENT","messageId":format!("a-{r}"),"delta":"ok"}),
-                    json!({"type":"TEXT_MESSAGE_END","messageId":format!("a-{r}")}),
-                ];
-                let tail = json!({"type":"RUN_FINISHED","threadId":t,"runId":r});
-                let first: String = head.iter().map(|e| format!("data: {e}\n\n")).collect();
-                let chunks = futures::stream::iter([(first, 0), (format!("data: {tail}\n\n"), pause)])
-                    .then(|(text, ms)| async move {
-                        tokio::time::sleep(Duration::from_millis(ms)).await;
-                        Ok::<_, std::convert::Infallible>(text)
-                    });
-                ([("content-type", "text/event-stream")], Body::from_stream(chunks)).into_response()
-            }
-        }),
-    );
-    (format!("{}/agent", serve_upstream(app).await), seen)
 }
 
 /// With per-branch upstream threads (stateful frameworks), a run set aside

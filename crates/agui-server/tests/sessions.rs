@@ -5,45 +5,10 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
-
 use agui_server::config::parse_agent_flag;
 use agui_server::{GatewayConfig, SessionMode, UpstreamThread};
-use axum::Router;
-use axum::body::Body;
-use axum::response::IntoResponse;
-use axum::routing::post;
 use common::*;
 use serde_json::{Value, json};
-
-/// An upstream that records every request body and answers each run with
-/// one assistant message (the upstream's own `RUN_STARTED` omits `input`).
-async fn recording_upstream() -> (String, Arc<Mutex<Vec<Value>>>) {
-    let seen: Arc<Mutex<Vec<Value>>> = Arc::default();
-    let seen2 = seen.clone();
-    let app = Router::new().route(
-        "/agent",
-        post(move |body: axum::Json<Value>| {
-            let seen = seen2.clone();
-            async move {
-                let input = body.0;
-                seen.lock().unwrap().push(input.clone());
-                let (t, r) = (&input["threadId"], input["runId"].as_str().unwrap());
-                let n = input["messages"].as_array().unwrap().len();
-                let events = [
-                    json!({"type":"RUN_STARTED","threadId":t,"runId":r}),
-                    json!({"type":"TEXT_MESSAGE_START","messageId":format!("a-{r}"),"role":"assistant"}),
-                    json!({"type":"TEXT_MESSAGE_CONTENT","messageId":format!("a-{r}"),"delta":format!("I saw {n} messages")}),
-                    json!({"type":"TEXT_MESSAGE_END","messageId":format!("a-{r}")}),
-                    json!({"type":"RUN_FINISHED","threadId":t,"runId":r}),
-                ];
-                let body: String = events.iter().map(|e| format!("data: {e}\n\n")).collect();
-                ([("content-type", "text/event-stream")], Body::from(body)).into_response()
-            }
-        }),
-    );
-    (format!("{}/agent", serve_upstream(app).await), seen)
-}
 
 /// The rebuild rule of docs/server.md: the branch history, then the stored
 /// messages merged in by id (replacing in place, else appended).

@@ -208,7 +208,7 @@ pub async fn check_thread(store: &Store, tenant: &str, thread: &str, report: &mu
         ));
     }
     let elsewhere = crate::aside::is_aside_tenant(tenant);
-    check_index(&events, &stored, elsewhere, &mut |run, what| {
+    check_index(tenant, &events, &stored, &mut |run, what| {
         report.damage.push(finding(run, what))
     });
     // Checkpoints: checksum, chain, coverage.
@@ -285,20 +285,17 @@ async fn all_runs(store: &Store, tenant: &str, thread: &str) -> Result<Vec<RunRe
 }
 
 /// Compares the stored run index with the one the log implies (the shared
-/// rules of [`crate::index`], replayed over the whole log as one batch).
-/// `parents_elsewhere`: the thread holds a run set aside (see
-/// [`crate::aside`]), whose parent is a run of another thread.
+/// rules of [`crate::index`], replayed over the whole log as one batch;
+/// a run set aside names its parent in another thread, see
+/// [`crate::aside`]).
 fn check_index(
+    tenant: &str,
     events: &[StoredEvent],
     stored: &[RunRecord],
-    parents_elsewhere: bool,
     damage: &mut dyn FnMut(Option<&str>, String),
 ) {
     let list: Vec<_> = events.iter().map(|e| e.event.clone()).collect();
-    let elsewhere = match parents_elsewhere {
-        true => crate::index::parents_to_look_up(&list, None),
-        false => Vec::new(),
-    };
+    let elsewhere = crate::aside::parents_elsewhere(tenant, &list, None);
     let expected = if list.is_empty() {
         Vec::new()
     } else {
@@ -516,7 +513,7 @@ mod tests {
             bytes,
         };
         let mut found = Vec::new();
-        check_index(&events, std::slice::from_ref(&good), false, &mut |_, w| {
+        check_index("acme", &events, std::slice::from_ref(&good), &mut |_, w| {
             found.push(w)
         });
         assert!(found.is_empty(), "{found:?}");
@@ -525,14 +522,14 @@ mod tests {
             status: RunStatus::Interrupted,
             ..good.clone()
         };
-        check_index(&events, &[crashed], false, &mut |_, w| found.push(w));
+        check_index("acme", &events, &[crashed], &mut |_, w| found.push(w));
         assert!(found.is_empty(), "{found:?}");
         let wrong = RunRecord {
             last_seq: 1,
             status: RunStatus::Running,
             ..good.clone()
         };
-        check_index(&events, &[wrong], false, &mut |_, w| found.push(w));
+        check_index("acme", &events, &[wrong], &mut |_, w| found.push(w));
         assert_eq!(found.len(), 1, "{found:?}");
         assert!(found[0].contains("last event 1 (log: 2)"), "{found:?}");
         assert!(
@@ -544,7 +541,7 @@ mod tests {
             run_id: "ghost".into(),
             ..good.clone()
         };
-        check_index(&events, &[good, extra], false, &mut |_, w| found.push(w));
+        check_index("acme", &events, &[good, extra], &mut |_, w| found.push(w));
         assert_eq!(found.len(), 1, "{found:?}");
     }
 }

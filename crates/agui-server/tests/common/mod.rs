@@ -224,3 +224,82 @@ pub fn wait_listening(child: &mut Child, port: u16, seconds: u64, what: &str) {
     let _ = child.kill();
     panic!("{what} did not start listening");
 }
+
+/// An upstream that records every request body and answers each run with
+/// one assistant message, "I saw N messages" (its own `RUN_STARTED` omits
+/// `input`), pausing `forwardedProps.pauseMs` milliseconds before the
+/// run's end.
+pub async fn recording_upstream() -> (String, Arc<std::sync::Mutex<Vec<Value>>>) {
+    use axum::body::Body;
+    use axum::response::IntoResponse;
+    let seen: Arc<std::sync::Mutex<Vec<Value>>> = Arc::default();
+    let seen2 = seen.clone();
+    let app = Router::new().route(
+        "/agent",
+        axum::routing::post(move |body: axum::Json<Value>| {
+            let seen = seen2.clone();
+            async move {
+                let input = body.0;
+                seen.lock().unwrap().push(input.clone());
+                let (t, r) = (&input["threadId"], input["runId"].as_str().unwrap());
+                let n = input["messages"].as_array().map_or(0, Vec::len);
+                let pause = input["forwardedProps"]["pauseMs"].as_u64().unwrap_or(0);
+                let head = [
+                    json!({"type":"RUN_STARTED","threadId":t,"runId":r}),
+                    json!({"type":"TEXT_MESSAGE_START","messageId":format!("a-{r}"),"role":"assistant"}),
+                    json!({"type":"TEXT_MESSAGE_CONTENT","messageId":format!("a-{r}"),"delta":format!("I saw {n} messages")}),
+                    json!({"type":"TEXT_MESSAGE_END","messageId":format!("a-{r}")}),
+                ];
+                let tail = json!({"type":"RUN_FINISHED","threadId":t,"runId":r});
+                let first: String = head.iter().map(|e| format!("data: {e}\n\n")).collect();
+                let chunks = futures::stream::iter([(first, 0), (format!("data: {tail}\n\n"), pause)])
+                    .then(|(text, ms)| async move {
+                        tokio::time::sleep(Duration::from_millis(ms)).await;
+                        Ok::<_, std::convert::Infallible>(text)
+                    });
+                ([("content-type", "text/event-stream")], Body::from_stream(chunks)).into_response()
+            }
+        }),
+    );
+    (format!("{}/agent", serve_upstream(app).await), seen)
+}
+
+/// Waits (bounded) until the thread's summary satisfies `done`.
+pub async fn wait_thread(base: &str, thread: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let mut last = Value::Null;
+    for _ in 0..400 {
+        let (s, v) = get_json(&format!("{base}/threads/{thread}")).await;
+        if s == 200 && done(&v) {
+            return v;
+        }
+        last = v;
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("thread {thread} never got there: {last}");
+}
+
+pub fn ids_and_statuses(runs: &Value) -> Vec<(String, String)> {
+    runs.as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["runId"].as_str().unwrap().to_owned(),
+                r["status"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// The thread's stored events as JSON, with their ids.
+pub async fn thread_events(base: &str, thread: &str) -> Vec<Frame> {
+    let text = client()
+        .get(format!("{base}/threads/{thread}/events"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    parse_sse(&text)
+}
