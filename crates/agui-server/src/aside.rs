@@ -308,10 +308,11 @@ async fn join_held(
         Err(e) if e.kind() == ErrorKind::Invalid => {
             // Joined already (the delete below failed or the process
             // stopped before it), or it never can.
-            let joined = matches!(
-                gw.store.run(tenant, thread, &record.run_id).await,
-                Ok(r) if r.parent_run_id == record.parent_run_id && r.event_count == record.event_count
-            );
+            let joined = match joined_already(gw, tenant, thread, a_tenant, a_thread, record).await
+            {
+                Ok(joined) => joined,
+                Err(e) => return busy("comparing it with the thread's run of its id", &e),
+            };
             if !joined {
                 tracing::error!(thread = %thread, run = %record.run_id, error = %e, "a run set aside cannot join its thread; it stays set aside");
                 return Join::Stuck;
@@ -329,6 +330,38 @@ async fn join_held(
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     tracing::info!(thread = %thread, run = %record.run_id, events = record.event_count, "a run set aside joined its thread");
     Join::Joined
+}
+
+/// True when the thread's log holds run `record` exactly as set aside: the
+/// same parent and the same events, in order (a join whose append landed
+/// and whose delete of the aside copy did not). Another run of that id
+/// (one that reused it) is not taken for it.
+async fn joined_already(
+    gw: &Gateway,
+    tenant: &str,
+    thread: &str,
+    a_tenant: &str,
+    a_thread: &str,
+    record: &RunRecord,
+) -> Result<bool, StoreError> {
+    let in_log = match gw.store.run(tenant, thread, &record.run_id).await {
+        Ok(r) => r,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    if in_log.parent_run_id != record.parent_run_id || in_log.event_count != record.event_count {
+        return Ok(false);
+    }
+    let logged = gw.store.read_run(tenant, thread, &record.run_id).await?;
+    let aside = gw
+        .store
+        .read_run(a_tenant, a_thread, &record.run_id)
+        .await?;
+    Ok(logged.len() == aside.len()
+        && logged
+            .iter()
+            .zip(&aside)
+            .all(|(l, a)| l.event.json() == a.event.json()))
 }
 
 /// Joins run `run` of `thread` (set aside, just ended) into the thread as

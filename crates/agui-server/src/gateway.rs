@@ -294,8 +294,19 @@ impl Gateway {
         if current.is_empty() || parent.is_none_or(|p| p == current) {
             return Err(in_flight(current));
         }
+        // The run in flight holds its id, stored or not.
+        if run == current {
+            return Err(crate::run::run_exists(run));
+        }
         let Some(aside) = agui_store::aside::aside_thread(thread, run) else {
-            return Err(in_flight(current));
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "run_in_flight",
+                format!(
+                    "run {current:?} of this thread is still in flight, and this branch cannot run beside it: its threadId and runId together are too long to be set aside (the thread id's length in digits, a colon and both ids must fit in {} bytes); retry once that run has ended",
+                    agui_store::MAX_ID_BYTES
+                ),
+            ));
         };
         let key = (agui_store::aside::aside_tenant(tenant), aside);
         let stop = CancellationToken::new();
@@ -347,6 +358,32 @@ impl Gateway {
         }
         let slot = RunSlot::new(self.clone(), key, "", CancellationToken::new(), false);
         self.claim(slot).await
+    }
+
+    /// A run of `thread` set aside in flight in this process, stored or
+    /// not yet: `run` itself when given, else any; its id.
+    pub(crate) fn aside_here(
+        &self,
+        tenant: &str,
+        thread: &str,
+        run: Option<&str>,
+    ) -> Option<String> {
+        use agui_store::aside::{aside_tenant, aside_thread, parse_aside_thread};
+        let a_tenant = aside_tenant(tenant);
+        let active = self.active.lock().unwrap_or_else(|p| p.into_inner());
+        match run {
+            Some(run) => {
+                let key = (a_tenant, aside_thread(thread, run)?);
+                active.get(&key).map(|f| f.run.clone())
+            }
+            None => active
+                .iter()
+                .filter(|((t, a), _)| {
+                    *t == a_tenant && parse_aside_thread(a).is_some_and(|(th, _)| th == thread)
+                })
+                .map(|(_, f)| f.run.clone())
+                .next(),
+        }
     }
 
     /// Resolves when the run (or hold) of the thread in this process ends;

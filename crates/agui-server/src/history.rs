@@ -302,6 +302,11 @@ pub async fn delete_thread(
     // A run of this process holds the thread from its request on, before it
     // stored anything; the hold also keeps new runs off while deleting.
     let hold = gw.hold_thread(&tenant, &thread).await?;
+    // So does a run set aside here, before it stored anything.
+    if let Some(run) = gw.aside_here(&tenant, &thread, None) {
+        hold.release().await;
+        return Err(crate::gateway::in_flight_error(&run));
+    }
     let runs = match all_runs(&gw, &tenant, &thread).await {
         Ok(r) => r,
         Err(e) => {
@@ -737,7 +742,26 @@ async fn aside_events(
     after: u64,
     mode: Option<Mode>,
 ) -> Result<Response, ApiError> {
-    let mut stored = match &record.parent_run_id {
+    // Its parent may be set aside in turn (ended, not joined yet): the
+    // branch goes through each such run up to one in the log.
+    let mut above = Vec::new();
+    let mut parent = record.parent_run_id.clone();
+    while let Some(p) = parent.take() {
+        match crate::aside::find(gw, tenant, thread, &p).await? {
+            // Runs set aside form no cycle (a parent exists before its
+            // child starts); the bound only guards against a damaged store.
+            Some(found) if above.len() < 10_000 => {
+                parent = found.2.parent_run_id.clone();
+                above.push(found);
+            }
+            Some(_) => return Err(ApiError::store()),
+            None => {
+                parent = Some(p);
+                break;
+            }
+        }
+    }
+    let mut stored = match &parent {
         Some(p) => gw
             .store
             .read_branch(tenant, thread, p)
@@ -746,12 +770,22 @@ async fn aside_events(
         None => Vec::new(),
     };
     stored.retain(|e| e.seq > after);
-    let own = gw
+    let mut own = Vec::new();
+    for (t, th, _) in above.iter().rev() {
+        own.extend(
+            gw.store
+                .read_range(t, th, 1, u64::MAX)
+                .await
+                .map_err(store_error)?,
+        );
+    }
+    let mine = gw
         .store
         .read_range(&a_tenant, &a_thread, 1, u64::MAX)
         .await
         .map_err(store_error)?;
-    let own_last = own.last().map_or(0, |e| e.seq);
+    let own_last = mine.last().map_or(0, |e| e.seq);
+    own.extend(mine);
     let mut buf = Vec::new();
     match mode {
         None => {

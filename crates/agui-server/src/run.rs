@@ -292,8 +292,14 @@ async fn prepare(
     } else if let Some(p) = &parent {
         return Err(crate::aside::unknown_parent(gw, tenant, &thread, p).await);
     }
-    // A run set aside that has not joined the log yet holds its id too.
-    if crate::aside::holds(gw, tenant, &thread, &input.run_id).await? {
+    // A run set aside that has not joined the log yet holds its id too:
+    // stored, or in flight in this process before it stored anything.
+    if !aside
+        && gw
+            .aside_here(tenant, &thread, Some(&input.run_id))
+            .is_some()
+        || crate::aside::holds(gw, tenant, &thread, &input.run_id).await?
+    {
         return Err(run_exists(&input.run_id));
     }
     let head = if aside { 0 } else { head };
