@@ -181,37 +181,59 @@ pub(crate) async fn stop_run(
 ) -> Result<Json<Value>, ApiError> {
     let not_found = || ApiError::not_found(format!("no run {run:?} in this thread"));
     // Where the run's events are: the thread, or its aside thread.
-    let (log_tenant, log_thread, record) = match gw.store.run(tenant, thread, run).await {
-        Ok(r) => (tenant.to_owned(), thread.to_owned(), r),
-        Err(e) if e.kind() == ErrorKind::NotFound => crate::aside::find(gw, tenant, thread, run)
-            .await?
-            .ok_or_else(not_found)?,
+    let stored = match gw.store.run(tenant, thread, run).await {
+        Ok(r) => Some((tenant.to_owned(), thread.to_owned(), r)),
+        Err(e) if e.kind() == ErrorKind::NotFound => {
+            crate::aside::find(gw, tenant, thread, run).await?
+        }
         Err(e) => return Err(store_error(e)),
     };
-    if record.status != RunStatus::Running {
-        return Err(not_running(run, record.status));
-    }
-    if gw.stop_local(&log_tenant, &log_thread, run).is_none() {
-        stop_remote(gw, &log_tenant, &log_thread, thread, run).await?;
-    }
+    let (log_tenant, log_thread) = match stored {
+        Some((log_tenant, log_thread, record)) => {
+            if record.status != RunStatus::Running {
+                return Err(not_running(run, record.status));
+            }
+            if gw.stop_local(&log_tenant, &log_thread, run).is_none() {
+                stop_remote(gw, &log_tenant, &log_thread, thread, run).await?;
+            }
+            (log_tenant, log_thread)
+        }
+        // In flight in this process with nothing stored yet (its upstream
+        // has not answered): it stops at once and stores its start and its
+        // end (`RUN_FINISHED`, as for any stopped run).
+        None => {
+            let aside = agui_store::aside::aside_thread(thread, run)
+                .map(|a| (agui_store::aside::aside_tenant(tenant), a));
+            [Some((tenant.to_owned(), thread.to_owned())), aside]
+                .into_iter()
+                .flatten()
+                .find(|(t, th)| gw.stop_local(t, th, run).is_some())
+                .ok_or_else(not_found)?
+        }
+    };
     // Wait for the run's end to be stored (by this or another replica).
     let deadline = tokio::time::Instant::now() + STOP_WAIT;
     loop {
         let now = match gw.store.run(&log_tenant, &log_thread, run).await {
-            Ok(now) => now,
-            // Set aside, ended, and joined its thread meanwhile.
-            Err(e) if e.kind() == ErrorKind::NotFound && log_tenant != tenant => gw
-                .store
-                .run(tenant, thread, run)
-                .await
-                .map_err(store_error)?,
+            Ok(now) => Some(now),
+            // Set aside, ended, and joined its thread meanwhile; or nothing
+            // stored yet.
+            Err(e) if e.kind() == ErrorKind::NotFound && log_tenant != tenant => {
+                match gw.store.run(tenant, thread, run).await {
+                    Ok(now) => Some(now),
+                    Err(e) if e.kind() == ErrorKind::NotFound => None,
+                    Err(e) => return Err(store_error(e)),
+                }
+            }
+            Err(e) if e.kind() == ErrorKind::NotFound => None,
             Err(e) => return Err(store_error(e)),
         };
-        if now.status != RunStatus::Running || tokio::time::Instant::now() >= deadline {
+        let status = now.map_or(RunStatus::Running, |r| r.status);
+        if status != RunStatus::Running || tokio::time::Instant::now() >= deadline {
             return Ok(Json(json!({
                 "threadId": thread,
                 "runId": run,
-                "status": now.status.as_str(),
+                "status": status.as_str(),
             })));
         }
         tokio::time::sleep(Duration::from_millis(20)).await;

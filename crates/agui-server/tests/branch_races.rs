@@ -916,3 +916,57 @@ async fn a_join_the_store_refuses_for_a_while_is_tried_again() {
     assert_eq!(v["runs"][2]["status"], "finished");
     g.shutdown().await;
 }
+
+/// A stop that comes before the upstream answered anything (nothing of the
+/// run is stored yet) stops it, a run of the thread and a run set aside
+/// alike: each ends stopped (`RUN_FINISHED`, with a start the gateway
+/// writes), its client gets that end, and the set-aside one joins.
+#[tokio::test]
+async fn a_run_is_stopped_before_its_upstream_answered() {
+    let g = start(with_paced().await).await;
+    let (s, _, body) = run(&g.base, "up", &paced("t", "r1", None, 0, 0, "one")).await;
+    assert_eq!(s, 200, "{body}");
+    // r2 waits ten seconds for its upstream; b1, a branch beside it, too.
+    let r2 = spawn_run(&g.base, "up", paced("t", "r2", None, 10_000, 0, "two"));
+    let b1 = spawn_run(&g.base, "up", paced("t", "b1", Some("r1"), 10_000, 0, "b"));
+    // Both reserved, nothing stored.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(log_runs(&g.store, "t").await.len(), 1);
+    assert_eq!(aside_count(&g.store).await, 0);
+    for run in ["b1", "r2"] {
+        let resp = client()
+            .post(format!("{}/threads/t/runs/{run}/stop", g.base))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 200, "{run}");
+        let v: Value = resp.json().await.unwrap();
+        assert_eq!(v["status"], "cancelled", "{run}: {v}");
+    }
+    for task in [r2, b1] {
+        let (s, frames) = task.await.unwrap();
+        assert_eq!(s, 200);
+        let types: Vec<&str> = frames.iter().map(|f| f.ty()).collect();
+        assert_eq!(types, ["RUN_STARTED", "RUN_FINISHED"]);
+    }
+    let v = wait_thread(&g.base, "t", |v| {
+        v["runsAside"] == json!([]) && v["runs"].as_array().unwrap().len() == 3
+    })
+    .await;
+    assert_eq!(
+        ids_and_statuses(&v["runs"]),
+        [
+            ("r1".into(), "finished".into()),
+            ("r2".into(), "cancelled".into()),
+            ("b1".into(), "cancelled".into())
+        ]
+    );
+    // An unknown run is still 404.
+    let resp = client()
+        .post(format!("{}/threads/t/runs/nope/stop", g.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 404);
+    g.shutdown().await;
+}
