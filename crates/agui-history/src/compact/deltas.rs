@@ -29,7 +29,8 @@ use serde_json::{Map, Value};
 
 use super::CompactError;
 use super::fields::{
-    Fields, Members, RawMap, merge_raw, push_canonical, push_json_string, same_json, string_body,
+    Fields, Members, RawMap, canonical_body, merge_raw, push_canonical, push_json_string,
+    same_json, string_body,
 };
 use super::state::StateWindow;
 
@@ -715,7 +716,7 @@ fn chunk_parts(fields: &Members<'_>) -> Option<ChunkParts> {
         None => None,
         Some(raw) if raw.starts_with('"') => {
             let body = string_body(raw)?;
-            if body.contains('\\') {
+            if !canonical_body(body.as_bytes()) {
                 let decoded: String = serde_json::from_str(raw).ok()?;
                 let written = serde_json::to_string(&decoded).ok()?;
                 Some(string_body(&written)?.to_owned())

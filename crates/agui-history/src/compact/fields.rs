@@ -168,6 +168,14 @@ impl RawMap {
         if !raw.starts_with('{') {
             return None;
         }
+        // Valid JSON (a slice of an event's text): walked in place unless
+        // a key has escapes, which the JSON library decodes.
+        let mut map = RawMap::default();
+        if agui_protocol::members_of_valid(raw, |key, value| {
+            map.insert(key.to_owned(), value.to_owned())
+        }) {
+            return Some(map);
+        }
         let mut de = serde_json::Deserializer::from_str(raw);
         let members = de.deserialize_map(MembersVisitor).ok()?;
         de.end().ok()?;
@@ -238,8 +246,8 @@ pub(crate) fn push_json_string(text: &mut String, s: &str) -> Result<(), serde_j
 /// again (escapes, spacing and repeated keys change).
 pub(crate) fn push_canonical(text: &mut String, raw: &str) -> Result<(), serde_json::Error> {
     let plain = match raw.as_bytes().first() {
-        Some(b'{' | b'[') => false,
-        Some(b'"') => !raw.contains('\\'),
+        Some(b'{' | b'[') => is_canonical(raw),
+        Some(b'"') => string_body(raw).is_some_and(|b| canonical_body(b.as_bytes())),
         Some(b't' | b'f' | b'n') => true,
         _ => !raw.contains(['e', 'E']),
     };
@@ -250,6 +258,123 @@ pub(crate) fn push_canonical(text: &mut String, raw: &str) -> Result<(), serde_j
         text.push_str(&serde_json::to_string(&value)?);
     }
     Ok(())
+}
+
+/// True when the body of a JSON string (its text between the quotes, from
+/// valid JSON) is written as the JSON library writes the string it decodes
+/// to: every escape is one the library writes (`\"`, `\\`, `\b`, `\f`, `\n`,
+/// `\r`, `\t`, and `\u00xx` in lowercase hex for the other control
+/// characters); no `\/`, no other `\u`.
+pub(crate) fn canonical_body(body: &[u8]) -> bool {
+    let mut i = 0;
+    while let Some(off) = body[i..].iter().position(|&b| b == b'\\') {
+        let at = i + off;
+        match body.get(at + 1) {
+            Some(b'"' | b'\\' | b'b' | b'f' | b'n' | b'r' | b't') => i = at + 2,
+            Some(b'u') => {
+                let Some(&[b'0', b'0', high, low]) = body.get(at + 2..at + 6) else {
+                    return false;
+                };
+                let low = match low {
+                    b'0'..=b'9' => low - b'0',
+                    b'a'..=b'f' => low - b'a' + 10,
+                    _ => return false,
+                };
+                let code = match high {
+                    b'0' => low,
+                    b'1' => 16 + low,
+                    _ => return false,
+                };
+                // These five have their short escapes.
+                if matches!(code, 0x08 | 0x09 | 0x0a | 0x0c | 0x0d) {
+                    return false;
+                }
+                i = at + 6;
+            }
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// True when `raw`, an object or array from valid JSON, is written as the
+/// JSON library writes it once parsed: no blank between tokens, strings in
+/// [`canonical_body`] form, numbers without an exponent, no key repeated
+/// within an object and none that starts with `$` (the library's reserved
+/// keys do). Conservative: `false` only costs a parse.
+pub(crate) fn is_canonical(raw: &str) -> bool {
+    let b = raw.as_bytes();
+    // Per open container: for an object, the keys seen so far, and whether
+    // the next string is a key.
+    let mut stack: Vec<Option<Vec<&[u8]>>> = Vec::new();
+    let mut expect_key = false;
+    let mut i = 0;
+    while let Some(&c) = b.get(i) {
+        match c {
+            b'{' => {
+                stack.push(Some(Vec::new()));
+                expect_key = true;
+                i += 1;
+            }
+            b'[' => {
+                stack.push(None);
+                expect_key = false;
+                i += 1;
+            }
+            b'}' | b']' => {
+                stack.pop();
+                expect_key = false;
+                i += 1;
+            }
+            b',' => {
+                expect_key = matches!(stack.last(), Some(Some(_)));
+                i += 1;
+            }
+            b':' => {
+                expect_key = false;
+                i += 1;
+            }
+            b'"' => {
+                let start = i + 1;
+                let mut j = start;
+                loop {
+                    match b.get(j) {
+                        Some(b'"') => break,
+                        Some(b'\\') => j += 2,
+                        Some(_) => j += 1,
+                        None => return false,
+                    }
+                }
+                let body = &b[start..j];
+                if !canonical_body(body) {
+                    return false;
+                }
+                if expect_key {
+                    let Some(Some(keys)) = stack.last_mut() else {
+                        return false;
+                    };
+                    if body.first() == Some(&b'$') || keys.contains(&body) {
+                        return false;
+                    }
+                    keys.push(body);
+                }
+                i = j + 1;
+            }
+            b't' | b'n' => i += 4,
+            b'f' => i += 5,
+            b'-' | b'0'..=b'9' => {
+                while let Some(&d) = b.get(i) {
+                    match d {
+                        b'-' | b'+' | b'.' | b'0'..=b'9' => i += 1,
+                        b'e' | b'E' => return false,
+                        _ => break,
+                    }
+                }
+            }
+            _ => return false,
+        }
+    }
+    stack.is_empty()
 }
 
 /// The body of a JSON string literal (its text between the quotes, escapes
@@ -328,5 +453,118 @@ mod tests {
     fn string_bodies_keep_escapes() {
         assert_eq!(string_body(r#""a\nb""#), Some(r"a\nb"));
         assert_eq!(string_body("1"), None);
+    }
+
+    /// What the JSON library writes for a raw value once parsed.
+    fn library(raw: &str) -> String {
+        serde_json::to_string(&serde_json::from_str::<serde_json::Value>(raw).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn canonical_values_are_written_as_they_are_and_others_as_parsed() {
+        let cases = [
+            r#"{"a":1,"b":[true,false,null,"x"],"c":{}}"#,
+            r#"{"a":"tab\there","b":"\u001f\u0000","c":"\"\\"}"#,
+            r#"{"a":"\u001F"}"#,
+            r#"{"a":"\u0009"}"#,
+            r#"{"a":"\/"}"#,
+            r#"{"a":"\u00e9"}"#,
+            r#"{"a":1,"a":2}"#,
+            r#"{"a":{"b":1},"b":{"b":2}}"#,
+            r#"{"a":{"b":1,"b":1}}"#,
+            r#"{"$x":1}"#,
+            r#"{"a":1e5}"#,
+            r#"{"a":-0.50,"b":[1.0,-2,3.25]}"#,
+            r#"{ "a":1}"#,
+            r#"[[],{},[{"a":[]}],"é\n"]"#,
+            r#"[1,{"k":"v","k2":"v"},{"k":"w"}]"#,
+        ];
+        for raw in cases {
+            let mut text = String::new();
+            push_canonical(&mut text, raw).unwrap();
+            assert_eq!(text, library(raw), "{raw}");
+            // Sound always; complete but for the conservative `$` rule.
+            if is_canonical(raw) || !raw.contains('$') {
+                assert_eq!(is_canonical(raw), raw == library(raw), "{raw}");
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig {
+            cases: 512,
+            ..proptest::prelude::ProptestConfig::default()
+        })]
+
+        /// A string body is canonical exactly when the library writes the
+        /// string it decodes to with the same body.
+        #[test]
+        fn canonical_bodies_are_the_library_s(
+            s in proptest::string::string_regex("[a-z\"\\\\/\u{0}-\u{1f}\u{7f}é\u{2028}]{0,12}").unwrap(),
+            pick in proptest::collection::vec(0u8..4, 12),
+        ) {
+            // The same string written with different escapes.
+            let mut body = String::new();
+            for (c, p) in s.chars().zip(pick.iter().cycle()) {
+                match (c, p) {
+                    ('/', 0) => body.push_str("\\/"),
+                    (c, 1) => body.push_str(&format!("\\u{:04x}", c as u32 & 0xffff)),
+                    (c, 2) => body.push_str(&format!("\\u{:04X}", c as u32 & 0xffff)),
+                    (c, _) => body.push_str(&serde_json::to_string(&c.to_string()).unwrap()[1..].trim_end_matches('"').to_owned()),
+                }
+            }
+            let raw = format!("\"{body}\"");
+            if let Ok(decoded) = serde_json::from_str::<String>(&raw) {
+                let written = serde_json::to_string(&decoded).unwrap();
+                proptest::prop_assert_eq!(canonical_body(body.as_bytes()), written == raw, "{}", raw);
+                let mut text = String::new();
+                push_canonical(&mut text, &raw).unwrap();
+                proptest::prop_assert_eq!(text, written);
+            }
+        }
+
+        /// Objects and arrays, written compactly, pretty, and with repeated
+        /// keys: `push_canonical` gives what the library gives.
+        #[test]
+        fn containers_are_written_as_the_library_writes_them(
+            value in arbitrary_json(),
+            pretty in proptest::bool::ANY,
+            repeat in proptest::bool::ANY,
+        ) {
+            let mut raw = if pretty {
+                serde_json::to_string_pretty(&value).unwrap()
+            } else {
+                serde_json::to_string(&value).unwrap()
+            };
+            if repeat && raw.starts_with("{\"") {
+                raw = format!("{{\"k\":1,{}", &raw[1..]).replacen("{\"k\":1,", "{\"k\":1,\"k\":[2],", 1);
+            }
+            if raw.starts_with('{') || raw.starts_with('[') {
+                let mut text = String::new();
+                push_canonical(&mut text, &raw).unwrap();
+                proptest::prop_assert_eq!(&text, &library(&raw));
+                if is_canonical(&raw) || !raw.contains('$') {
+                    proptest::prop_assert_eq!(is_canonical(&raw), raw == library(&raw));
+                }
+            }
+        }
+    }
+
+    fn arbitrary_json() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
+        use proptest::prelude::*;
+        use serde_json::Value;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            "[a-z$\"\\\\/\n\u{1}é]{0,6}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(4, 32, 6, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
+                proptest::collection::vec(("[a-c$\n]{0,3}", inner), 0..5)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
     }
 }
