@@ -205,6 +205,14 @@ impl Auth {
                     i + 1
                 )));
             };
+            // Control characters are refused: the store keeps a tenant's
+            // runs set aside under its name and `\u{1f}aside`.
+            if tenant.chars().any(char::is_control) {
+                return Err(ServerError::Config(format!(
+                    "tokens file line {}: the tenant name holds a control character",
+                    i + 1
+                )));
+            }
             if map.insert(token.to_owned(), tenant.to_owned()).is_some() {
                 return Err(ServerError::Config(format!(
                     "tokens file line {}: the token is listed twice",
@@ -685,6 +693,8 @@ mod tests {
         assert_eq!(m.get("t1").map(String::as_str), Some("acme"));
         assert_eq!(m.get("t2").map(String::as_str), Some("globex"));
         assert!(Auth::parse_tokens_file("t1\n").is_err());
+        let aside = Auth::parse_tokens_file("t1 acme\u{1f}aside\n").unwrap_err();
+        assert!(aside.to_string().contains("control character"), "{aside}");
         assert!(Auth::parse_tokens_file("t1 a\nt1 b\n").is_err());
         assert!(Auth::parse_tokens_file("# nothing\n").is_err());
     }

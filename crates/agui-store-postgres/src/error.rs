@@ -18,11 +18,15 @@ pub(crate) fn pg(err: tokio_postgres::Error) -> StoreError {
     // native error, kept as the source, names the role.
     let refused = err.code().is_some_and(|c| c.code().starts_with("28"));
     let missing = err.code() == Some(&SqlState::INVALID_CATALOG_NAME);
+    let limit = err.code().is_some_and(|c| c.code().starts_with("54"));
     let message = match kind {
         ErrorKind::Unavailable if refused => "the database refused the login",
         ErrorKind::Unavailable if missing => "no such database",
         ErrorKind::Unavailable => "the database is unavailable",
         ErrorKind::Conflict => "a concurrent write got there first",
+        ErrorKind::Invalid if limit => {
+            "the database cannot hold the data: a thread, tenant or run id too long for its indexes (about 2.7 KB once compressed)"
+        }
         ErrorKind::Invalid => "the database refused the data",
         ErrorKind::Corrupt => "the database reported damaged data",
         _ => "the database failed the request",
@@ -50,8 +54,11 @@ fn classify(code: &SqlState) -> ErrorKind {
         // connection, invalid authorization (a missing role, a wrong
         // password), a database name that does not exist (3D: a setting
         // to fix, like a missing role, not a bug), insufficient
-        // resources, program limits, operator intervention, system errors
-        Some("08" | "28" | "3D" | "53" | "54" | "57" | "58") => ErrorKind::Unavailable,
+        // resources, operator intervention, system errors
+        Some("08" | "28" | "3D" | "53" | "57" | "58") => ErrorKind::Unavailable,
+        // program limits (an index row too large for a long id that does
+        // not compress): a retry cannot succeed
+        Some("54") => ErrorKind::Invalid,
         // data exceptions
         Some("22") => ErrorKind::Invalid,
         Some("XX") => ErrorKind::Internal,

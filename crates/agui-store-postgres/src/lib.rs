@@ -268,8 +268,10 @@ fn notice_key(tenant: &str, thread: &str) -> String {
 
 /// The whole write of one batch, as one statement (so one round trip, and
 /// atomic even without an explicit transaction). The head row is updated
-/// only if it still is what the batch was planned against (`$1` id, `$2`
-/// last sequence, `$3` last run's status); every other part joins on that
+/// only if it still is what the batch was planned against (`$1` id under
+/// the names `$17` tenant and `$18` thread, so a thread another replica
+/// renamed meanwhile is not written to under its old name; `$2` last
+/// sequence, `$3` last run's status); every other part joins on that
 /// update, so a moved head writes nothing and returns no row. New runs are
 /// inserted (a reused run id violates `runs_pkey`), existing ones updated.
 /// `synchronous_commit` is set for this transaction only. `$38` is this
@@ -279,7 +281,8 @@ const APPEND_SQL: &str = "WITH h AS (\
        created_at = CASE WHEN last_seq = 0 THEN $5 ELSE created_at END, \
        agent = COALESCE($6, agent), run_count = run_count + $7, bytes = bytes + $8, \
        last_run = $9, last_run_status = $10 \
-     WHERE id = $1 AND last_seq = $2 AND last_run_status IS NOT DISTINCT FROM $3 \
+     WHERE id = $1 AND tenant = $17 AND thread = $18 AND last_seq = $2 \
+       AND last_run_status IS NOT DISTINCT FROM $3 \
      RETURNING id), \
    c AS (INSERT INTO chunks (thread_id, first_seq, last_seq, received_at, codec, raw_len, \
        crc, data) \

@@ -14,8 +14,13 @@
 //! The store knows one rule about aside tenants: a `RUN_STARTED` written
 //! there names its parent in the original thread, so the engine does not
 //! look `parentRunId` up there (and `agui store check` does not call it a
-//! fault). Everything else (when to set a run aside, when it joins) is the
-//! caller's: the gateway's.
+//! fault), nor builds checkpoints there. Everything else (when to set a
+//! run aside, when it joins) is the caller's: the gateway's.
+//!
+//! So a tenant id that ends in [`ASIDE_SUFFIX`] is reserved: the store
+//! treats it as an aside tenant. The gateway refuses control characters in
+//! tenant names (its tokens file); an embedder choosing tenant ids must
+//! keep off that suffix too.
 
 use agui_protocol::Event;
 

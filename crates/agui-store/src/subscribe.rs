@@ -128,36 +128,49 @@ pub fn catch_up_then_live(
         loop {
             match st.mode {
                 Mode::Done => return None,
-                Mode::CatchUp => match (st.read)(st.next).await {
-                    // A thread that does not exist yet has nothing to catch up.
-                    Err(e) if e.kind() == crate::ErrorKind::NotFound => st.mode = Mode::Live,
-                    Err(e) => {
-                        st.mode = Mode::Done;
-                        return Some((vec![Err(e)], st));
+                Mode::CatchUp => {
+                    // What was published so far is in the log the read
+                    // below sees. A closed channel means the thread was
+                    // deleted (or the store closed) meanwhile: what the log
+                    // holds from here on would be another thread's.
+                    loop {
+                        match st.rx.try_recv() {
+                            Ok(_) | Err(broadcast::error::TryRecvError::Lagged(_)) => {}
+                            Err(broadcast::error::TryRecvError::Empty) => break,
+                            Err(broadcast::error::TryRecvError::Closed) => return None,
+                        }
                     }
-                    Ok(page) => {
-                        let mut out = Vec::with_capacity(page.events.len());
-                        for e in page.events {
-                            if e.seq == st.next {
-                                st.next += 1;
-                                out.push(Ok(e));
-                            } else if e.seq > st.next {
-                                st.mode = Mode::Done;
-                                out.push(Err(StoreError::corrupt(format!(
-                                    "sequence gap in the log: expected {}, found {}",
-                                    st.next, e.seq
-                                ))));
+                    match (st.read)(st.next).await {
+                        // A thread that does not exist yet has nothing to catch up.
+                        Err(e) if e.kind() == crate::ErrorKind::NotFound => st.mode = Mode::Live,
+                        Err(e) => {
+                            st.mode = Mode::Done;
+                            return Some((vec![Err(e)], st));
+                        }
+                        Ok(page) => {
+                            let mut out = Vec::with_capacity(page.events.len());
+                            for e in page.events {
+                                if e.seq == st.next {
+                                    st.next += 1;
+                                    out.push(Ok(e));
+                                } else if e.seq > st.next {
+                                    st.mode = Mode::Done;
+                                    out.push(Err(StoreError::corrupt(format!(
+                                        "sequence gap in the log: expected {}, found {}",
+                                        st.next, e.seq
+                                    ))));
+                                    return Some((out, st));
+                                }
+                            }
+                            if page.next_seq.is_none() {
+                                st.mode = Mode::Live;
+                            }
+                            if !out.is_empty() {
                                 return Some((out, st));
                             }
                         }
-                        if page.next_seq.is_none() {
-                            st.mode = Mode::Live;
-                        }
-                        if !out.is_empty() {
-                            return Some((out, st));
-                        }
                     }
-                },
+                }
                 Mode::Live => match st.rx.recv().await {
                     Ok(batch) => {
                         let Some(first) = batch.first() else { continue };
