@@ -510,7 +510,10 @@ mod tests {
                     ('/', 0) => body.push_str("\\/"),
                     (c, 1) => body.push_str(&format!("\\u{:04x}", c as u32 & 0xffff)),
                     (c, 2) => body.push_str(&format!("\\u{:04X}", c as u32 & 0xffff)),
-                    (c, _) => body.push_str(&serde_json::to_string(&c.to_string()).unwrap()[1..].trim_end_matches('"').to_owned()),
+                    (c, _) => {
+                        let w = serde_json::to_string(&c.to_string()).unwrap();
+                        body.push_str(&w[1..w.len() - 1]);
+                    }
                 }
             }
             let raw = format!("\"{body}\"");
