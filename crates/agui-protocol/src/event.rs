@@ -570,6 +570,12 @@ impl<'de> Deserialize<'de> for Event {
 
 /// Drops the whitespace JSON allows around a value.
 fn trim(text: &str) -> &str {
+    let blank = |b: &u8| matches!(b, b' ' | b'\t' | b'\n' | b'\r');
+    // The usual event, `{...}` on its own, needs no search.
+    match text.as_bytes() {
+        [first, .., last] if !blank(first) && !blank(last) => return text,
+        _ => {}
+    }
     text.trim_matches(|c| matches!(c, ' ' | '\t' | '\n' | '\r'))
 }
 
