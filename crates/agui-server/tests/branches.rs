@@ -178,14 +178,7 @@ async fn a_branch_runs_beside_the_run_in_flight_and_joins_the_log_after_it() {
     // A parent like any other run of the thread.
     let (s, _, body) = run(&g.base, "demo", &branch("t", "r5", "r3", "fourth")).await;
     assert_eq!(s, 200, "{body}");
-    let metrics = client()
-        .get(format!("{}/metrics", g.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics_text(&g.base).await;
     assert!(metrics.contains("agui_runs_aside_total 2"), "{metrics}");
     assert!(metrics.contains("agui_runs_joined_total 2"), "{metrics}");
     g.shutdown().await;
@@ -470,14 +463,7 @@ async fn a_run_set_aside_that_cannot_join_stays_aside_with_its_children() {
     // Both found unable to join at start-up: the child through its parent.
     let mut metrics = String::new();
     for _ in 0..200 {
-        metrics = client()
-            .get(format!("{}/metrics", g.base))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        metrics = metrics_text(&g.base).await;
         if metrics.contains("agui_runs_aside_stuck_total 2") {
             break;
         }
@@ -510,14 +496,7 @@ async fn a_run_set_aside_that_cannot_join_stays_aside_with_its_children() {
         ]
     );
     // Nothing retried them meanwhile.
-    let metrics = client()
-        .get(format!("{}/metrics", g.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics_text(&g.base).await;
     assert!(
         metrics.contains("agui_runs_aside_stuck_total 2"),
         "{metrics}"

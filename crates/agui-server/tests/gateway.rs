@@ -509,14 +509,7 @@ async fn shutdown_closes_runs_past_the_grace_period() {
 async fn metrics_count_runs_and_events() {
     let g = start(GatewayConfig::default()).await;
     let (_, frames, _) = run(&g.base, "demo", &input("t", "r", "hi")).await;
-    let text = client()
-        .get(format!("{}/metrics", g.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = metrics_text(&g.base).await;
     assert!(
         text.contains(&format!("agui_events_stored_total {}\n", frames.len())),
         "{text}"

@@ -303,3 +303,15 @@ pub async fn thread_events(base: &str, thread: &str) -> Vec<Frame> {
         .unwrap();
     parse_sse(&text)
 }
+
+/// The gateway's `/metrics` text.
+pub async fn metrics_text(base: &str) -> String {
+    client()
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
