@@ -187,6 +187,11 @@ struct Inner {
     hubs: Mutex<Vec<Arc<Hub>>>,
     /// Notice key → the (tenant, thread) pairs subscribed under it.
     watched: Mutex<HashMap<String, HashSet<(String, String)>>>,
+    /// (tenant, thread) watched → the row id of the thread as it was when
+    /// first watched (looked up then), so that after a lost listening
+    /// connection a thread deleted and written again meanwhile, whose
+    /// delete notice was missed, is told apart (see `nudge_all`).
+    instances: Mutex<HashMap<(String, String), i64>>,
     /// Ranges read back for subscribers (see [`PgStore::ranges_read`]).
     ranges_read: std::sync::atomic::AtomicU64,
     closed: AtomicBool,
@@ -644,6 +649,7 @@ impl PgStore {
             channel,
             hubs: Mutex::new(Vec::new()),
             watched: Mutex::new(HashMap::new()),
+            instances: Mutex::new(HashMap::new()),
             ranges_read: Default::default(),
             closed: AtomicBool::new(false),
             listener: Mutex::new(None),
@@ -939,10 +945,24 @@ impl PgStore {
             let Some(set) = watched.get_mut(key) else {
                 return;
             };
+            let before = set.len();
             set.retain(|(tn, th)| self.hubs().iter().any(|h| h.has_listeners(tn, th)));
             let out: Vec<_> = set.iter().cloned().collect();
             if set.is_empty() {
                 watched.remove(key);
+            }
+            if out.len() < before || kind == "D" {
+                // Unwatched or deleted: the instance is looked up afresh
+                // when watched again.
+                let mut instances = self
+                    .inner
+                    .instances
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner());
+                instances.retain(|(tn, th), _| {
+                    notice_key(tn, th) != key
+                        || (kind != "D" && out.iter().any(|(t, h)| t == tn && h == th))
+                });
             }
             out
         };
@@ -994,21 +1014,69 @@ impl PgStore {
         }
     }
 
-    /// Publishes each watched thread's latest event: a subscription that is
-    /// behind sees a gap and catches up from the store.
+    /// After a lost listening connection: a watched thread that is gone, or
+    /// is another instance than the one first watched (deleted and written
+    /// again while the notices were missed), has its subscriptions ended;
+    /// each other one gets its latest event published, so a subscription
+    /// that is behind sees a gap and catches up from the store.
     async fn nudge_all(&self) {
         let targets: Vec<(String, String)> = {
             let watched = self.inner.watched.lock().unwrap_or_else(|p| p.into_inner());
             watched.values().flatten().cloned().collect()
         };
         for (tn, th) in targets {
-            if let Ok(info) = self.thread_info(&tn, &th).await
-                && info.last_seq > 0
-            {
-                self.publish_range(&tn, &th, info.last_seq, info.last_seq)
-                    .await;
+            let Ok(now) = self.instance(&tn, &th).await else {
+                continue;
+            };
+            let key = (tn.clone(), th.clone());
+            let first = {
+                let mut instances = self
+                    .inner
+                    .instances
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner());
+                match (instances.get(&key).copied(), now) {
+                    (None, Some(id)) => {
+                        instances.insert(key, id);
+                        None
+                    }
+                    (known, _) => known,
+                }
+            };
+            match (first, now) {
+                (Some(first), found) if found != Some(first) => {
+                    self.inner
+                        .instances
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .remove(&(tn.clone(), th.clone()));
+                    for hub in self.hubs() {
+                        hub.close_thread(&tn, &th);
+                    }
+                }
+                _ => {
+                    if let Ok(info) = self.thread_info(&tn, &th).await
+                        && info.last_seq > 0
+                    {
+                        self.publish_range(&tn, &th, info.last_seq, info.last_seq)
+                            .await;
+                    }
+                }
             }
         }
+    }
+
+    /// The row id of a thread (which instance of it exists now), if any.
+    async fn instance(&self, tenant: &str, thread: &str) -> Result<Option<i64>> {
+        let c = self.conn().await?;
+        let row = c
+            .query_opt(
+                "SELECT id FROM threads WHERE tenant = $1 AND thread = $2",
+                &[&tenant.as_bytes(), &thread.as_bytes()],
+            )
+            .await
+            .map_err(pg)?;
+        row.map(|r| get(&r, 0)).transpose()
     }
 
     async fn thread_info(&self, tenant: &str, thread: &str) -> Result<ThreadInfo> {
@@ -1538,13 +1606,31 @@ impl Backend for PgStore {
     }
 
     fn watch(&self, tenant: &str, thread: &str) {
-        self.inner
+        let fresh = self
+            .inner
             .watched
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .entry(notice_key(tenant, thread))
             .or_default()
             .insert((tenant.to_owned(), thread.to_owned()));
+        // Which instance of the thread is watched (see `nudge_all`), looked
+        // up in the background: `watch` does not wait.
+        if fresh && let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let store = self.clone();
+            let key = (tenant.to_owned(), thread.to_owned());
+            rt.spawn(async move {
+                if let Ok(Some(id)) = store.instance(&key.0, &key.1).await {
+                    store
+                        .inner
+                        .instances
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .entry(key)
+                        .or_insert(id);
+                }
+            });
+        }
     }
 
     /// Claims a thread in the `claims` table for this store's session,
