@@ -166,6 +166,20 @@ fn code_of(body: &str) -> String {
         .unwrap_or_default()
 }
 
+/// Waits (bounded) until the gateway forwards `n` runs (`agui_runs_in_flight`):
+/// each has reserved its thread, or its aside thread, whether or not it
+/// stored anything yet.
+async fn wait_in_flight(base: &str, n: u64) {
+    let want = format!("agui_runs_in_flight {n}\n");
+    for _ in 0..1000 {
+        if metrics_text(base).await.contains(&want) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("never {n} runs in flight");
+}
+
 /// The runs (id, status) of a thread's log, read from the store.
 async fn log_runs(store: &Store, thread: &str) -> Vec<(String, RunStatus)> {
     let mut runs = store
@@ -209,12 +223,13 @@ async fn a_branch_cannot_take_the_id_of_the_run_in_flight_before_it_stored_anyth
     let g = start(with_paced().await).await;
     let (s, _, _) = run(&g.base, "demo", &input("t", "r1", "first")).await;
     assert_eq!(s, 200);
+    wait_in_flight(&g.base, 0).await;
     let r2 = spawn_run(
         &g.base,
         "up",
         paced("t", "r2", None, 1000, 0, "the log answer"),
     );
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait_in_flight(&g.base, 1).await;
     let (s, _, body) = run(
         &g.base,
         "up",
@@ -927,10 +942,12 @@ async fn a_run_is_stopped_before_its_upstream_answered() {
     let (s, _, body) = run(&g.base, "up", &paced("t", "r1", None, 0, 0, "one")).await;
     assert_eq!(s, 200, "{body}");
     // r2 waits ten seconds for its upstream; b1, a branch beside it, too.
+    wait_in_flight(&g.base, 0).await;
     let r2 = spawn_run(&g.base, "up", paced("t", "r2", None, 10_000, 0, "two"));
+    wait_in_flight(&g.base, 1).await;
     let b1 = spawn_run(&g.base, "up", paced("t", "b1", Some("r1"), 10_000, 0, "b"));
     // Both reserved, nothing stored.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait_in_flight(&g.base, 2).await;
     assert_eq!(log_runs(&g.store, "t").await.len(), 1);
     assert_eq!(aside_count(&g.store).await, 0);
     for run in ["b1", "r2"] {
