@@ -1606,8 +1606,7 @@ impl Backend for PgStore {
     }
 
     fn watch(&self, tenant: &str, thread: &str) {
-        let fresh = self
-            .inner
+        self.inner
             .watched
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -1615,10 +1614,16 @@ impl Backend for PgStore {
             .or_default()
             .insert((tenant.to_owned(), thread.to_owned()));
         // Which instance of the thread is watched (see `nudge_all`), looked
-        // up in the background: `watch` does not wait.
-        if fresh && let Ok(rt) = tokio::runtime::Handle::try_current() {
+        // up in the background (`watch` does not wait) unless known.
+        let key = (tenant.to_owned(), thread.to_owned());
+        let known = self
+            .inner
+            .instances
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains_key(&key);
+        if !known && let Ok(rt) = tokio::runtime::Handle::try_current() {
             let store = self.clone();
-            let key = (tenant.to_owned(), thread.to_owned());
             rt.spawn(async move {
                 if let Ok(Some(id)) = store.instance(&key.0, &key.1).await {
                     store
