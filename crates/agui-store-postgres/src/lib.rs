@@ -945,24 +945,32 @@ impl PgStore {
             let Some(set) = watched.get_mut(key) else {
                 return;
             };
-            let before = set.len();
-            set.retain(|(tn, th)| self.hubs().iter().any(|h| h.has_listeners(tn, th)));
+            // Pairs no longer watched (and, for a delete, every pair) have
+            // their instance looked up afresh when watched again.
+            let mut forget = Vec::new();
+            set.retain(|pair| {
+                let keep = self
+                    .hubs()
+                    .iter()
+                    .any(|h| h.has_listeners(&pair.0, &pair.1));
+                if !keep || kind == "D" {
+                    forget.push(pair.clone());
+                }
+                keep
+            });
             let out: Vec<_> = set.iter().cloned().collect();
             if set.is_empty() {
                 watched.remove(key);
             }
-            if out.len() < before || kind == "D" {
-                // Unwatched or deleted: the instance is looked up afresh
-                // when watched again.
+            if !forget.is_empty() {
                 let mut instances = self
                     .inner
                     .instances
                     .lock()
                     .unwrap_or_else(|p| p.into_inner());
-                instances.retain(|(tn, th), _| {
-                    notice_key(tn, th) != key
-                        || (kind != "D" && out.iter().any(|(t, h)| t == tn && h == th))
-                });
+                for pair in &forget {
+                    instances.remove(pair);
+                }
             }
             out
         };
