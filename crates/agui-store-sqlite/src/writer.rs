@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, mpsc};
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
 use agui_store::frame;
@@ -310,9 +310,16 @@ impl Drop for Syncer {
 /// commits: the p99 of every append behind it (measured through the gateway:
 /// added latency p99 5 ms with it; see `crates/agui-store/BENCHMARK.md`).
 /// A passive checkpoint runs beside the writer and never blocks it.
+///
+/// Only one connection can checkpoint at a time: SQLite answers a second one
+/// `SQLITE_BUSY` at once, without waiting. The writer's own truncating
+/// checkpoint (a flush) therefore takes [`Checkpointer::turn`] first, so it
+/// never runs into one of the checkpointer's rounds and leaves the WAL full.
 struct Checkpointer {
     /// Set by each commit; cleared by the checkpointer when it runs.
     dirty: Arc<AtomicBool>,
+    /// Held by whoever checkpoints (the checkpointer's rounds, a flush).
+    turn: Arc<Mutex<()>>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -334,11 +341,13 @@ impl Checkpointer {
             .map_err(|e| map(e, "be opened"))?;
         let dirty = Arc::new(AtomicBool::new(false));
         let stop = Arc::new(AtomicBool::new(false));
-        let (d, st) = (dirty.clone(), stop.clone());
+        let turn = Arc::new(Mutex::new(()));
+        let (d, st, tn) = (dirty.clone(), stop.clone(), turn.clone());
         let thread = std::thread::Builder::new()
             .name("agui-sqlite-checkpoint".into())
             .spawn(move || {
                 let checkpoint = |mode: &str| {
+                    let _turn = tn.lock().unwrap_or_else(|p| p.into_inner());
                     conn.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |r| {
                         r.get::<_, i64>(1)
                     })
@@ -373,6 +382,7 @@ impl Checkpointer {
             .map_err(|e| StoreError::unavailable("cannot start the checkpointer").with_source(e))?;
         Ok(Checkpointer {
             dirty,
+            turn,
             stop,
             thread: Some(thread),
         })
@@ -380,6 +390,16 @@ impl Checkpointer {
 
     fn committed(&self) {
         self.dirty.store(true, Ordering::Release);
+    }
+
+    /// Starts the WAL over from `conn` (the writer's), waiting for a round of
+    /// the checkpointer in progress rather than colliding with it; readers
+    /// are waited for by the connection's busy timeout. A reader holding an
+    /// old snapshot past that timeout keeps the WAL as it is (its frames
+    /// stay, durable, and are copied back later).
+    fn truncate(&self, conn: &Connection) {
+        let _turn = self.turn.lock().unwrap_or_else(|p| p.into_inner());
+        let _ = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
     }
 
     fn stop(&mut self) {
@@ -524,9 +544,7 @@ impl Writer {
         if flush {
             // A flush also leaves the WAL empty (the database file holds
             // everything), whatever the checkpointer has done so far.
-            let _ = self
-                .conn
-                .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
+            self.checkpointer.truncate(&self.conn);
         } else {
             self.checkpointer.committed();
         }
