@@ -154,7 +154,7 @@ fn special_mask(x: u64) -> u64 {
 /// caller reads one by one). The one loop of both string walks: the
 /// validating scanner's and the member walk of already-valid text.
 #[inline(always)]
-fn skip_plain(text: &[u8], mut i: usize) -> Option<usize> {
+pub(crate) fn skip_plain(text: &[u8], mut i: usize) -> Option<usize> {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{

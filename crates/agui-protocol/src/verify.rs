@@ -69,7 +69,7 @@ use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
 use crate::chunks::{ChunkError, ChunkExpander, Synthesized};
-use crate::{Event, EventRef, EventType};
+use crate::{Event, EventRef, EventType, scan};
 
 /// The kinds of item that open and close by id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -412,14 +412,21 @@ enum Loose<'a> {
     Other,
 }
 
+/// True when the string `raw` (a valid JSON string, quotes included) holds
+/// an escape: its first special byte is not its closing quote.
+#[inline(always)]
+fn has_escape(raw: &str) -> bool {
+    let b = raw.as_bytes();
+    let from = scan::skip_plain(b, 1).unwrap_or(1).min(b.len());
+    b[from..].iter().rev().skip(1).any(|&c| c == b'\\')
+}
+
 impl<'a> Loose<'a> {
     /// Reads a raw JSON value (valid: it comes from an event).
     fn of(raw: &'a str) -> Loose<'a> {
         match raw.as_bytes().first() {
             Some(b'"') => match raw.get(1..raw.len() - 1) {
-                Some(body) if memchr::memchr(b'\\', body.as_bytes()).is_none() => {
-                    Loose::Str(Cow::Borrowed(body))
-                }
+                Some(body) if !has_escape(raw) => Loose::Str(Cow::Borrowed(body)),
                 _ => serde_json::from_str::<String>(raw)
                     .map_or(Loose::Other, |s| Loose::Str(Cow::Owned(s))),
             },
@@ -541,27 +548,7 @@ impl<'a> View<'a> {
         let mut view = View::default();
         let mut seen = 0u32;
         let mut duplicate = false;
-        let scanned = event.for_each_member(|key, value| {
-            let field = match key {
-                "subagentRunId" => 0,
-                "messageId" => 1,
-                "toolCallId" => 2,
-                "parentMessageId" => 3,
-                "stepName" => 4,
-                "entityId" => 5,
-                "subtype" => 6,
-                "replace" => 7,
-                "name" => 8,
-                "message" => 9,
-                "description" => 10,
-                "parentSubagentRunId" => 11,
-                "parentToolCallId" => 12,
-                "code" => 13,
-                "outcome" => 14,
-                "messages" => 15,
-                "input" => 16,
-                _ => return,
-            };
+        let mut put = |field: u32, value: &'a str| {
             duplicate |= seen & (1 << field) != 0;
             seen |= 1 << field;
             let loose = || Loose::of(value);
@@ -585,7 +572,28 @@ impl<'a> View<'a> {
                 15 => view.messages = raw(),
                 _ => view.input = raw(),
             }
-        });
+        };
+        let json = event.json();
+        // From the member table: a key is matched as bytes, and only the
+        // value of a key the rules read is sliced out.
+        let scanned = match event.members() {
+            Some(members) => {
+                for m in members {
+                    let key = json.as_bytes().get(m.key.0 as usize..m.key.1 as usize);
+                    if let Some(field) = key.and_then(field_of)
+                        && let Some(value) = json.get(m.value.0 as usize..m.value.1 as usize)
+                    {
+                        put(field, value);
+                    }
+                }
+                true
+            }
+            None => scan::members_of_valid(json, |key, value| {
+                if let Some(field) = field_of(key.as_bytes()) {
+                    put(field, value);
+                }
+            }),
+        };
         if !scanned {
             return event.view().unwrap_or_default();
         }
@@ -593,6 +601,32 @@ impl<'a> View<'a> {
             return View::default();
         }
         view
+    }
+}
+
+/// The [`View`] field a top-level key fills (its bit in `View::read`), if
+/// any: dispatched on the key's length, then compared as a whole word.
+#[inline(always)]
+fn field_of(key: &[u8]) -> Option<u32> {
+    macro_rules! pick {
+        ($($word:literal => $field:expr),+ $(,)?) => {{
+            $(if key == $word { return Some($field); })+
+            None
+        }};
+    }
+    match key.len() {
+        4 => pick!(b"name" => 8, b"code" => 13),
+        5 => pick!(b"input" => 16),
+        7 => pick!(b"subtype" => 6, b"replace" => 7, b"message" => 9, b"outcome" => 14),
+        8 => pick!(b"stepName" => 4, b"entityId" => 5, b"messages" => 15),
+        9 => pick!(b"messageId" => 1),
+        10 => pick!(b"toolCallId" => 2),
+        11 => pick!(b"description" => 10),
+        13 => pick!(b"subagentRunId" => 0),
+        15 => pick!(b"parentMessageId" => 3),
+        16 => pick!(b"parentToolCallId" => 12),
+        19 => pick!(b"parentSubagentRunId" => 11),
+        _ => None,
     }
 }
 
@@ -1412,6 +1446,77 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The escape check finds a backslash wherever it stands, on either side
+    /// of the sixteen- and eight-byte steps of the string skip.
+    #[test]
+    fn an_escape_is_found_at_every_position_of_strings_of_every_length() {
+        for len in 0..48 {
+            let plain = format!("\"{}\"", "a".repeat(len));
+            assert!(!has_escape(&plain), "{plain}");
+            for at in 0..len {
+                let mut body = "a".repeat(len).into_bytes();
+                body[at] = b'\\';
+                let body = String::from_utf8(body).unwrap();
+                // `\\` keeps the string valid JSON; the check reads bytes.
+                let raw = format!("\"{}\\\\{}\"", &body[..at], &body[at + 1..]);
+                assert!(has_escape(&raw), "{raw}");
+                assert!(
+                    matches!(Loose::of(&raw), Loose::Str(Cow::Owned(_))),
+                    "{raw}"
+                );
+            }
+        }
+        assert!(matches!(Loose::of("\"\""), Loose::Str(Cow::Borrowed(""))));
+        assert!(matches!(Loose::of("\"é\\u00e9\""), Loose::Str(s) if s == "éé"));
+    }
+
+    /// Each key the rules read fills its own field, whatever else the event
+    /// holds, from a member table and from a walk over the text alike.
+    #[test]
+    fn every_read_key_fills_its_field_from_a_table_and_from_the_text() {
+        let json = r#"{"type":"CUSTOM","subagentRunId":"a","messageId":"b","toolCallId":"c","parentMessageId":"d","stepName":"e","entityId":"f","subtype":"g","replace":false,"name":"i","message":"j","description":"k","parentSubagentRunId":"l","parentToolCallId":"m","code":"n","outcome":{"o":1},"messages":[2],"input":{"p":3},"delta":"x","timestamp":1,"metadata":{}}"#;
+        let ty = EventType::Custom;
+        let mut table = Vec::new();
+        Event::check_recording(json, &mut table).unwrap();
+        for event in [
+            EventRef::from_checked_members(json, &ty, &table),
+            EventRef::from_checked(json, &ty),
+        ] {
+            let v = View::read(event);
+            let strs = [
+                &v.subagent_run_id,
+                &v.message_id,
+                &v.tool_call_id,
+                &v.parent_message_id,
+                &v.step_name,
+                &v.entity_id,
+                &v.subtype,
+                &v.name,
+                &v.message,
+                &v.description,
+                &v.parent_subagent_run_id,
+                &v.parent_tool_call_id,
+                &v.code,
+            ]
+            .map(|l| l.str().map(str::to_owned));
+            let want = [
+                "a", "b", "c", "d", "e", "f", "g", "i", "j", "k", "l", "m", "n",
+            ]
+            .map(|s| Some(s.to_owned()));
+            assert_eq!(strs, want);
+            assert!(matches!(v.replace, Loose::False));
+            assert_eq!(v.outcome.map(RawValue::get), Some(r#"{"o":1}"#));
+            assert_eq!(v.messages.map(RawValue::get), Some("[2]"));
+            assert_eq!(v.input.map(RawValue::get), Some(r#"{"p":3}"#));
+        }
+        // A field given twice empties the view, as the derived reader does.
+        let twice = r#"{"type":"CUSTOM","messageId":"b","messageId":"c"}"#;
+        let mut table = Vec::new();
+        Event::check_recording(twice, &mut table).unwrap();
+        let v = View::read(EventRef::from_checked_members(twice, &ty, &table));
+        assert!(matches!(v.message_id, Loose::Absent));
+    }
 
     /// The one-pass view reads what the derived reader reads, on every
     /// event of the generated profiles and on spellings the scanner defers.
