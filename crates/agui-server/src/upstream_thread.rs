@@ -177,6 +177,7 @@ mod tests {
             last_seq: first_seq,
             event_count: 1,
             bytes: 1,
+            thread_instance: 0,
         }
     }
 

@@ -549,7 +549,7 @@ const RESTORE_SQL: &str = "WITH RECURSIVE r AS (\
    ORDER BY ch.depth";
 
 const RUN_COLUMNS: &str = "r.thread, r.run_id, r.parent_run_id, r.agent, r.status, r.started_at, \
-     r.finished_at, r.first_seq, r.last_seq, r.event_count, r.bytes";
+     r.finished_at, r.first_seq, r.last_seq, r.event_count, r.bytes, r.thread_id";
 
 fn run_from_row(row: &Row) -> Result<RunRecord> {
     Ok(RunRecord {
@@ -564,6 +564,7 @@ fn run_from_row(row: &Row) -> Result<RunRecord> {
         last_seq: to_u64(get(row, 8)?)?,
         event_count: to_u64(get(row, 9)?)?,
         bytes: to_u64(get(row, 10)?)?,
+        thread_instance: to_u64(get(row, 11)?)?,
     })
 }
 

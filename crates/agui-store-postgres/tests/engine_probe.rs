@@ -191,7 +191,6 @@ async fn an_append_to_a_thread_renamed_by_another_replica_does_not_follow_the_re
 /// number of events, other content. A's next restore of `r` must give the
 /// new conversation, not the text it kept.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "known gap (issue 12 note): a restore on one replica may answer with the conversation of a thread another replica deleted and wrote again with the same run id, event count and start time"]
 async fn a_restore_after_another_replica_rewrote_the_thread_is_current() {
     let Some(url) = common::url() else { return };
     let schema = Schema::new(url);

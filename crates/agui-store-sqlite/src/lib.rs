@@ -325,6 +325,7 @@ fn run_from_row(row: &rusqlite::Row<'_>) -> Result<RunRecord> {
         last_seq: count(row.get(8).map_err(g)?)?,
         event_count: count(row.get(9).map_err(g)?)?,
         bytes: count(row.get(10).map_err(g)?)?,
+        thread_instance: 0,
     })
 }
 

@@ -511,6 +511,7 @@ mod tests {
             last_seq: 2,
             event_count: 2,
             bytes,
+            thread_instance: 0,
         };
         let mut found = Vec::new();
         check_index("acme", &events, std::slice::from_ref(&good), &mut |_, w| {

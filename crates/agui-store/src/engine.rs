@@ -1161,6 +1161,49 @@ mod tests {
         assert_eq!(*got.json, reduced(&store, "th", "b").await);
     }
 
+    /// Two engines share one store. Engine B deletes a thread engine A has
+    /// restored and writes it again with the same run, receive time and
+    /// event count (an import or a migration keeps receive times): A's next
+    /// restore, and the next run's checkpoint built on A's cached tip, are
+    /// of the new thread, never of the text A kept.
+    #[tokio::test]
+    async fn a_thread_another_engine_wrote_again_is_never_answered_from_the_cache() {
+        let mem = MemoryStore::new();
+        let (a, b) = (Store::new(mem.clone()), Store::new(mem.clone()));
+        let at = Timestamp(1_700_000_000_000_000);
+        let write = |store: &Store, text: &'static str| {
+            let store = store.clone();
+            async move {
+                let mut req = AppendRequest::new(full_run("x", "r", None, text));
+                req.received_at = Some(at);
+                store.append(T, "x", req).await.unwrap();
+                store.settle().await;
+            }
+        };
+        write(&a, "the old answer").await;
+        let old = a.restore(T, "x", "r").await.unwrap();
+        assert!(old.json.contains("the old answer"));
+        b.delete_thread(T, "x").await.unwrap();
+        write(&b, "the NEW answer").await;
+        let want = b.restore(T, "x", "r").await.unwrap();
+        assert!(want.json.contains("the NEW answer"));
+        let got = a.restore(T, "x", "r").await.unwrap();
+        assert_eq!(got.json, want.json, "A answered with the deleted thread");
+        // A continues the thread: its checkpoint is built on the new thread.
+        a.append(
+            T,
+            "x",
+            AppendRequest::new(full_run("x", "r2", Some("r"), "more")),
+        )
+        .await
+        .unwrap();
+        a.settle().await;
+        let next = Store::new(mem.clone()).restore(T, "x", "r2").await.unwrap();
+        assert!(next.json.contains("the NEW answer"), "{}", next.json);
+        assert!(!next.json.contains("the old answer"), "{}", next.json);
+        assert_eq!(a.restore(T, "x", "r2").await.unwrap().json, next.json);
+    }
+
     /// The latest run restores from the engine's cached tip: one copy of its
     /// text, no blob read (here the blob is even gone). A fresh engine (a
     /// restart) reads storage and rebuilds what is missing.

@@ -130,12 +130,24 @@ impl BatchPlan {
 pub struct RunTable {
     runs: Vec<RunRecord>,
     pos: HashMap<String, usize>,
+    /// [`RunRecord::thread_instance`] of every run the table holds.
+    instance: u64,
 }
 
 impl RunTable {
     /// An empty table.
     pub fn new() -> RunTable {
         RunTable::default()
+    }
+
+    /// An empty table for one instance of a thread, in a store that several
+    /// engines share: its records carry `instance` as their
+    /// [`RunRecord::thread_instance`].
+    pub fn of_instance(instance: u64) -> RunTable {
+        RunTable {
+            instance,
+            ..RunTable::default()
+        }
     }
 
     /// How many runs the thread has.
@@ -186,7 +198,9 @@ impl RunTable {
         for u in &plan.runs {
             if u.new {
                 self.pos.insert(u.run_id.clone(), self.runs.len());
-                self.runs.push(u.new_record(thread));
+                let mut record = u.new_record(thread);
+                record.thread_instance = self.instance;
+                self.runs.push(record);
             } else if let Some(&pos) = self.pos.get(&u.run_id) {
                 u.apply_to(&mut self.runs[pos]);
             }
@@ -239,6 +253,7 @@ impl RunUpdate {
             last_seq: self.last_seq,
             event_count: self.add_events,
             bytes: self.add_bytes,
+            thread_instance: 0,
         }
     }
 

@@ -36,6 +36,10 @@ struct Inner {
 struct State {
     /// (tenant, thread) → thread.
     threads: BTreeMap<(String, String), Thread>,
+    /// The last thread instance drawn: each thread made gets the next one,
+    /// so that engines sharing the store tell a thread deleted and written
+    /// again from the one they cached ([`RunRecord::thread_instance`]).
+    instances: u64,
 }
 
 struct Thread {
@@ -158,12 +162,17 @@ impl Backend for MemoryStore {
             t.runs.refuse_reused(&batch.plan)?;
         }
         let plan = &batch.plan;
+        let state = &mut *state;
+        let instances = &mut state.instances;
         let t = state
             .threads
             .entry(key(tenant, thread))
             .or_insert_with(|| Thread {
                 events: Vec::new(),
-                runs: RunTable::new(),
+                runs: RunTable::of_instance({
+                    *instances += 1;
+                    *instances
+                }),
                 checkpoints: HashMap::new(),
                 channels: BTreeMap::new(),
                 agent: None,

@@ -296,7 +296,10 @@ impl RunStatus {
 }
 
 /// One entry of the run index.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// Two records are equal when they describe the same run, wherever it is
+/// held: [`RunRecord::thread_instance`] is not compared.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunRecord {
     /// The thread the run belongs to.
     pub thread_id: String,
@@ -322,7 +325,49 @@ pub struct RunRecord {
     pub event_count: u64,
     /// Total JSON bytes of the run's events.
     pub bytes: u64,
+    /// Which instance of its thread holds the run, in a store that several
+    /// processes or engines share (PostgreSQL: the thread's row id; memory:
+    /// a number drawn when the thread is made): a thread deleted and written
+    /// again is another instance, even with the same runs, times and
+    /// counts, so what an engine cached of the old one never passes for the
+    /// new one. 0 where one engine owns the store (SQLite, file), which
+    /// forgets what it cached of a thread it deletes. Not part of the run's
+    /// JSON.
+    #[serde(skip)]
+    pub thread_instance: u64,
 }
+
+impl PartialEq for RunRecord {
+    fn eq(&self, other: &RunRecord) -> bool {
+        let RunRecord {
+            thread_id,
+            run_id,
+            parent_run_id,
+            agent,
+            status,
+            started_at,
+            finished_at,
+            first_seq,
+            last_seq,
+            event_count,
+            bytes,
+            thread_instance: _,
+        } = self;
+        *thread_id == other.thread_id
+            && *run_id == other.run_id
+            && *parent_run_id == other.parent_run_id
+            && *agent == other.agent
+            && *status == other.status
+            && *started_at == other.started_at
+            && *finished_at == other.finished_at
+            && *first_seq == other.first_seq
+            && *last_seq == other.last_seq
+            && *event_count == other.event_count
+            && *bytes == other.bytes
+    }
+}
+
+impl Eq for RunRecord {}
 
 /// A filter over the run index of one tenant. Results are ordered by start
 /// time, then thread id, then first sequence number.

@@ -101,6 +101,8 @@ pub(crate) struct Composed {
     run_id: String,
     last_seq: u64,
     started_at: Timestamp,
+    /// [`RunRecord::thread_instance`] of the run it was composed for.
+    instance: u64,
     /// `{"messages":[...],"state":...}`.
     pub(crate) json: Arc<String>,
     /// The tick of its last use.
@@ -108,14 +110,27 @@ pub(crate) struct Composed {
 }
 
 impl Composed {
-    /// True when it was composed for `run` as it is now (the same id, start
-    /// and last event: a thread deleted and written again does not match
-    /// by accident).
+    /// True when it was composed for `run` as it is now.
     pub(crate) fn matches(&self, run: &RunRecord) -> bool {
-        self.run_id == run.run_id
-            && self.last_seq == run.last_seq
-            && self.started_at == run.started_at
+        is_run(
+            (&self.run_id, self.last_seq, self.started_at, self.instance),
+            run,
+        )
     }
+}
+
+/// True when a run the cache kept, by its id, last event, start time and
+/// thread instance, is `run` as the store holds it now. A thread deleted and
+/// written again never matches by accident: here by this engine, its cache
+/// was told; by another engine sharing the store, it is another instance,
+/// even when it was written again with the same runs, receive times and
+/// event counts (an import, a migration).
+fn is_run(kept: (&str, u64, Timestamp, u64), run: &RunRecord) -> bool {
+    let (run_id, last_seq, started_at, instance) = kept;
+    run_id == run.run_id
+        && last_seq == run.last_seq
+        && started_at == run.started_at
+        && instance == run.thread_instance
 }
 
 /// One run of a tip's path.
@@ -124,10 +139,10 @@ struct PathEntry {
     run_id: String,
     /// The last sequence number its checkpoint covers.
     last_seq: u64,
-    /// Its start time: with the id and `last_seq`, what a parent must match
-    /// to continue the tip (a thread deleted and written again by another
-    /// process sharing the store does not match by accident).
+    /// Its start time and thread instance: with the id and `last_seq`, what
+    /// a parent must match to continue the tip (see [`is_run`]).
     started_at: Timestamp,
+    instance: u64,
     /// Messages in its conversation.
     count: usize,
     /// Lowest message index its events changed (relative to the entry
@@ -150,6 +165,15 @@ struct Tip {
     /// The cache's tick when it was last put or read (what orders tips by
     /// last use).
     used: u64,
+}
+
+impl PathEntry {
+    fn is(&self, run: &RunRecord) -> bool {
+        is_run(
+            (&self.run_id, self.last_seq, self.started_at, self.instance),
+            run,
+        )
+    }
 }
 
 impl Tip {
@@ -194,11 +218,7 @@ impl ConversationCache {
         let mut e = self.lock();
         let key = (tenant.to_owned(), thread.to_owned());
         match e.map.get(&key) {
-            Some(t)
-                if t.run().run_id == run.run_id
-                    && t.run().last_seq == run.last_seq
-                    && t.run().started_at == run.started_at =>
-            {
+            Some(t) if t.run().is(run) => {
                 let tip = e.map.remove(&key)?;
                 e.bytes -= tip.bytes;
                 Some(tip)
@@ -261,6 +281,7 @@ impl ConversationCache {
                 run_id: run.run_id.clone(),
                 last_seq: run.last_seq,
                 started_at: run.started_at,
+                instance: run.thread_instance,
                 json: Arc::clone(json),
                 used,
             },
@@ -283,8 +304,7 @@ impl ConversationCache {
         e.tick += 1;
         let tick = e.tick;
         let t = e.map.get_mut(&(tenant.to_owned(), thread.to_owned()))?;
-        let r = t.run();
-        if r.run_id != run.run_id || r.last_seq != run.last_seq || r.started_at != run.started_at {
+        if !t.run().is(run) {
             return None;
         }
         t.used = tick;
@@ -484,6 +504,7 @@ impl Tip {
             run_id: run.run_id.clone(),
             last_seq: run.last_seq,
             started_at: run.started_at,
+            instance: run.thread_instance,
             count: self.texts.len(),
             mark: if k == 0 { 0 } else { mark },
         });
@@ -703,6 +724,7 @@ mod tests {
             last_seq: 3,
             event_count: 3,
             bytes: 100,
+            thread_instance: 0,
         }
     }
 
@@ -754,6 +776,7 @@ mod tests {
                 run_id: id.to_owned(),
                 last_seq: 3,
                 started_at: Timestamp(1),
+                instance: 0,
                 count: 1,
                 mark: 0,
             }],
