@@ -304,6 +304,7 @@ impl Synthesized {
 
     /// Appends the event `{...first, ...second}` of type `ty`.
     fn put(&mut self, ty: EventType, first: &[(&str, &str)], second: &Obj<'_>) {
+        let second = second.as_slice();
         let text = if !self.plain {
             let mark = self.members.len();
             let text = render(first, second, Some(&mut self.members));
@@ -613,9 +614,9 @@ impl ChunkExpander {
         };
 
         // At most two events: the opener's START and one content event.
-        let mut out: Vec<(EventType, Obj<'_>)> = Vec::with_capacity(2);
+        let mut out: [Option<(EventType, Obj<'_>)>; 2] = [None, None];
         if opened {
-            let mut start: Obj<'_> = Vec::with_capacity(6);
+            let mut start = Obj::new();
             match kind {
                 Kind::Text => {
                     start.push(("type", "\"TEXT_MESSAGE_START\""));
@@ -645,7 +646,7 @@ impl ChunkExpander {
             if let Some(m) = metadata {
                 start.push(("metadata", m));
             }
-            out.push((kind.start_type(), start));
+            out[0] = Some((kind.start_type(), start));
         }
 
         let (content_type, id_key) = match kind {
@@ -660,7 +661,7 @@ impl ChunkExpander {
             tag_json.as_deref()
         };
         if delta.is_some() || raw_event.is_some() {
-            let mut content: Obj<'_> = Vec::with_capacity(6);
+            let mut content = Obj::new();
             content.push(("type", content_type));
             content.push((id_key, &opener.id_json));
             content.push(("delta", delta.unwrap_or("\"\"")));
@@ -673,15 +674,15 @@ impl ChunkExpander {
             if let Some(r) = raw_event {
                 content.push(("rawEvent", r));
             }
-            out.push((kind.content_type(), content));
+            out[1] = Some((kind.content_type(), content));
         }
-        if out.is_empty()
+        if out.iter().all(Option::is_none)
             && (metadata.is_some()
                 || raw_event.is_some()
                 || tag == Tag::Null
                 || !remainder.is_empty())
         {
-            let mut content: Obj<'_> = Vec::with_capacity(6);
+            let mut content = Obj::new();
             content.push(("type", content_type));
             content.push((id_key, &opener.id_json));
             content.push(("delta", "\"\""));
@@ -694,14 +695,14 @@ impl ChunkExpander {
             if let Some(o) = owner {
                 content.push(("subagentRunId", o));
             }
-            out.push((kind.content_type(), content));
+            out[1] = Some((kind.content_type(), content));
         }
 
         // The remainder rides the last event: the content event
         // (`{...remainder, ...described}`), or when there is none the opener,
         // whose own fields win a clash (keeping the remainder's position).
-        let n = out.len();
-        for (k, (ty, obj)) in out.into_iter().enumerate() {
+        let n = out.iter().flatten().count();
+        for (k, (ty, obj)) in out.into_iter().flatten().enumerate() {
             if k + 1 == n {
                 events.put(ty, &remainder, &obj);
             } else {
@@ -795,8 +796,39 @@ fn push_quoted(out: &mut String, s: &str) {
     }
 }
 
-/// An object under construction: keys and their values as JSON text.
-type Obj<'a> = Vec<(&'static str, &'a str)>;
+/// An object under construction: keys and their values as JSON text, at
+/// most [`Obj::CAP`] of them (the most any synthesized event has), held in
+/// place: a chunk's expansion allocates none of them.
+#[derive(Clone, Copy)]
+struct Obj<'a> {
+    members: [(&'static str, &'a str); Obj::CAP],
+    len: usize,
+}
+
+impl<'a> Obj<'a> {
+    const CAP: usize = 6;
+
+    fn new() -> Obj<'a> {
+        Obj {
+            members: [("", ""); Obj::CAP],
+            len: 0,
+        }
+    }
+
+    fn push(&mut self, member: (&'static str, &'a str)) {
+        // Every caller pushes at most `CAP` members (a type, an id and at
+        // most four optional fields); a seventh would be a bug here.
+        debug_assert!(self.len < Obj::CAP, "an object with too many members");
+        if let Some(slot) = self.members.get_mut(self.len) {
+            *slot = member;
+            self.len += 1;
+        }
+    }
+
+    fn as_slice(&self) -> &[(&'static str, &'a str)] {
+        &self.members[..self.len]
+    }
+}
 
 /// Writes `{...first, ...second}` as JavaScript's spread does: the keys of
 /// `first` in order (with `second`'s value where both have the key), then
@@ -805,7 +837,7 @@ type Obj<'a> = Vec<(&'static str, &'a str)>;
 /// be escaped, it appends none (readers then walk the text).
 fn render(
     first: &[(&str, &str)],
-    second: &Obj<'_>,
+    second: &[(&'static str, &str)],
     mut members: Option<&mut Vec<Member>>,
 ) -> String {
     let len = first
@@ -976,7 +1008,9 @@ fn put_end(p: &Pending, out: &mut Synthesized) {
         Kind::Tool => ("\"TOOL_CALL_END\"", "toolCallId"),
         Kind::Reasoning => ("\"REASONING_MESSAGE_END\"", "messageId"),
     };
-    let mut obj: Obj<'_> = vec![("type", ty), (key, &p.id_json)];
+    let mut obj = Obj::new();
+    obj.push(("type", ty));
+    obj.push((key, &p.id_json));
     if let Some(t) = &p.tag_json {
         obj.push(("subagentRunId", t));
     }
