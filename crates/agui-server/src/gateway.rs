@@ -425,6 +425,15 @@ impl Gateway {
         Some(f.ended.clone())
     }
 
+    /// True while `run` holds the thread's slot in this process (from its
+    /// request on, until it ended and stored what it stores).
+    pub(crate) fn holds_run(&self, tenant: &str, thread: &str, run: &str) -> bool {
+        let active = self.active.lock().unwrap_or_else(|p| p.into_inner());
+        active
+            .get(&(tenant.to_owned(), thread.to_owned()))
+            .is_some_and(|f| !run.is_empty() && f.run == run)
+    }
+
     /// Closes runs a previous process left `running`: each gets its open
     /// messages and tool calls ended and a `RUN_ERROR` with code
     /// `interrupted`; its status becomes `interrupted`. Returns how many.

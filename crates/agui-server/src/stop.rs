@@ -188,6 +188,9 @@ pub(crate) async fn stop_run(
         }
         Err(e) => return Err(store_error(e)),
     };
+    // Nothing stored yet: the run is in flight here, before its upstream
+    // answered.
+    let unstored = stored.is_none();
     let (log_tenant, log_thread) = match stored {
         Some((log_tenant, log_thread, record)) => {
             if record.status != RunStatus::Running {
@@ -214,6 +217,9 @@ pub(crate) async fn stop_run(
     // Wait for the run's end to be stored (by this or another replica).
     let deadline = tokio::time::Instant::now() + STOP_WAIT;
     loop {
+        // Whether the run still holds its slot here, asked before the store
+        // is read: a run releases it only once it stored what it stores.
+        let held = unstored && gw.holds_run(&log_tenant, &log_thread, run);
         let now = match gw.store.run(&log_tenant, &log_thread, run).await {
             Ok(now) => Some(now),
             // Set aside, ended, and joined its thread meanwhile; or nothing
@@ -228,6 +234,12 @@ pub(crate) async fn stop_run(
             Err(e) if e.kind() == ErrorKind::NotFound => None,
             Err(e) => return Err(store_error(e)),
         };
+        if now.is_none() && unstored && !held {
+            // It ended without storing anything: its start was refused (a
+            // reused run id, a parent not joined, an invalid input), so
+            // there never was such a run.
+            return Err(not_found());
+        }
         let status = now.map_or(RunStatus::Running, |r| r.status);
         if status != RunStatus::Running || tokio::time::Instant::now() >= deadline {
             return Ok(Json(json!({
