@@ -742,50 +742,69 @@ async fn aside_events(
     after: u64,
     mode: Option<Mode>,
 ) -> Result<Response, ApiError> {
-    // Its parent may be set aside in turn (ended, not joined yet): the
-    // branch goes through each such run up to one in the log.
-    let mut above = Vec::new();
-    let mut parent = record.parent_run_id.clone();
-    while let Some(p) = parent.take() {
-        match crate::aside::find(gw, tenant, thread, &p).await? {
-            // Runs set aside form no cycle (a parent exists before its
-            // child starts); the bound only guards against a damaged store.
-            Some(found) if above.len() < 10_000 => {
-                parent = found.2.parent_run_id.clone();
-                above.push(found);
+    // A parent set aside may join its thread (its aside copy deleted)
+    // between finding it and reading it: the branch is then read again,
+    // and that parent found in the log.
+    let mut tries = 0;
+    let (stored, own, own_last) = 'read: loop {
+        tries += 1;
+        let gone = |e: agui_store::StoreError| {
+            if e.kind() == agui_store::ErrorKind::NotFound && tries < 3 {
+                None
+            } else {
+                Some(store_error(e))
             }
-            Some(_) => return Err(ApiError::store()),
-            None => {
-                parent = Some(p);
-                break;
+        };
+        // Its parent may be set aside in turn (ended, not joined yet): the
+        // branch goes through each such run up to one in the log.
+        let mut above = Vec::new();
+        let mut parent = record.parent_run_id.clone();
+        while let Some(p) = parent.take() {
+            match crate::aside::find(gw, tenant, thread, &p).await? {
+                // Runs set aside form no cycle (a parent exists before its
+                // child starts); the bound only guards against a damaged
+                // store.
+                Some(found) if above.len() < 10_000 => {
+                    parent = found.2.parent_run_id.clone();
+                    above.push(found);
+                }
+                Some(_) => return Err(ApiError::store()),
+                None => {
+                    parent = Some(p);
+                    break;
+                }
             }
         }
-    }
-    let mut stored = match &parent {
-        Some(p) => gw
+        let mut stored = match &parent {
+            Some(p) => match gw.store.read_branch(tenant, thread, p).await {
+                Ok(events) => events,
+                Err(e) => match gone(e) {
+                    Some(err) => return Err(err),
+                    None => continue 'read,
+                },
+            },
+            None => Vec::new(),
+        };
+        stored.retain(|e| e.seq > after);
+        let mut own = Vec::new();
+        for (t, th, _) in above.iter().rev() {
+            match gw.store.read_range(t, th, 1, u64::MAX).await {
+                Ok(events) => own.extend(events),
+                Err(e) => match gone(e) {
+                    Some(err) => return Err(err),
+                    None => continue 'read,
+                },
+            }
+        }
+        let mine = gw
             .store
-            .read_branch(tenant, thread, p)
+            .read_range(&a_tenant, &a_thread, 1, u64::MAX)
             .await
-            .map_err(store_error)?,
-        None => Vec::new(),
+            .map_err(store_error)?;
+        let own_last = mine.last().map_or(0, |e| e.seq);
+        own.extend(mine);
+        break (stored, own, own_last);
     };
-    stored.retain(|e| e.seq > after);
-    let mut own = Vec::new();
-    for (t, th, _) in above.iter().rev() {
-        own.extend(
-            gw.store
-                .read_range(t, th, 1, u64::MAX)
-                .await
-                .map_err(store_error)?,
-        );
-    }
-    let mine = gw
-        .store
-        .read_range(&a_tenant, &a_thread, 1, u64::MAX)
-        .await
-        .map_err(store_error)?;
-    let own_last = mine.last().map_or(0, |e| e.seq);
-    own.extend(mine);
     let mut buf = Vec::new();
     match mode {
         None => {
