@@ -987,3 +987,147 @@ async fn a_run_is_stopped_before_its_upstream_answered() {
     assert_eq!(resp.status().as_u16(), 404);
     g.shutdown().await;
 }
+
+/// Restores of the thread stall, then fail (the store is gone for a
+/// while), once `on` is set; `entered` tells that one began.
+#[derive(Default)]
+struct StallThenFailRestore {
+    on: AtomicBool,
+    entered: AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl Hooks for StallThenFailRestore {
+    async fn checkpoint_chain(
+        &self,
+        inner: &dyn Backend,
+        tenant: &str,
+        thread: &str,
+        run_id: &str,
+    ) -> agui_store::Result<agui_store::CheckpointChain> {
+        if self.on.load(Ordering::SeqCst) {
+            self.entered.store(true, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(800)).await;
+            return Err(StoreError::unavailable("the disk is gone (test)"));
+        }
+        inner.checkpoint_chain(tenant, thread, run_id).await
+    }
+}
+
+/// A stop that reaches a run before it stored anything, whose start then
+/// fails (here its parent's conversation cannot be restored), answers 404
+/// once the run is gone: there never was such a run. It answered 200
+/// `running` after waiting ten seconds.
+#[tokio::test]
+async fn a_stop_of_a_run_whose_start_then_fails_is_not_found() {
+    let hooked = Arc::new(Hooked::new(
+        MemoryStore::new(),
+        StallThenFailRestore::default(),
+    ));
+    let store = Store::from_arc(hooked.clone());
+    let g = start_with(store.clone(), GatewayConfig::default()).await;
+    let (s, _, body) = run(&g.base, "demo", &input("t", "r1", "first")).await;
+    assert_eq!(s, 200, "{body}");
+    // r2 continues r1: its start restores r1's conversation from storage.
+    store.settle().await;
+    store.clear_cache();
+    hooked.hooks().on.store(true, Ordering::SeqCst);
+    let r2 = spawn_run(&g.base, "demo", input("t", "r2", "second"));
+    for _ in 0..500 {
+        if hooked.hooks().entered.load(Ordering::SeqCst) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(hooked.hooks().entered.load(Ordering::SeqCst));
+    let began = std::time::Instant::now();
+    let resp = client()
+        .post(format!("{}/threads/t/runs/r2/stop", g.base))
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(status, 404, "{v}");
+    assert!(
+        began.elapsed() < Duration::from_secs(5),
+        "the answer waited {:?}",
+        began.elapsed()
+    );
+    let (s, frames) = r2.await.unwrap();
+    assert!(s >= 500 || frames.is_empty(), "r2 ran: {s}");
+    hooked.hooks().on.store(false, Ordering::SeqCst);
+    assert_eq!(log_runs(&g.store, "t").await.len(), 1);
+    g.shutdown().await;
+}
+
+/// Once armed, the first read of `target` answers `NotFound`, as it does
+/// when the run set aside there joined its thread (its copy deleted) right
+/// after it was found.
+#[derive(Default)]
+struct JoinedMeanwhile {
+    target: std::sync::Mutex<Option<(String, String)>>,
+    hit: AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl Hooks for JoinedMeanwhile {
+    async fn read(
+        &self,
+        inner: &dyn Backend,
+        tenant: &str,
+        thread: &str,
+        from_seq: u64,
+        limit: usize,
+    ) -> agui_store::Result<agui_store::EventPage> {
+        let fire = {
+            let mut target = self.target.lock().unwrap();
+            let fire = target
+                .as_ref()
+                .is_some_and(|(tn, th)| tn == tenant && th == thread);
+            if fire {
+                *target = None;
+            }
+            fire
+        };
+        if fire {
+            self.hit.store(true, Ordering::SeqCst);
+            return Err(StoreError::not_found("thread"));
+        }
+        inner.read(tenant, thread, from_seq, limit).await
+    }
+}
+
+/// `?branch=` of a run set aside whose parent set aside joins its thread
+/// while the branch is read: the branch is read again, not a 404.
+#[tokio::test]
+async fn the_branch_of_a_run_set_aside_is_read_again_when_its_parent_joins_meanwhile() {
+    let hooked = Arc::new(Hooked::new(MemoryStore::new(), JoinedMeanwhile::default()));
+    let g = start_with(Store::from_arc(hooked.clone()), GatewayConfig::default()).await;
+    let (_, f1, _) = run(&g.base, "demo", &input("t", "r1", "first")).await;
+    let r2 = spawn_run(&g.base, "demo", slow("t", "r2", 150));
+    wait_thread(&g.base, "t", |v| v["runs"][1]["status"] == "running").await;
+    let (s, f3, body) = run(&g.base, "demo", &branch("t", "r3", "r1", "second")).await;
+    assert_eq!(s, 200, "{body}");
+    let (s, f4, body) = run(&g.base, "demo", &branch("t", "r4", "r3", "third")).await;
+    assert_eq!(s, 200, "{body}");
+    *hooked.hooks().target.lock().unwrap() =
+        Some((aside_tenant("default"), aside_thread("t", "r3").unwrap()));
+    let resp = client()
+        .get(format!("{}/threads/t/events?branch=r4", g.base))
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    let text = resp.text().await.unwrap();
+    assert!(!r2.is_finished(), "r2 ended too early for the probe");
+    r2.await.unwrap();
+    assert!(
+        hooked.hooks().hit.load(Ordering::SeqCst),
+        "the probe never fired"
+    );
+    assert_eq!(status, 200, "{text}");
+    let frames = parse_sse(&text);
+    assert_eq!(frames.len(), f1.len() + f3.len() + f4.len(), "{text}");
+    g.shutdown().await;
+}
