@@ -147,6 +147,9 @@ pub fn catch_up_then_live(
                             st.mode = Mode::Done;
                             return Some((vec![Err(e)], st));
                         }
+                        // Closed while the read was in flight: the page may
+                        // be of the thread written again after the delete.
+                        Ok(_) if st.rx.is_closed() => return None,
                         Ok(page) => {
                             let mut out = Vec::with_capacity(page.events.len());
                             for e in page.events {
