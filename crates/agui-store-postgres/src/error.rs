@@ -18,7 +18,12 @@ pub(crate) fn pg(err: tokio_postgres::Error) -> StoreError {
     // native error, kept as the source, names the role.
     let refused = err.code().is_some_and(|c| c.code().starts_with("28"));
     let missing = err.code() == Some(&SqlState::INVALID_CATALOG_NAME);
-    let limit = err.code().is_some_and(|c| c.code().starts_with("54"));
+    // Class 54 (program limit exceeded), but for a statement too complex
+    // (54001) or with too many arguments (54023): ours are fixed, so that
+    // is the data, an id too long for a btree index row.
+    let limit = err
+        .code()
+        .is_some_and(|c| c.code().starts_with("54") && !matches!(c.code(), "54001" | "54023"));
     let message = match kind {
         ErrorKind::Unavailable if refused => "the database refused the login",
         ErrorKind::Unavailable if missing => "no such database",

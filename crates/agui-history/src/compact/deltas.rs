@@ -709,8 +709,9 @@ type ChunkParts = (Option<String>, Option<RawMap>);
 /// merge the way expansion and the reducer apply them.
 ///
 /// The body is written as the JSON library writes the decoded string: a
-/// body without a backslash already is (valid JSON text holds no raw `"`
-/// or control character), any other is decoded and written again.
+/// body whose escapes are all the library's own already is (valid JSON
+/// text holds no raw `"` or control character), any other is decoded and
+/// written again.
 fn chunk_parts(fields: &Members<'_>) -> Option<ChunkParts> {
     let delta = match fields.get("delta") {
         None => None,

@@ -239,11 +239,12 @@ pub(crate) fn push_json_string(text: &mut String, s: &str) -> Result<(), serde_j
 }
 
 /// Writes a raw JSON value (from a validated event) as the JSON library
-/// writes it once parsed: a literal, a string without escapes or a number
-/// without an exponent is already in that form (numbers keep their
-/// spelling, but an exponent gets its sign written: `1e5` is `1e+5`); an
-/// escaped string, an exponent, an object or an array is parsed and written
-/// again (escapes, spacing and repeated keys change).
+/// writes it once parsed. A literal, a number without an exponent, and a
+/// string, object or array already in that form (`is_canonical`: no blank
+/// between tokens, no repeated or reserved key, no exponent, only the
+/// library's own escapes) are copied; anything else is parsed and written
+/// again (escapes, spacing and repeated keys change, and an exponent gets
+/// its sign written: `1e5` is `1e+5`).
 pub(crate) fn push_canonical(text: &mut String, raw: &str) -> Result<(), serde_json::Error> {
     let plain = match raw.as_bytes().first() {
         Some(b'{' | b'[') => is_canonical(raw),
