@@ -990,6 +990,12 @@ impl PgStore {
                     return;
                 };
                 let from = parts.next().and_then(|s| s.parse::<i32>().ok());
+                // A pair watched before its thread existed (or whose lookup
+                // failed) has no instance yet: the thread appended to now
+                // is the one its subscriptions read (see `nudge_all`).
+                for pair in &targets {
+                    self.learn_instance(pair).await;
+                }
                 if from == Some(self.inner.session) {
                     return;
                 }
@@ -1072,6 +1078,28 @@ impl PgStore {
                     }
                 }
             }
+        }
+    }
+
+    /// Records which instance of a watched thread exists now, unless one is
+    /// recorded already.
+    async fn learn_instance(&self, pair: &(String, String)) {
+        let known = self
+            .inner
+            .instances
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains_key(pair);
+        if known {
+            return;
+        }
+        if let Ok(Some(id)) = self.instance(&pair.0, &pair.1).await {
+            self.inner
+                .instances
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .entry(pair.clone())
+                .or_insert(id);
         }
     }
 
@@ -1633,17 +1661,7 @@ impl Backend for PgStore {
             .contains_key(&key);
         if !known && let Ok(rt) = tokio::runtime::Handle::try_current() {
             let store = self.clone();
-            rt.spawn(async move {
-                if let Ok(Some(id)) = store.instance(&key.0, &key.1).await {
-                    store
-                        .inner
-                        .instances
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .entry(key)
-                        .or_insert(id);
-                }
-            });
+            rt.spawn(async move { store.learn_instance(&key).await });
         }
     }
 

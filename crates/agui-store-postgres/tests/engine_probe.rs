@@ -365,6 +365,43 @@ async fn a_thread_rewritten_while_the_listener_was_down_ends_the_subscription() 
     }
 }
 
+/// As above, but B's subscriber began before the thread existed (an
+/// attach that waits for a thread's first run): the instance it follows is
+/// the one whose appends it was told of, so after the rewrite it ends too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_thread_rewritten_while_the_listener_was_down_ends_a_subscription_that_predates_it() {
+    let Some(url) = common::url() else { return };
+    let schema = Schema::new(url);
+    let (a, b) = a_then_b(&schema).await;
+    let mut sub = b.subscribe("t", "x", 1).await.unwrap();
+    // Let the watch's lookup (of a thread that does not exist) finish.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    a.append("t", "x", AppendRequest::new((1..=3).map(custom).collect()))
+        .await
+        .unwrap();
+    drain_to(&mut sub, 3).await;
+    let before = listeners(&schema).await;
+    let session = kill_last_listener(&schema).await;
+    a.delete_thread("t", "x").await.unwrap();
+    a.append(
+        "t",
+        "x",
+        AppendRequest::new((101..=106).map(custom).collect()),
+    )
+    .await
+    .unwrap();
+    wait_for_listener(&schema, session, &before).await;
+    match tokio::time::timeout(Duration::from_secs(5), sub.next()).await {
+        Ok(None) | Ok(Some(Err(_))) => {}
+        Ok(Some(Ok(e))) => panic!(
+            "the subscriber of the deleted thread got seq {} = value {} of the new one",
+            e.seq,
+            value(&e.event)
+        ),
+        Err(_) => panic!("the subscription of a deleted thread neither ended nor failed"),
+    }
+}
+
 /// Ids are any string of up to `MAX_ID_BYTES` bytes (see `Backend`), but
 /// PostgreSQL indexes them, and an index row holds at most about 2.7 KB
 /// once compressed. The conformance suite's long id, `"x".repeat(10_000)`,
