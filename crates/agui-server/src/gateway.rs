@@ -406,6 +406,24 @@ impl Gateway {
         }
     }
 
+    /// Runs `f` on the slot `run` holds in this process, if it holds one.
+    fn with_slot<T>(
+        &self,
+        tenant: &str,
+        thread: &str,
+        run: &str,
+        f: impl FnOnce(&InFlight) -> T,
+    ) -> Option<T> {
+        if run.is_empty() {
+            return None;
+        }
+        let active = self.active.lock().unwrap_or_else(|p| p.into_inner());
+        active
+            .get(&(tenant.to_owned(), thread.to_owned()))
+            .filter(|s| s.run == run)
+            .map(f)
+    }
+
     /// Asks the run `run` of a thread to stop when this process forwards it;
     /// returns how to wait for its end, or `None` when it is not ours.
     pub(crate) fn stop_local(
@@ -414,24 +432,16 @@ impl Gateway {
         thread: &str,
         run: &str,
     ) -> Option<Arc<tokio::sync::Notify>> {
-        if run.is_empty() {
-            return None;
-        }
-        let active = self.active.lock().unwrap_or_else(|p| p.into_inner());
-        let f = active
-            .get(&(tenant.to_owned(), thread.to_owned()))
-            .filter(|f| f.run == run)?;
-        f.stop.cancel();
-        Some(f.ended.clone())
+        self.with_slot(tenant, thread, run, |s| {
+            s.stop.cancel();
+            s.ended.clone()
+        })
     }
 
     /// True while `run` holds the thread's slot in this process (from its
     /// request on, until it ended and stored what it stores).
     pub(crate) fn holds_run(&self, tenant: &str, thread: &str, run: &str) -> bool {
-        let active = self.active.lock().unwrap_or_else(|p| p.into_inner());
-        active
-            .get(&(tenant.to_owned(), thread.to_owned()))
-            .is_some_and(|f| !run.is_empty() && f.run == run)
+        self.with_slot(tenant, thread, run, |_| ()).is_some()
     }
 
     /// Closes runs a previous process left `running`: each gets its open
