@@ -594,6 +594,27 @@ async fn a_client_that_goes_away_mid_branch() {
 // Chains of runs set aside
 // ---------------------------------------------------------------------
 
+/// Thread `t`: r1 ended, r2 in flight (its task, about a second long), and
+/// beside it r3 (from r1) and r4 (from r3), both ended and set aside. The
+/// frames of r1, r3 and r4.
+async fn chain_beside_a_run(
+    base: &str,
+) -> (
+    tokio::task::JoinHandle<(u16, Vec<Frame>)>,
+    Vec<Frame>,
+    Vec<Frame>,
+    Vec<Frame>,
+) {
+    let (_, f1, _) = run(base, "demo", &input("t", "r1", "first")).await;
+    let r2 = spawn_run(base, "demo", slow("t", "r2", 150));
+    wait_thread(base, "t", |v| v["runs"][1]["status"] == "running").await;
+    let (s, f3, body) = run(base, "demo", &branch("t", "r3", "r1", "second")).await;
+    assert_eq!(s, 200, "{body}");
+    let (s, f4, body) = run(base, "demo", &branch("t", "r4", "r3", "third")).await;
+    assert_eq!(s, 200, "{body}");
+    (r2, f1, f3, f4)
+}
+
 /// `GET /threads/{id}/events?branch=R` for a run set aside whose parent is
 /// a run set aside too (ended, not joined): the branch is r1 from the log
 /// (with ids), then the parent's events and the run's own (without), as
@@ -601,13 +622,7 @@ async fn a_client_that_goes_away_mid_branch() {
 #[tokio::test]
 async fn the_branch_of_a_run_set_aside_from_a_run_set_aside_is_readable() {
     let g = start(GatewayConfig::default()).await;
-    let (_, f1, _) = run(&g.base, "demo", &input("t", "r1", "first")).await;
-    let r2 = spawn_run(&g.base, "demo", slow("t", "r2", 150));
-    wait_thread(&g.base, "t", |v| v["runs"][1]["status"] == "running").await;
-    let (s, f3, body) = run(&g.base, "demo", &branch("t", "r3", "r1", "second")).await;
-    assert_eq!(s, 200, "{body}");
-    let (s, f4, body) = run(&g.base, "demo", &branch("t", "r4", "r3", "third")).await;
-    assert_eq!(s, 200, "{body}");
+    let (r2, f1, f3, f4) = chain_beside_a_run(&g.base).await;
     let resp = client()
         .get(format!("{}/threads/t/events?branch=r4", g.base))
         .send()
@@ -1104,13 +1119,7 @@ impl Hooks for JoinedMeanwhile {
 async fn the_branch_of_a_run_set_aside_is_read_again_when_its_parent_joins_meanwhile() {
     let hooked = Arc::new(Hooked::new(MemoryStore::new(), JoinedMeanwhile::default()));
     let g = start_with(Store::from_arc(hooked.clone()), GatewayConfig::default()).await;
-    let (_, f1, _) = run(&g.base, "demo", &input("t", "r1", "first")).await;
-    let r2 = spawn_run(&g.base, "demo", slow("t", "r2", 150));
-    wait_thread(&g.base, "t", |v| v["runs"][1]["status"] == "running").await;
-    let (s, f3, body) = run(&g.base, "demo", &branch("t", "r3", "r1", "second")).await;
-    assert_eq!(s, 200, "{body}");
-    let (s, f4, body) = run(&g.base, "demo", &branch("t", "r4", "r3", "third")).await;
-    assert_eq!(s, 200, "{body}");
+    let (r2, f1, f3, f4) = chain_beside_a_run(&g.base).await;
     *hooked.hooks().target.lock().unwrap() =
         Some((aside_tenant("default"), aside_thread("t", "r3").unwrap()));
     let resp = client()

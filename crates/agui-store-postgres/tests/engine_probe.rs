@@ -335,34 +335,7 @@ async fn a_lost_listening_connection_loses_no_event() {
 /// old log.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_thread_rewritten_while_the_listener_was_down_ends_the_subscription() {
-    let Some(url) = common::url() else { return };
-    let schema = Schema::new(url);
-    let (a, b) = a_then_b(&schema).await;
-    a.append("t", "x", AppendRequest::new((1..=3).map(custom).collect()))
-        .await
-        .unwrap();
-    let mut sub = b.subscribe("t", "x", 1).await.unwrap();
-    drain_to(&mut sub, 3).await;
-    let before = listeners(&schema).await;
-    let session = kill_last_listener(&schema).await;
-    a.delete_thread("t", "x").await.unwrap();
-    a.append(
-        "t",
-        "x",
-        AppendRequest::new((101..=106).map(custom).collect()),
-    )
-    .await
-    .unwrap();
-    wait_for_listener(&schema, session, &before).await;
-    match tokio::time::timeout(Duration::from_secs(5), sub.next()).await {
-        Ok(None) | Ok(Some(Err(_))) => {}
-        Ok(Some(Ok(e))) => panic!(
-            "the subscriber of the deleted thread got seq {} = value {} of the new one",
-            e.seq,
-            value(&e.event)
-        ),
-        Err(_) => panic!("the subscription of a deleted thread neither ended nor failed"),
-    }
+    rewritten_while_the_listener_was_down(false).await;
 }
 
 /// As above, but B's subscriber began before the thread existed (an
@@ -370,15 +343,29 @@ async fn a_thread_rewritten_while_the_listener_was_down_ends_the_subscription() 
 /// the one whose appends it was told of, so after the rewrite it ends too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_thread_rewritten_while_the_listener_was_down_ends_a_subscription_that_predates_it() {
+    rewritten_while_the_listener_was_down(true).await;
+}
+
+/// The two probes above; `subscribe_first`: B subscribes before A writes.
+async fn rewritten_while_the_listener_was_down(subscribe_first: bool) {
     let Some(url) = common::url() else { return };
     let schema = Schema::new(url);
     let (a, b) = a_then_b(&schema).await;
-    let mut sub = b.subscribe("t", "x", 1).await.unwrap();
-    // Let the watch's lookup (of a thread that does not exist) finish.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let early = if subscribe_first {
+        let sub = b.subscribe("t", "x", 1).await.unwrap();
+        // Let the watch's lookup (of a thread that does not exist) finish.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        Some(sub)
+    } else {
+        None
+    };
     a.append("t", "x", AppendRequest::new((1..=3).map(custom).collect()))
         .await
         .unwrap();
+    let mut sub = match early {
+        Some(sub) => sub,
+        None => b.subscribe("t", "x", 1).await.unwrap(),
+    };
     drain_to(&mut sub, 3).await;
     let before = listeners(&schema).await;
     let session = kill_last_listener(&schema).await;
