@@ -59,9 +59,15 @@ CREATE TABLE IF NOT EXISTS channels (
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 ";
 
-/// The schema version this code writes.
-const VERSION: &str = "agui-store-sqlite/2";
-/// The version before it, still read and upgraded by a writer's open.
+/// The schema version this code writes. Schema 3 has schema 2's tables;
+/// its chunk rows may be packed frames (`agui_store::frame::PACKED`, see
+/// `pack.rs`), which a schema-2 reader would take for damage, so the
+/// version tells an older binary that it cannot read the file instead.
+const VERSION: &str = "agui-store-sqlite/3";
+/// Schema 2: the tables of schema 3, no packed rows (read and upgraded by
+/// a writer's open, which only changes the version).
+const VERSION_2: &str = "agui-store-sqlite/2";
+/// Schema 1, still read and upgraded by a writer's open.
 const VERSION_1: &str = "agui-store-sqlite/1";
 
 /// The batches (one row per frame of `agui_store::frame`), schema 2: a rowid
@@ -101,6 +107,12 @@ fn create_or_upgrade(conn: &Connection) -> Result<(), StoreError> {
     let (before, after) = match version.as_deref() {
         Some(VERSION) => return Ok(()),
         None => ("", ""),
+        Some(VERSION_2) => {
+            return conn
+                .execute("UPDATE meta SET value = ?1 WHERE key = 'schema'", [VERSION])
+                .map(drop)
+                .map_err(|e| map(e, "upgrade the schema"));
+        }
         // Schema 2's table is created once schema 1's is renamed away.
         Some(VERSION_1) => (
             "ALTER TABLE chunks RENAME TO chunks_1;",
@@ -185,7 +197,7 @@ pub fn probe_read_only(path: &Path) -> Result<(), StoreError> {
             ErrorKind::NotFound,
             "the SQLite database holds no agui store",
         )),
-        Some(VERSION | VERSION_1) => Ok(()),
+        Some(VERSION | VERSION_2 | VERSION_1) => Ok(()),
         Some(_) => Err(StoreError::new(
             ErrorKind::Unsupported,
             "the database was written by another version of the store",

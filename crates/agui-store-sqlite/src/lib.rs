@@ -34,6 +34,7 @@
 
 mod db;
 mod lock;
+mod pack;
 mod writer;
 
 use std::path::{Path, PathBuf};
@@ -54,7 +55,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use tokio::sync::oneshot;
 
 use crate::db::{count, map, status_code, status_from, text};
-use crate::writer::{Op, Writer};
+use crate::writer::{Note, Op, Writer};
 
 /// Read connections kept open at most.
 const READERS: usize = 8;
@@ -69,6 +70,9 @@ struct Inner {
     path: PathBuf,
     tx: Mutex<Option<mpsc::Sender<Op>>>,
     writer: Mutex<Option<JoinHandle<()>>>,
+    /// The packer's thread and how to stop it (see `pack.rs`); none when
+    /// read-only.
+    packer: Mutex<Option<(mpsc::Sender<Note>, JoinHandle<()>)>>,
     readers: Mutex<Vec<Connection>>,
     closed: AtomicBool,
     /// Opened with [`SqliteStore::open_read_only`]: no writer, no lock.
@@ -120,20 +124,28 @@ impl SqliteStore {
         let path = path.to_path_buf();
         let held = lock::acquire(&path)?;
         let open_path = path.clone();
-        let writer = tokio::task::spawn_blocking(move || Writer::open(&open_path))
+        let (note_tx, note_rx) = mpsc::channel();
+        let notes = note_tx.clone();
+        let writer = tokio::task::spawn_blocking(move || Writer::open(&open_path, Some(notes)))
             .await
             .map_err(|_| StoreError::internal("the store could not be opened"))??;
         let broken = writer.broken();
         let (tx, rx) = mpsc::channel();
+        let packer = pack::Packer::open(&path, tx.clone())?;
         let handle = std::thread::Builder::new()
             .name("agui-sqlite-writer".into())
             .spawn(move || writer.run(rx))
             .map_err(|e| StoreError::unavailable("cannot start the writer").with_source(e))?;
+        let packing = std::thread::Builder::new()
+            .name("agui-sqlite-pack".into())
+            .spawn(move || packer.run(note_rx))
+            .map_err(|e| StoreError::unavailable("cannot start the packer").with_source(e))?;
         Ok(SqliteStore {
             inner: Arc::new(Inner {
                 path,
                 tx: Mutex::new(Some(tx)),
                 writer: Mutex::new(Some(handle)),
+                packer: Mutex::new(Some((note_tx, packing))),
                 readers: Mutex::new(Vec::new()),
                 closed: AtomicBool::new(false),
                 read_only: false,
@@ -159,6 +171,7 @@ impl SqliteStore {
                 path,
                 tx: Mutex::new(None),
                 writer: Mutex::new(None),
+                packer: Mutex::new(None),
                 readers: Mutex::new(Vec::new()),
                 closed: AtomicBool::new(false),
                 read_only: true,
@@ -220,6 +233,18 @@ impl SqliteStore {
 }
 
 impl Inner {
+    /// Stops the packer (it holds a sender of the writer's: the writer
+    /// stops only once it is gone). A pack in progress finishes first.
+    fn stop_packer(&self) -> Option<JoinHandle<()>> {
+        let (notes, handle) = self
+            .packer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()?;
+        let _ = notes.send(Note::Stop);
+        Some(handle)
+    }
+
     fn with_reader<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
         let pooled = self.readers.lock().unwrap_or_else(|p| p.into_inner()).pop();
         let conn = match pooled {
@@ -284,14 +309,14 @@ fn read_page(
             }
             expect = Some(last + 1);
             let received_at = Timestamp(row.get(2).map_err(|e| map(e, "read events"))?);
-            let decoded = frame::decode(
+            let decoded = frame::decode_timed(
                 row.get(3).map_err(|e| map(e, "read events"))?,
                 row.get(4).map_err(|e| map(e, "read events"))?,
                 row.get(5).map_err(|e| map(e, "read events"))?,
                 row.get(6).map_err(|e| map(e, "read events"))?,
                 last - first + 1,
             )?;
-            EventPage::push_batch(&mut events, decoded, first, received_at, from, limit);
+            EventPage::push_frame(&mut events, decoded, first, received_at, from, limit);
             if events.len() >= limit {
                 break;
             }
@@ -780,6 +805,12 @@ impl Backend for SqliteStore {
         if self.inner.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
+        if let Some(h) = self.inner.stop_packer() {
+            tokio::task::spawn_blocking(move || h.join())
+                .await
+                .map_err(|_| StoreError::internal("the packer could not be stopped"))?
+                .map_err(|_| StoreError::internal("the packer stopped abnormally"))?;
+        }
         // Dropping the sender lets the writer drain, checkpoint and stop.
         drop(
             self.inner
@@ -819,7 +850,11 @@ impl Backend for SqliteStore {
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        // Without an explicit close, stop the writer (it drains first).
+        // Without an explicit close, stop the packer, then the writer (it
+        // drains first).
+        if let Some(h) = self.stop_packer() {
+            let _ = h.join();
+        }
         drop(self.tx.lock().unwrap_or_else(|p| p.into_inner()).take());
         if let Some(h) = self.writer.lock().unwrap_or_else(|p| p.into_inner()).take() {
             let _ = h.join();

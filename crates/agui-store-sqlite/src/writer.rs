@@ -100,6 +100,35 @@ pub enum Op {
     Flush {
         reply: oneshot::Sender<Result<()>>,
     },
+    /// Replaces rows of a thread with one packed frame (see `pack.rs`) if
+    /// they are still exactly `old`; answers 1 when it did, 0 when they
+    /// changed (nothing written).
+    Pack {
+        pack: Box<Pack>,
+        reply: oneshot::Sender<Result<u64>>,
+    },
+}
+
+/// What [`Op::Pack`] replaces and with what.
+pub struct Pack {
+    pub thread_id: i64,
+    /// The rows as the packer read them: first and last sequence, stored bytes.
+    pub old: Vec<(i64, i64, Vec<u8>)>,
+    /// Receive time of the first batch (the row's own column).
+    pub received_at: i64,
+    /// Events in `frame`: those of the rows, or the pack is refused.
+    pub events: u64,
+    pub frame: frame::Frame,
+}
+
+/// What the writer tells the packer after each commit.
+pub enum Note {
+    /// A thread got `n` events.
+    Appended(i64, u64),
+    /// A thread's row id is gone (deleted; a new thread may reuse it).
+    Gone(i64),
+    /// Stop packing (the store closes).
+    Stop,
 }
 
 impl Op {
@@ -110,7 +139,7 @@ impl Op {
             | Op::MarkInterrupted { .. }
             | Op::Delete { .. }
             | Op::Rename { .. } => true,
-            Op::SaveCheckpoint { .. } | Op::PutChannel { .. } => false,
+            Op::SaveCheckpoint { .. } | Op::PutChannel { .. } | Op::Pack { .. } => false,
         }
     }
 }
@@ -192,6 +221,10 @@ pub struct Writer {
     /// process committing changes it, and the cache is then dropped.
     data_version: i64,
     checkpointer: Checkpointer,
+    /// Where the packer hears of commits (none in tests that run no packer).
+    notes: Option<mpsc::Sender<Note>>,
+    /// Notes of the transaction in progress, sent once it commits.
+    pending_notes: Vec<Note>,
 }
 
 /// How often the checkpointer looks for committed WAL frames to copy back.
@@ -420,7 +453,7 @@ impl Drop for Checkpointer {
 impl Writer {
     /// Opens the write connection (creating the schema), with SQLite's
     /// automatic checkpoint off and a [`Checkpointer`] beside it.
-    pub fn open(path: &Path) -> Result<Writer> {
+    pub fn open(path: &Path, notes: Option<mpsc::Sender<Note>>) -> Result<Writer> {
         let conn = db::connect(path, true)?;
         conn.pragma_update(None, "wal_autocheckpoint", 0)
             .map_err(|e| map(e, "be opened"))?;
@@ -440,6 +473,8 @@ impl Writer {
             syncer,
             data_version: -1,
             checkpointer: Checkpointer::start(path)?,
+            notes,
+            pending_notes: Vec::new(),
         })
     }
 
@@ -517,6 +552,7 @@ impl Writer {
             }
             let mut local: HashMap<(String, String), Option<Head>> = HashMap::new();
             let resets_heads = matches!(op, Op::MarkInterrupted { .. });
+            let noted = self.pending_notes.len();
             let d = self.apply(op, &overlay, &mut local, full || defer);
             if d.is_ok() {
                 let _ = self.conn.execute_batch("RELEASE op");
@@ -528,6 +564,7 @@ impl Writer {
                 overlay.extend(local);
             } else {
                 let _ = self.conn.execute_batch("ROLLBACK TO op; RELEASE op");
+                self.pending_notes.truncate(noted);
             }
             let defer = defer && d.wrote();
             done.push((d, defer));
@@ -536,10 +573,18 @@ impl Writer {
             let err = map(e, "commit");
             let _ = self.conn.execute_batch("ROLLBACK");
             self.heads.clear();
+            self.pending_notes.clear();
             for (d, _) in done {
                 d.fail(&err);
             }
             return;
+        }
+        if let Some(notes) = &self.notes {
+            for n in self.pending_notes.drain(..) {
+                let _ = notes.send(n);
+            }
+        } else {
+            self.pending_notes.clear();
         }
         if flush {
             // A flush also leaves the WAL empty (the database file holds
@@ -643,7 +688,66 @@ impl Writer {
                 reply,
                 result: Ok(()),
             },
+            Op::Pack { pack, reply } => Done::Count {
+                reply,
+                result: self.pack(&pack),
+            },
         }
+    }
+
+    /// Replaces a thread's rows with a packed frame of the same events if
+    /// the rows are still byte for byte what the packer read (a thread
+    /// deleted and another created since may have the same row id and
+    /// sequence numbers, never the same bytes and checksums over them).
+    fn pack(&self, p: &Pack) -> Result<u64> {
+        let (Some(first), Some(last)) = (p.old.first(), p.old.last()) else {
+            return Ok(0);
+        };
+        let (first, last) = (first.0, last.1);
+        if u64::try_from(last - first + 1).ok() != Some(p.events) {
+            return Ok(0);
+        }
+        let now = self
+            .conn
+            .prepare_cached(
+                "SELECT first_seq, last_seq, data FROM chunks
+                 WHERE thread_id = ?1 AND first_seq BETWEEN ?2 AND ?3 ORDER BY first_seq",
+            )
+            .and_then(|mut st| {
+                st.query_map(params![p.thread_id, first, last], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                })?
+                .collect::<rusqlite::Result<Vec<(i64, i64, Vec<u8>)>>>()
+            })
+            .map_err(|e| map(e, "pack events"))?;
+        if now != p.old {
+            return Ok(0);
+        }
+        let f = &p.frame;
+        self.conn
+            .prepare_cached(
+                "DELETE FROM chunks WHERE thread_id = ?1 AND first_seq BETWEEN ?2 AND ?3",
+            )
+            .and_then(|mut st| st.execute(params![p.thread_id, first, last]))
+            .and_then(|_| {
+                self.conn
+                    .prepare_cached(
+                        "INSERT INTO chunks (thread_id, first_seq, last_seq, received_at, codec,
+                         raw_len, crc, data) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                    )?
+                    .execute(params![
+                        p.thread_id,
+                        first,
+                        last,
+                        p.received_at,
+                        f.codec,
+                        f.raw_len,
+                        f.crc,
+                        f.data
+                    ])
+            })
+            .map_err(|e| map(e, "pack events"))?;
+        Ok(1)
     }
 
     fn append(
@@ -789,6 +893,8 @@ impl Writer {
                 head: plan.head.clone(),
             }),
         );
+        self.pending_notes
+            .push(Note::Appended(id, events.len() as u64));
         Ok(Commit::Done { durable: sync })
     }
 
@@ -878,10 +984,11 @@ impl Writer {
         Ok(Some(head))
     }
 
-    fn delete(&self, tenant: &str, thread: &str) -> Result<()> {
+    fn delete(&mut self, tenant: &str, thread: &str) -> Result<()> {
         let id = self
             .thread_id(tenant, thread)?
             .ok_or_else(|| StoreError::not_found("thread"))?;
+        self.pending_notes.push(Note::Gone(id));
         for sql in [
             "DELETE FROM chunks WHERE thread_id = ?1",
             "DELETE FROM runs WHERE thread_id = ?1",
@@ -932,7 +1039,7 @@ fn failed(op: Op, err: StoreError) -> Done {
             reply,
             result: Err(err),
         },
-        Op::MarkInterrupted { reply } => Done::Count {
+        Op::MarkInterrupted { reply } | Op::Pack { reply, .. } => Done::Count {
             reply,
             result: Err(err),
         },
@@ -985,7 +1092,7 @@ mod tests {
         use agui_store::index::plan_batch;
         use agui_store::sample::run_started;
         let dir = tempfile::tempdir().unwrap();
-        let mut w = Writer::open(&dir.path().join("w.db")).unwrap();
+        let mut w = Writer::open(&dir.path().join("w.db"), None).unwrap();
         let events = vec![run_started("th", "r", None)];
         let head = ThreadHead::default();
         let plan = plan_batch(&head, &events, None, Timestamp::now(), |_| Ok(false)).unwrap();
@@ -1038,6 +1145,93 @@ mod tests {
         assert_eq!(
             rb.blocking_recv().unwrap().unwrap_err().kind(),
             ErrorKind::Unavailable
+        );
+    }
+
+    /// A pack replaces rows only when they are still byte for byte what
+    /// the packer read: rows of another thread under a reused row id, with
+    /// the same sequence numbers, stay as they are.
+    #[test]
+    fn a_pack_over_rows_that_changed_writes_nothing() {
+        use agui_store::sample::realistic_run;
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = Writer::open(&dir.path().join("w.db"), None).unwrap();
+        let events = realistic_run("th", "r", None, 30);
+        let mut stored = Vec::new();
+        let mut parts = Vec::new();
+        for (i, part) in events.chunks(10).enumerate() {
+            let f = frame::encode(part).unwrap();
+            let (first, at) = (i as i64 * 10 + 1, 1_000 + i as i64);
+            w.conn
+                .execute(
+                    "INSERT INTO chunks VALUES (7, ?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                    params![first, first + 9, at, f.codec, f.raw_len, f.crc, f.data],
+                )
+                .unwrap();
+            let r = frame::records(
+                f.codec,
+                i64::from(f.raw_len),
+                i64::from(f.crc),
+                f.data.clone(),
+                10,
+                Timestamp(at),
+            )
+            .unwrap()
+            .unwrap();
+            parts.push(r);
+            stored.push((first, first + 9, f.data));
+        }
+        let pack = |old: Vec<(i64, i64, Vec<u8>)>| Pack {
+            thread_id: 7,
+            old,
+            received_at: 1_000,
+            events: 30,
+            frame: frame::pack(&parts).unwrap(),
+        };
+        let run = |w: &mut Writer, p: Pack| {
+            let (reply, mut rx) = oneshot::channel();
+            w.process(vec![Op::Pack {
+                pack: Box::new(p),
+                reply,
+            }]);
+            rx.try_recv().unwrap().unwrap()
+        };
+        let count = |w: &Writer| -> i64 {
+            w.conn
+                .query_row("SELECT count(*) FROM chunks", [], |r| r.get(0))
+                .unwrap()
+        };
+        let mut other = stored.clone();
+        other[1].2[0] ^= 1;
+        assert_eq!(run(&mut w, pack(other)), 0);
+        assert_eq!(
+            run(&mut w, pack(stored[..2].to_vec())),
+            0,
+            "the frame holds more events than the rows"
+        );
+        assert_eq!(count(&w), 3);
+        assert_eq!(run(&mut w, pack(stored)), 1);
+        assert_eq!(count(&w), 1);
+        let (codec, raw_len, crc, data, at): (i64, i64, i64, Vec<u8>, i64) = w
+            .conn
+            .query_row(
+                "SELECT codec, raw_len, crc, data, received_at FROM chunks",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+            )
+            .unwrap();
+        assert_eq!((codec, at), (frame::PACKED, 1_000));
+        let d = frame::decode_timed(codec, Some(raw_len), Some(crc), data, 30).unwrap();
+        let texts =
+            |e: &[agui_protocol::Event]| e.iter().map(|e| e.json().to_owned()).collect::<Vec<_>>();
+        assert_eq!(texts(&d.events), texts(&events));
+        assert_eq!(
+            d.batches,
+            vec![
+                (10, Timestamp(1_000)),
+                (10, Timestamp(1_001)),
+                (10, Timestamp(1_002))
+            ]
         );
     }
 }

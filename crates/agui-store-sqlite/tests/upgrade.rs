@@ -1,6 +1,6 @@
 //! A database of schema 1 (batches in a `WITHOUT ROWID` table, bodies
 //! without type codes) opens read-only as it is, and a writer's open
-//! upgrades it to schema 2 in place: every event reads back unchanged,
+//! upgrades it to the current schema (3) in place: every event reads back unchanged,
 //! appends go on, and the file shrinks once batches are stored the new way.
 
 use agui_store::sample::{full_run, realistic_run};
@@ -19,38 +19,52 @@ fn texts(events: &[agui_store::StoredEvent]) -> Vec<String> {
 /// zstd level 1 saves an eighth), as the store of before wrote them.
 fn downgrade_to_schema_1(path: &std::path::Path) {
     let c = Connection::open(path).unwrap();
-    let rows: Vec<(i64, i64, i64, i64, Vec<u8>)> = {
-        let mut st = c
-            .prepare("SELECT thread_id, first_seq, last_seq, received_at, data FROM chunks")
-            .unwrap();
-        st.query_map([], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
-        })
-        .unwrap()
-        .map(Result::unwrap)
-        .collect()
-    };
-    let mut bodies = Vec::new();
+    // One schema-1 row per stored batch (a packed row holds several):
+    // (thread, first, last, received_at, untyped body).
+    let mut rows: Vec<(i64, i64, i64, i64, Vec<u8>)> = Vec::new();
     {
         let mut st = c
-            .prepare("SELECT codec, raw_len, crc, data, last_seq - first_seq + 1 FROM chunks")
+            .prepare(
+                "SELECT thread_id, first_seq, last_seq, received_at, codec, raw_len, crc, data
+                 FROM chunks",
+            )
             .unwrap();
-        let all: Vec<(i64, i64, i64, Vec<u8>, i64)> = st
+        type Stored = (i64, i64, i64, i64, i64, i64, i64, Vec<u8>);
+        let all: Vec<Stored> = st
             .query_map([], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                    r.get(6)?,
+                    r.get(7)?,
+                ))
             })
             .unwrap()
             .map(Result::unwrap)
             .collect();
-        for (codec, len, crc, data, n) in all {
-            let events =
-                agui_store::frame::decode(codec, Some(len), Some(crc), data, n as u64).unwrap();
-            let mut body = Vec::new();
-            for e in &events {
-                body.extend_from_slice(&(e.len_bytes() as u32).to_le_bytes());
-                body.extend_from_slice(e.json().as_bytes());
+        for (thread, first, last, at, codec, len, crc, data) in all {
+            let n = (last - first + 1) as u64;
+            let d = agui_store::frame::decode_timed(codec, Some(len), Some(crc), data, n).unwrap();
+            let batches = if d.batches.is_empty() {
+                vec![(n as u32, agui_store::Timestamp(at))]
+            } else {
+                d.batches
+            };
+            let mut events = d.events.iter();
+            let mut seq = first;
+            for (k, at) in batches {
+                let mut body = Vec::new();
+                for e in events.by_ref().take(k as usize) {
+                    body.extend_from_slice(&(e.len_bytes() as u32).to_le_bytes());
+                    body.extend_from_slice(e.json().as_bytes());
+                }
+                rows.push((thread, seq, seq + i64::from(k) - 1, at.0, body));
+                seq += i64::from(k);
             }
-            bodies.push(body);
         }
     }
     c.execute_batch(
@@ -63,7 +77,7 @@ fn downgrade_to_schema_1(path: &std::path::Path) {
          UPDATE meta SET value = 'agui-store-sqlite/1' WHERE key = 'schema';",
     )
     .unwrap();
-    for ((thread, first, last, at, _), body) in rows.into_iter().zip(bodies) {
+    for (thread, first, last, at, body) in rows {
         let crc = i64::from(crc32fast::hash(&body));
         let z = zstd::bulk::compress(&body, 1).unwrap();
         let (codec, data) = if z.len() < body.len() - body.len() / 8 {
@@ -142,7 +156,7 @@ async fn a_schema_1_database_reads_as_it_is_and_a_writer_upgrades_it() {
     // A writer upgrades.
     let s = Store::new(SqliteStore::open_path(&path).await.unwrap());
     let (version, sql) = schema(&path);
-    assert_eq!(version, "agui-store-sqlite/2");
+    assert_eq!(version, "agui-store-sqlite/3");
     assert!(!sql.contains("WITHOUT ROWID"), "{sql}");
     assert_eq!(
         texts(&s.read_range(T, "th", 1, u64::MAX).await.unwrap()),
@@ -259,7 +273,7 @@ async fn the_upgrade_is_atomic_under_kills() {
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("the child said {line:?}"));
     assert!(child.wait().unwrap().success());
-    assert_eq!(schema(&work).0, "agui-store-sqlite/2");
+    assert_eq!(schema(&work).0, "agui-store-sqlite/3");
 
     // Kills spread over three times that, from the moment the child opens.
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
@@ -286,14 +300,14 @@ async fn the_upgrade_is_atomic_under_kills() {
                 r.close().await.unwrap();
                 left_1 += 1;
             }
-            "agui-store-sqlite/2" => {
+            "agui-store-sqlite/3" => {
                 assert!(!sql.contains("WITHOUT ROWID"), "kill {i}: {sql}");
                 left_2 += 1;
             }
             other => panic!("kill {i} after {delay} µs left schema {other:?}"),
         }
         let s = Store::new(SqliteStore::open_path(&work).await.unwrap());
-        assert_eq!(schema(&work).0, "agui-store-sqlite/2", "kill {i}");
+        assert_eq!(schema(&work).0, "agui-store-sqlite/3", "kill {i}");
         let got = texts(&s.read_range(T, "th", 1, u64::MAX).await.unwrap());
         assert!(got == want, "kill {i}: events differ after the upgrade");
         let report = agui_store::check::check_store(&s, |_| {}).await.unwrap();

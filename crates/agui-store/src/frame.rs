@@ -27,6 +27,17 @@
 //! codec number. A body is stored compressed only when that saves at least
 //! an eighth.
 //!
+//! [`PACKED`] frames hold several batches of one thread, merged by a
+//! backend after they were committed (SQLite packs a thread's small rows
+//! into frames of up to [`PACK_EVENTS`] events, where zstd finds far more to
+//! share than in one batch: see `crates/agui-store/BENCHMARK.md`). Their
+//! body starts with a table of the batches it holds, each batch's event
+//! count and receive time (u32 and i64, little endian, after a u32 count of
+//! batches), followed by the typed records of every event; it is always
+//! zstd over the shipped dictionary, checked by the same length and CRC-32
+//! over the whole body. [`decode_timed`] reads it with each batch's receive
+//! time; [`decode`] refuses it (a backend that never packs never stores one).
+//!
 //! Older codecs stay readable: [`PLAIN`] and [`ZSTD`] (length-prefixed texts
 //! without type codes, zstd level 1 without a dictionary, every event parsed
 //! on read), and PostgreSQL's schema-1 rows of one event each
@@ -39,6 +50,7 @@ use agui_protocol::{Event, EventType};
 use zstd::dict::{DecoderDictionary, EncoderDictionary};
 
 use crate::error::{Result, StoreError};
+use crate::types::Timestamp;
 
 /// Untyped body, stored as is (written before type codes; read only).
 pub const PLAIN: i64 = 0;
@@ -48,6 +60,10 @@ pub const ZSTD: i64 = 1;
 pub const TYPED: i64 = 2;
 /// Typed body, zstd with the shipped dictionary (`agui-events-v1`).
 pub const TYPED_ZSTD: i64 = 3;
+/// Several batches merged after their commit: a table of the batches'
+/// event counts and receive times, then typed records; zstd with the
+/// shipped dictionary.
+pub const PACKED: i64 = 4;
 /// PostgreSQL schema-1 row: one event's JSON, as is, no checksum (read only).
 pub const LEGACY_PLAIN: i64 = 10;
 /// PostgreSQL schema-1 row: one event's JSON, zstd, no checksum (read only).
@@ -59,6 +75,13 @@ pub const LEVEL: i32 = 3;
 
 /// Events per frame at most: a larger batch spans several frames (rows).
 pub const CHUNK_EVENTS: usize = 1024;
+
+/// Events per [`PACKED`] frame that a packer aims at (and raw bytes,
+/// [`PACK_BYTES`]): chosen by measurement (BENCHMARK.md, session 23), where
+/// a reader that starts inside a frame decompresses at most this much.
+pub const PACK_EVENTS: usize = 1024;
+/// Raw body bytes of a [`PACKED`] frame a packer aims at, at most.
+pub const PACK_BYTES: usize = 512 * 1024;
 
 /// No body is larger than this (PostgreSQL's field limit; a damaged length
 /// must never make a reader allocate without bound).
@@ -204,7 +227,8 @@ pub fn encode(events: &[Event]) -> Result<Frame> {
 /// Reads a stored frame back into its `count` events, checking the codec,
 /// the length, the checksum, the framing and the count. `raw_len` and `crc`
 /// are `None` only for the legacy one-event codecs, which have neither.
-/// Any mismatch is `Corrupt`.
+/// Any mismatch is `Corrupt`, and so is a [`PACKED`] frame (read those with
+/// [`decode_timed`]).
 pub fn decode(
     codec: i64,
     raw_len: Option<i64>,
@@ -212,6 +236,36 @@ pub fn decode(
     data: Vec<u8>,
     count: u64,
 ) -> Result<Vec<Event>> {
+    if codec == PACKED {
+        return Err(damaged("a packed frame where none is written"));
+    }
+    decode_timed(codec, raw_len, crc, data, count).map(|d| d.events)
+}
+
+/// What [`decode_timed`] read.
+#[derive(Debug, Clone, Default)]
+pub struct Decoded {
+    /// The frame's events, in order.
+    pub events: Vec<Event>,
+    /// For a [`PACKED`] frame, its batches in order: how many events each
+    /// holds and when it was received. Empty for any other frame, whose
+    /// events share the receive time stored beside it.
+    pub batches: Batches,
+}
+
+/// The batches of a [`PACKED`] frame: each one's event count and receive
+/// time, in order.
+pub type Batches = Vec<(u32, Timestamp)>;
+
+/// [`decode`] for every codec, [`PACKED`] included, with the receive time of
+/// each batch a packed frame holds.
+pub fn decode_timed(
+    codec: i64,
+    raw_len: Option<i64>,
+    crc: Option<i64>,
+    data: Vec<u8>,
+    count: u64,
+) -> Result<Decoded> {
     let len = || {
         raw_len
             .and_then(|n| usize::try_from(n).ok())
@@ -222,12 +276,15 @@ pub fn decode(
         PLAIN => (data, false),
         ZSTD => (decompress(&data, len()?, false)?, false),
         TYPED => (data, true),
-        TYPED_ZSTD => (decompress(&data, len()?, true)?, true),
+        TYPED_ZSTD | PACKED => (decompress(&data, len()?, true)?, true),
         LEGACY_PLAIN | LEGACY_ZSTD => {
             if count != 1 {
                 return Err(damaged("event count"));
             }
-            return Ok(vec![legacy(codec, data)?]);
+            return Ok(Decoded {
+                events: vec![legacy(codec, data)?],
+                batches: Vec::new(),
+            });
         }
         _ => return Err(damaged("unknown codec")),
     };
@@ -237,8 +294,17 @@ pub fn decode(
     if body.len() != len()? || !crc_ok {
         return Err(damaged("checksum"));
     }
-    let mut out = Vec::with_capacity(usize::try_from(count).unwrap_or(0).min(CHUNK_EVENTS));
-    let mut rest: &[u8] = &body;
+    let (batches, mut rest) = if codec == PACKED {
+        let (batches, records) = batch_table(&body)?;
+        let total: u64 = batches.iter().map(|&(n, _)| u64::from(n)).sum();
+        if total != count {
+            return Err(damaged("event count"));
+        }
+        (batches, records)
+    } else {
+        (Vec::new(), &body[..])
+    };
+    let mut out = Vec::with_capacity(usize::try_from(count).unwrap_or(0).min(PACK_EVENTS));
     while !rest.is_empty() {
         let code = if typed {
             let (&c, tail) = rest.split_first().ok_or_else(|| damaged("framing"))?;
@@ -268,7 +334,142 @@ pub fn decode(
     if out.len() as u64 != count {
         return Err(damaged("event count"));
     }
-    Ok(out)
+    Ok(Decoded {
+        events: out,
+        batches,
+    })
+}
+
+/// A [`PACKED`] body's table of batches and the typed records after it.
+fn batch_table(body: &[u8]) -> Result<(Batches, &[u8])> {
+    let bad = || damaged("batch table");
+    let (k, mut rest) = body.split_first_chunk::<4>().ok_or_else(bad)?;
+    let k = u32::from_le_bytes(*k) as usize;
+    if k == 0 || k > rest.len() / 12 {
+        return Err(bad());
+    }
+    let mut batches = Vec::with_capacity(k);
+    for _ in 0..k {
+        let (n, tail) = rest.split_first_chunk::<4>().ok_or_else(bad)?;
+        let (at, tail) = tail.split_first_chunk::<8>().ok_or_else(bad)?;
+        let n = u32::from_le_bytes(*n);
+        if n == 0 {
+            return Err(bad());
+        }
+        batches.push((n, Timestamp(i64::from_le_bytes(*at))));
+        rest = tail;
+    }
+    Ok((batches, rest))
+}
+
+/// One stored frame's typed records, checked, with the batches they hold
+/// (one batch, received at `received_at`, for a frame that is not
+/// [`PACKED`]): what a packer merges, without reading any event. `None` for
+/// the untyped and legacy codecs, which a packer leaves as they are.
+/// `Corrupt` when the frame is damaged or does not hold `count` events.
+pub fn records(
+    codec: i64,
+    raw_len: i64,
+    crc: i64,
+    data: Vec<u8>,
+    count: u64,
+    received_at: Timestamp,
+) -> Result<Option<Records>> {
+    let body = match codec {
+        TYPED => data,
+        TYPED_ZSTD | PACKED => {
+            let n = usize::try_from(raw_len)
+                .ok()
+                .filter(|&n| n <= MAX_BODY)
+                .ok_or_else(|| damaged("length"))?;
+            decompress(&data, n, true)?
+        }
+        _ => return Ok(None),
+    };
+    if i64::try_from(body.len()).ok() != Some(raw_len)
+        || u32::try_from(crc).ok() != Some(crc32fast::hash(&body))
+    {
+        return Err(damaged("checksum"));
+    }
+    let (batches, at) = if codec == PACKED {
+        let (batches, records) = batch_table(&body)?;
+        let at = body.len() - records.len();
+        (batches, at)
+    } else {
+        let n = u32::try_from(count).map_err(|_| damaged("event count"))?;
+        (vec![(n, received_at)], 0)
+    };
+    // The records must frame exactly the events the table promises.
+    let mut seen = 0u64;
+    let mut rest = &body[at..];
+    while let Some((_, tail)) = rest.split_first() {
+        let (n, tail) = tail
+            .split_first_chunk::<4>()
+            .ok_or_else(|| damaged("framing"))?;
+        let n = u32::from_le_bytes(*n) as usize;
+        rest = tail.get(n..).ok_or_else(|| damaged("framing"))?;
+        seen += 1;
+    }
+    let promised: u64 = batches.iter().map(|&(n, _)| u64::from(n)).sum();
+    if seen != count || promised != count {
+        return Err(damaged("event count"));
+    }
+    Ok(Some(Records { body, at, batches }))
+}
+
+/// The checked records of one stored frame (see [`records`]).
+#[derive(Debug, Clone)]
+pub struct Records {
+    body: Vec<u8>,
+    /// Where the typed records start in `body`.
+    at: usize,
+    batches: Vec<(u32, Timestamp)>,
+}
+
+impl Records {
+    /// Events held.
+    pub fn events(&self) -> u64 {
+        self.batches.iter().map(|&(n, _)| u64::from(n)).sum()
+    }
+
+    /// Raw bytes of the typed records.
+    pub fn len_bytes(&self) -> usize {
+        self.body.len() - self.at
+    }
+}
+
+/// Merges the records of consecutive frames of one thread, in order, into
+/// one [`PACKED`] frame that keeps each batch's receive time. `Invalid`
+/// when there is nothing to merge or the body would exceed [`MAX_BODY`].
+pub fn pack(parts: &[Records]) -> Result<Frame> {
+    let batches: Vec<(u32, Timestamp)> = parts
+        .iter()
+        .flat_map(|p| p.batches.iter().copied())
+        .collect();
+    let records: usize = parts.iter().map(Records::len_bytes).sum();
+    let len = 4 + 12 * batches.len() + records;
+    if batches.is_empty() || len > MAX_BODY {
+        return Err(StoreError::invalid(
+            "a packed frame holds at least one batch and at most 1 GiB",
+        ));
+    }
+    let mut body = Vec::with_capacity(len);
+    body.extend_from_slice(&(batches.len() as u32).to_le_bytes());
+    for (n, at) in &batches {
+        body.extend_from_slice(&n.to_le_bytes());
+        body.extend_from_slice(&at.0.to_le_bytes());
+    }
+    for p in parts {
+        body.extend_from_slice(&p.body[p.at..]);
+    }
+    let crc = crc32fast::hash(&body);
+    let data = compress(&body).ok_or_else(|| StoreError::internal("zstd could not compress"))?;
+    Ok(Frame {
+        codec: PACKED,
+        raw_len: body.len() as u32,
+        crc,
+        data,
+    })
 }
 
 /// One event as PostgreSQL's schema 1 stored it.
@@ -503,5 +704,108 @@ mod tests {
         assert!(decode(LEGACY_ZSTD, None, None, bad, 1).is_err());
         assert!(decode(LEGACY_PLAIN, None, None, vec![0xff, 0xfe], 1).is_err());
         assert!(decode(LEGACY_PLAIN, None, None, small.as_bytes().to_vec(), 2).is_err());
+    }
+
+    fn records_of(f: &Frame, n: u64, at: i64) -> Records {
+        records(
+            f.codec,
+            i64::from(f.raw_len),
+            i64::from(f.crc),
+            f.data.clone(),
+            n,
+            Timestamp(at),
+        )
+        .unwrap()
+        .unwrap()
+    }
+
+    #[test]
+    fn a_packed_frame_keeps_every_batch_and_its_receive_time() {
+        let ev = events(40);
+        let parts: Vec<Records> = ev
+            .chunks(8)
+            .enumerate()
+            .map(|(i, c)| records_of(&encode(c).unwrap(), c.len() as u64, 500 + i as i64))
+            .collect();
+        let packed = pack(&parts).unwrap();
+        assert_eq!(packed.codec, PACKED);
+        let (len, crc) = (Some(i64::from(packed.raw_len)), Some(i64::from(packed.crc)));
+        let d = decode_timed(PACKED, len, crc, packed.data.clone(), 40).unwrap();
+        assert_eq!(texts(&d.events), texts(&ev));
+        let want: Vec<(u32, Timestamp)> = (0..5).map(|i| (8, Timestamp(500 + i))).collect();
+        assert_eq!(d.batches, want);
+        // A packed frame merges again (a small pack and the rows after it)
+        // with its batches kept.
+        let again = records_of(&packed, 40, 0);
+        let tail = records_of(&encode(&ev[..3]).unwrap(), 3, 900);
+        assert_eq!(again.events(), 40);
+        let twice = pack(&[again, tail]).unwrap();
+        let d = decode_timed(
+            PACKED,
+            Some(i64::from(twice.raw_len)),
+            Some(i64::from(twice.crc)),
+            twice.data,
+            43,
+        )
+        .unwrap();
+        assert_eq!(d.batches.len(), 6);
+        assert_eq!(d.batches[5], (3, Timestamp(900)));
+        // Plain decode refuses a packed frame; a wrong count is damage.
+        assert!(decode(PACKED, len, crc, packed.data.clone(), 40).is_err());
+        assert!(decode_timed(PACKED, len, crc, packed.data.clone(), 39).is_err());
+        assert!(pack(&[]).is_err());
+    }
+
+    #[test]
+    fn a_damaged_batch_table_is_refused_even_with_a_good_checksum() {
+        let ev = events(4);
+        let rec = records_of(&encode(&ev).unwrap(), 4, 7);
+        let good = pack(&[rec]).unwrap();
+        let body = decompress(&good.data, good.raw_len as usize, true).unwrap();
+        let with = |edit: &dyn Fn(&mut Vec<u8>)| {
+            let mut b = body.clone();
+            edit(&mut b);
+            let crc = Some(i64::from(crc32fast::hash(&b)));
+            let len = Some(b.len() as i64);
+            let data = compress(&b).unwrap();
+            decode_timed(PACKED, len, crc, data, 4)
+        };
+        assert!(with(&|_| {}).is_ok());
+        // No batches; a batch of no events; counts that do not add up; a
+        // table longer than the body.
+        assert!(with(&|b| b[..4].copy_from_slice(&0u32.to_le_bytes())).is_err());
+        assert!(with(&|b| b[4..8].copy_from_slice(&0u32.to_le_bytes())).is_err());
+        assert!(with(&|b| b[4..8].copy_from_slice(&3u32.to_le_bytes())).is_err());
+        assert!(with(&|b| b[..4].copy_from_slice(&u32::MAX.to_le_bytes())).is_err());
+        // The packer's reading refuses the same damage.
+        let mut b = body.clone();
+        b[4..8].copy_from_slice(&3u32.to_le_bytes());
+        let crc = i64::from(crc32fast::hash(&b));
+        let data = compress(&b).unwrap();
+        assert!(records(PACKED, b.len() as i64, crc, data, 4, Timestamp(0)).is_err());
+        // Untyped frames are left to the packer's caller.
+        assert!(
+            records(ZSTD, 1, 1, vec![1], 1, Timestamp(0))
+                .unwrap()
+                .is_none()
+        );
+    }
+
+    proptest::proptest! {
+        /// Any body with a good checksum (so that the batch table and the
+        /// records are what is read) is refused or read, never a panic.
+        #[test]
+        fn any_checksummed_packed_body_never_panics(
+            body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300),
+            count in 0u64..6,
+        ) {
+            let crc = i64::from(crc32fast::hash(&body));
+            let len = body.len() as i64;
+            if let Some(data) = compress(&body) {
+                let _ = decode_timed(PACKED, Some(len), Some(crc), data.clone(), count);
+                let _ = records(PACKED, len, crc, data, count, Timestamp(0));
+            }
+            let _ = records(TYPED, len, crc, body, count, Timestamp(0));
+        }
     }
 }

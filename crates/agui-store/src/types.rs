@@ -224,6 +224,42 @@ impl EventPage {
             }
         }
     }
+
+    /// [`EventPage::push_batch`] for a frame read by
+    /// [`crate::frame::decode_timed`]: the events of a packed frame get
+    /// their own batch's receive time, any other frame's `received_at`.
+    pub fn push_frame(
+        events: &mut Vec<StoredEvent>,
+        frame: crate::frame::Decoded,
+        first_seq: u64,
+        received_at: Timestamp,
+        from: u64,
+        limit: usize,
+    ) {
+        if frame.batches.is_empty() {
+            return EventPage::push_batch(
+                events,
+                frame.events,
+                first_seq,
+                received_at,
+                from,
+                limit,
+            );
+        }
+        let times = frame
+            .batches
+            .iter()
+            .flat_map(|&(n, at)| std::iter::repeat_n(at, n as usize));
+        for ((event, seq), received_at) in frame.events.into_iter().zip(first_seq..).zip(times) {
+            if seq >= from && events.len() < limit {
+                events.push(StoredEvent {
+                    seq,
+                    received_at,
+                    event,
+                });
+            }
+        }
+    }
 }
 
 /// Where a run is in its life.
