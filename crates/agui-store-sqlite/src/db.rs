@@ -70,7 +70,7 @@ const VERSION_2: &str = "agui-store-sqlite/2";
 /// Schema 1, still read and upgraded by a writer's open.
 const VERSION_1: &str = "agui-store-sqlite/1";
 
-/// The batches (one row per frame of `agui_store::frame`), schema 2: a rowid
+/// The batches (one row per frame of `agui_store::frame`), since schema 2: a rowid
 /// table with a unique index. Schema 1 made it `WITHOUT ROWID`, where a row
 /// of more than about 1 KB (a 4 KiB page's index-leaf limit) spills into an
 /// overflow page of its own: a 1.7 KB compressed batch took about 4.5 KB on

@@ -9,9 +9,14 @@
 //!   row) in the batch codec of `agui_store::frame`: each event's type code
 //!   and exact text, zstd-compressed over the shipped dictionary when that
 //!   saves at least an eighth, with a CRC-32; read back without parsing.
+//! - A packer thread (`pack.rs`) later merges a thread's small rows into
+//!   packed frames of about 1,024 events each (where zstd finds far more to
+//!   share), keeping every batch's receive time; the writer swaps them in
+//!   only if the rows are unchanged.
 //! - Tables: `threads` (indexed by tenant and activity, and by agent),
-//!   `chunks` (a rowid table, unique by thread and first sequence: schema 2;
-//!   a writer's open upgrades a schema-1 file, whose `WITHOUT ROWID` table
+//!   `chunks` (a rowid table, unique by thread and first sequence: schema 3,
+//!   whose rows may be packed; a writer's open upgrades a schema-2 file by
+//!   its version and a schema-1 file, whose `WITHOUT ROWID` table
 //!   spilled every row of over about 1 KB into an overflow page), `runs` (thread and run, thread and
 //!   sequence, tenant and parent run, tenant and start time, running runs),
 //!   `checkpoints`.
@@ -309,12 +314,14 @@ fn read_page(
             }
             expect = Some(last + 1);
             let received_at = Timestamp(row.get(2).map_err(|e| map(e, "read events"))?);
-            let decoded = frame::decode_timed(
+            let decoded = frame::decode_window(
                 row.get(3).map_err(|e| map(e, "read events"))?,
                 row.get(4).map_err(|e| map(e, "read events"))?,
                 row.get(5).map_err(|e| map(e, "read events"))?,
                 row.get(6).map_err(|e| map(e, "read events"))?,
                 last - first + 1,
+                from.saturating_sub(first),
+                limit - events.len(),
             )?;
             EventPage::push_frame(&mut events, decoded, first, received_at, from, limit);
             if events.len() >= limit {

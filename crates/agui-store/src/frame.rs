@@ -251,6 +251,9 @@ pub struct Decoded {
     /// holds and when it was received. Empty for any other frame, whose
     /// events share the receive time stored beside it.
     pub batches: Batches,
+    /// Events of the frame before `events[0]` that were not built (see
+    /// [`decode_window`]); 0 otherwise.
+    pub skipped: u64,
 }
 
 /// The batches of a [`PACKED`] frame: each one's event count and receive
@@ -265,6 +268,22 @@ pub fn decode_timed(
     crc: Option<i64>,
     data: Vec<u8>,
     count: u64,
+) -> Result<Decoded> {
+    decode_window(codec, raw_len, crc, data, count, 0, usize::MAX)
+}
+
+/// [`decode_timed`] that builds only the events of a window: it skips the
+/// first `skip` and stops building after `take` (a reader starting inside
+/// a large frame, or a page that ends there). The whole frame is still
+/// checked: its checksum, framing and count.
+pub fn decode_window(
+    codec: i64,
+    raw_len: Option<i64>,
+    crc: Option<i64>,
+    data: Vec<u8>,
+    count: u64,
+    skip: u64,
+    take: usize,
 ) -> Result<Decoded> {
     let len = || {
         raw_len
@@ -281,9 +300,15 @@ pub fn decode_timed(
             if count != 1 {
                 return Err(damaged("event count"));
             }
+            let events = if skip == 0 && take > 0 {
+                vec![legacy(codec, data)?]
+            } else {
+                Vec::new()
+            };
             return Ok(Decoded {
-                events: vec![legacy(codec, data)?],
+                events,
                 batches: Vec::new(),
+                skipped: skip.min(1),
             });
         }
         _ => return Err(damaged("unknown codec")),
@@ -304,7 +329,11 @@ pub fn decode_timed(
     } else {
         (Vec::new(), &body[..])
     };
-    let mut out = Vec::with_capacity(usize::try_from(count).unwrap_or(0).min(PACK_EVENTS));
+    let want = usize::try_from(count.saturating_sub(skip))
+        .unwrap_or(usize::MAX)
+        .min(take);
+    let mut out = Vec::with_capacity(want.min(PACK_EVENTS));
+    let mut seen = 0u64;
     while !rest.is_empty() {
         let code = if typed {
             let (&c, tail) = rest.split_first().ok_or_else(|| damaged("framing"))?;
@@ -320,6 +349,12 @@ pub fn decode_timed(
         let Some(text) = tail.get(..n) else {
             return Err(damaged("framing"));
         };
+        seen += 1;
+        if seen <= skip || out.len() >= take {
+            // Outside the window: framed and checksummed, not built.
+            rest = &tail[n..];
+            continue;
+        }
         let text = std::str::from_utf8(text).map_err(|_| damaged("not UTF-8"))?;
         let event = match code {
             Some(c) if c > 0 && usize::from(c) <= EventType::KNOWN.len() => {
@@ -331,12 +366,13 @@ pub fn decode_timed(
         out.push(event);
         rest = &tail[n..];
     }
-    if out.len() as u64 != count {
+    if seen != count {
         return Err(damaged("event count"));
     }
     Ok(Decoded {
         events: out,
         batches,
+        skipped: skip.min(count),
     })
 }
 
@@ -754,6 +790,49 @@ mod tests {
         assert!(decode(PACKED, len, crc, packed.data.clone(), 40).is_err());
         assert!(decode_timed(PACKED, len, crc, packed.data.clone(), 39).is_err());
         assert!(pack(&[]).is_err());
+    }
+
+    /// A window builds exactly the events of the full read between its
+    /// bounds, and a page filled from it gets their sequence numbers and
+    /// receive times.
+    #[test]
+    fn a_window_is_a_slice_of_the_whole_frame() {
+        use crate::types::{EventPage, StoredEvent};
+        let ev = events(30);
+        let parts: Vec<Records> = ev
+            .chunks(7)
+            .enumerate()
+            .map(|(i, c)| records_of(&encode(c).unwrap(), c.len() as u64, 100 + i as i64))
+            .collect();
+        let packed = pack(&parts).unwrap();
+        let plain = encode(&ev).unwrap();
+        for f in [&packed, &plain] {
+            let (len, crc) = (Some(i64::from(f.raw_len)), Some(i64::from(f.crc)));
+            let page = |d: Decoded, from: u64, limit: usize| {
+                let mut out: Vec<StoredEvent> = Vec::new();
+                EventPage::push_frame(&mut out, d, 11, Timestamp(5), from, limit);
+                out.iter()
+                    .map(|e| (e.seq, e.received_at, e.event.json().to_owned()))
+                    .collect::<Vec<_>>()
+            };
+            let whole = decode_timed(f.codec, len, crc, f.data.clone(), 30).unwrap();
+            for skip in [0u64, 1, 6, 7, 29, 30, 40] {
+                for take in [0usize, 1, 5, 100] {
+                    let d =
+                        decode_window(f.codec, len, crc, f.data.clone(), 30, skip, take).unwrap();
+                    let want: Vec<&str> = ev
+                        .iter()
+                        .skip(skip as usize)
+                        .take(take)
+                        .map(Event::json)
+                        .collect();
+                    assert_eq!(texts(&d.events), want, "skip {skip} take {take}");
+                    let from = 11 + skip;
+                    assert_eq!(page(d, from, take), page(whole.clone(), from, take));
+                }
+            }
+            assert!(decode_window(f.codec, len, crc, f.data.clone(), 31, 5, 1).is_err());
+        }
     }
 
     #[test]

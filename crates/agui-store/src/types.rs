@@ -226,8 +226,10 @@ impl EventPage {
     }
 
     /// [`EventPage::push_batch`] for a frame read by
-    /// [`crate::frame::decode_timed`]: the events of a packed frame get
-    /// their own batch's receive time, any other frame's `received_at`.
+    /// [`crate::frame::decode_timed`] or [`crate::frame::decode_window`]
+    /// (`first_seq` is the frame's first, whatever it skipped): the events
+    /// of a packed frame get their own batch's receive time, any other
+    /// frame's `received_at`.
     pub fn push_frame(
         events: &mut Vec<StoredEvent>,
         frame: crate::frame::Decoded,
@@ -236,6 +238,7 @@ impl EventPage {
         from: u64,
         limit: usize,
     ) {
+        let first_seq = first_seq + frame.skipped;
         if frame.batches.is_empty() {
             return EventPage::push_batch(
                 events,
@@ -249,7 +252,8 @@ impl EventPage {
         let times = frame
             .batches
             .iter()
-            .flat_map(|&(n, at)| std::iter::repeat_n(at, n as usize));
+            .flat_map(|&(n, at)| std::iter::repeat_n(at, n as usize))
+            .skip(frame.skipped as usize);
         for ((event, seq), received_at) in frame.events.into_iter().zip(first_seq..).zip(times) {
             if seq >= from && events.len() < limit {
                 events.push(StoredEvent {
