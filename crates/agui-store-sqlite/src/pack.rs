@@ -40,6 +40,27 @@ use crate::writer::{Note, Op, Pack};
 /// How long a thread must be quiet before its tail is packed.
 pub(crate) const QUIET: Duration = Duration::from_secs(1);
 
+/// The packer's niceness: under contention (appends on both cores) it gets
+/// about a tenth of a core's share and its work waits; on an idle machine
+/// it runs at full speed.
+const NICE: i32 = 10;
+
+/// Lowers the calling thread's scheduling priority to [`NICE`] (Linux: a
+/// thread's own niceness). Best effort: an error leaves it as it was.
+pub(crate) fn lower_priority() {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: `gettid` takes nothing and cannot fail; `setpriority` on
+        // the calling thread's own id only changes its niceness. No memory
+        // is shared with either call.
+        let rc = unsafe {
+            let tid = libc::gettid();
+            libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, NICE)
+        };
+        let _ = rc;
+    }
+}
+
 /// Thread resume points kept at most (forgotten past it: a thread is then
 /// read from its start again, once).
 const KNOWN: usize = 100_000;
@@ -123,6 +144,7 @@ impl Packer {
 
     /// Serves the writer's notes until told to stop (or the writer is gone).
     pub(crate) fn run(mut self, notes: mpsc::Receiver<Note>) {
+        lower_priority();
         loop {
             let wait = self
                 .busy
@@ -281,6 +303,26 @@ impl Packer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_packer_runs_at_a_lower_priority_than_the_rest() {
+        let nice = || {
+            // SAFETY: reads the calling thread's own niceness.
+            unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t) }
+        };
+        let before = nice();
+        let inside = std::thread::spawn(move || {
+            lower_priority();
+            nice()
+        })
+        .join()
+        .unwrap();
+        if before <= NICE {
+            assert_eq!(inside, NICE);
+        }
+        assert_eq!(nice(), before, "only the packer's own thread changed");
+    }
 
     fn row(first: i64, n: i64, codec: i64) -> Row {
         Row {

@@ -917,7 +917,9 @@ impl Store {
         Ok(out)
     }
 
-    /// Streams a thread's committed events from `from_seq` on, page by page.
+    /// Streams a thread's committed events from `from_seq` on, page by page
+    /// ([`crate::MAX_PAGE`] events each: a backend that stores large frames
+    /// decodes a frame twice only where a page ends inside it).
     pub fn read_stream<'a>(
         &'a self,
         tenant: &'a str,
@@ -926,7 +928,7 @@ impl Store {
     ) -> BoxStream<'a, Result<StoredEvent>> {
         let pages = stream::unfold(Some(from_seq.max(1)), move |next| async move {
             let from = next?;
-            match self.read(tenant, thread, from, 1000).await {
+            match self.read(tenant, thread, from, crate::MAX_PAGE).await {
                 Ok(page) => {
                     let more = page.next_seq;
                     Some((page.events.into_iter().map(Ok).collect::<Vec<_>>(), more))
