@@ -20,6 +20,10 @@
 //! conversation of short runs is packed; a later look merges that small
 //! frame with what follows). Rows of at least half a packed frame's size
 //! (a large batch), and rows of the untyped codecs, are left as they are.
+//! One swap replaces at most [`PACK_ROWS`] rows, since the writer's cost
+//! (and the wait of the appends behind it) grows with the rows it deletes:
+//! a gateway's rows of one event each become frames of 64 events, and a
+//! later look merges those into frames of about 1,024.
 //!
 //! What a crash does: nothing. A pack is one transaction over rows that
 //! never change once written; killed before its commit the old rows stay,
@@ -60,6 +64,12 @@ pub(crate) fn lower_priority() {
         let _ = rc;
     }
 }
+
+/// Rows swapped for one packed row at most: the writer deletes each in its
+/// group commit (about a microsecond a row, measured: 1,024 one-event rows
+/// took 0.9 ms, 64 took 0.13 ms), while appends wait. Rows of one event (a
+/// gateway's) become frames of 64 events first, merged again later.
+const PACK_ROWS: usize = 64;
 
 /// Thread resume points kept at most (forgotten past it: a thread is then
 /// read from its start again, once).
@@ -113,6 +123,11 @@ fn plan(rows: &[Row], tail: bool) -> (Vec<std::ops::Range<usize>>, Option<i64>) 
                 groups.push(start..i + 1);
             }
             resume = Some(r.last + 1);
+            (start, events, bytes) = (i + 1, 0, 0);
+        } else if i + 1 - start >= PACK_ROWS {
+            // Merged now, and again with its neighbours at a later look (the
+            // next look starts no later than here).
+            groups.push(start..i + 1);
             (start, events, bytes) = (i + 1, 0, 0);
         }
     }
@@ -191,23 +206,32 @@ impl Packer {
     /// `Err` only when the writer is gone; a damaged or changed row leaves
     /// the rows as they are.
     fn thread(&mut self, id: i64, tail: bool) -> std::result::Result<(), ()> {
-        let from = self.resume.get(&id).copied().unwrap_or(1);
-        let Ok(rows) = self.rows(id, from) else {
-            return Ok(());
-        };
-        let (groups, resume) = plan(&rows, tail);
-        for g in groups {
-            match self.pack(id, &rows[g]) {
-                Ok(_) => {}
-                Err(e) if e.kind() == agui_store::ErrorKind::Unavailable => return Err(()),
-                Err(_) => {}
+        // A look merges one level (rows into frames of up to PACK_ROWS
+        // rows, those into frames of PACK_EVENTS); a quiet thread is looked
+        // at again until nothing more merges, so that it ends up packed.
+        for _ in 0..if tail { 4 } else { 1 } {
+            let from = self.resume.get(&id).copied().unwrap_or(1);
+            let Ok(rows) = self.rows(id, from) else {
+                return Ok(());
+            };
+            let (groups, resume) = plan(&rows, tail);
+            let mut merged = false;
+            for g in groups {
+                match self.pack(id, &rows[g]) {
+                    Ok(done) => merged |= done,
+                    Err(e) if e.kind() == agui_store::ErrorKind::Unavailable => return Err(()),
+                    Err(_) => {}
+                }
             }
-        }
-        if let Some(r) = resume {
-            if self.resume.len() >= KNOWN {
-                self.resume.clear();
+            if let Some(r) = resume {
+                if self.resume.len() >= KNOWN {
+                    self.resume.clear();
+                }
+                self.resume.insert(id, r);
             }
-            self.resume.insert(id, r);
+            if !merged {
+                break;
+            }
         }
         Ok(())
     }
@@ -372,6 +396,23 @@ mod tests {
         let mut r = rows(&[5, 5, 5, 5]);
         r[2].codec = frame::ZSTD;
         assert_eq!(plan(&r, true).0, vec![0..2]);
+    }
+
+    #[test]
+    fn many_small_rows_are_merged_in_steps() {
+        let r = rows(&[1; 200]);
+        let (g, resume) = plan(&r, false);
+        assert_eq!(g, vec![0..64, 64..128, 128..192]);
+        assert_eq!(resume, None, "merged again at the next look");
+        // A later look: 17 frames of 64 events (and new small rows) merge
+        // into a frame of 1,024 events.
+        let mut next: Vec<Row> = (0..17)
+            .map(|k| row(1 + 64 * k, 64, frame::PACKED))
+            .collect();
+        next.extend((1089..1189).map(|s| row(s, 1, frame::TYPED)));
+        let (g, resume) = plan(&next, false);
+        assert_eq!(g, vec![0..16, 16..80]);
+        assert_eq!(resume, Some(1025));
     }
 
     #[test]
