@@ -1603,12 +1603,10 @@ impl Backend for PgStore {
         blob: Vec<u8>,
     ) -> Result<()> {
         // The base a delta names is kept beside it, so that a restore
-        // fetches the whole chain in one query (an unreadable blob gets
-        // none, and a restore then takes the shared path that repairs it).
-        let base: Option<Vec<u8>> = checkpoint::decode(&blob)
-            .ok()
-            .and_then(|d| d.base)
-            .map(|b| b.run_id.into_bytes());
+        // fetches the whole chain in one query (read from the start of the
+        // blob alone: a hint the restore checks; a damaged chain takes the
+        // shared path that repairs it).
+        let base: Option<Vec<u8>> = checkpoint::base_run(&blob).map(String::into_bytes);
         let c = self.conn().await?;
         let n = c
             .execute(

@@ -47,6 +47,7 @@ CREATE TABLE IF NOT EXISTS checkpoints (
     thread_id INTEGER NOT NULL,
     run_id    BLOB NOT NULL,
     blob      BLOB NOT NULL,
+    base_run  BLOB,
     PRIMARY KEY (thread_id, run_id)
 );
 CREATE TABLE IF NOT EXISTS channels (
@@ -59,13 +60,18 @@ CREATE TABLE IF NOT EXISTS channels (
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 ";
 
-/// The schema version this code writes. Schema 3 has schema 2's tables;
-/// its chunk rows may be packed frames (`agui_store::frame::PACKED`, see
-/// `pack.rs`), which a schema-2 reader would take for damage, so the
-/// version tells an older binary that it cannot read the file instead.
+/// The schema version this code writes. Schema 3 has schema 2's tables,
+/// with the base run a delta checkpoint names kept beside its blob
+/// (`checkpoints.base_run`, so a restore reads the whole chain in one
+/// query); its chunk rows may be packed frames
+/// (`agui_store::frame::PACKED`, see `pack.rs`), which a schema-2 reader
+/// would take for damage, so the version tells an older binary that it
+/// cannot read the file instead.
 const VERSION: &str = "agui-store-sqlite/3";
-/// Schema 2: the tables of schema 3, no packed rows (read and upgraded by
-/// a writer's open, which only changes the version).
+/// Schema 2: the tables of schema 3 but for `checkpoints.base_run`, no
+/// packed rows (read as it is; a writer's open adds the column, empty for
+/// the blobs stored before: their restores take the shared path, which
+/// walks the chain link by link).
 const VERSION_2: &str = "agui-store-sqlite/2";
 /// Schema 1, still read and upgraded by a writer's open.
 const VERSION_1: &str = "agui-store-sqlite/1";
@@ -89,6 +95,9 @@ CREATE TABLE chunks (
 CREATE UNIQUE INDEX chunks_by_seq ON chunks (thread_id, first_seq);
 ";
 
+/// What schemas 1 and 2 lack of schema 3's tables.
+const BASE_RUN: &str = "ALTER TABLE checkpoints ADD COLUMN base_run BLOB;";
+
 /// Creates the schema of a new database, or upgrades a schema-1 one (its
 /// batches copied into the schema-2 table, in one transaction: a crash
 /// leaves schema 1 whole). `Unsupported` for any other version.
@@ -104,14 +113,24 @@ fn create_or_upgrade(conn: &Connection) -> Result<(), StoreError> {
             rusqlite::Error::QueryReturnedNoRows => Ok(None),
             e => Err(map(e, "read the schema version")),
         })?;
+    // Added by schema 3 to a table of before (any file of schema 1 or 2).
+    let has_base_run = conn
+        .prepare("SELECT 1 FROM pragma_table_info('checkpoints') WHERE name = 'base_run'")
+        .and_then(|mut st| st.exists([]))
+        .map_err(|e| map(e, "read the schema"))?;
+    let base_run = if has_base_run { "" } else { BASE_RUN };
     let (before, after) = match version.as_deref() {
         Some(VERSION) => return Ok(()),
         None => ("", ""),
         Some(VERSION_2) => {
-            return conn
-                .execute("UPDATE meta SET value = ?1 WHERE key = 'schema'", [VERSION])
-                .map(drop)
-                .map_err(|e| map(e, "upgrade the schema"));
+            let sql = format!(
+                "BEGIN IMMEDIATE; {base_run}
+                 UPDATE meta SET value = '{VERSION}' WHERE key = 'schema'; COMMIT;"
+            );
+            return conn.execute_batch(&sql).map_err(|e| {
+                let _ = conn.execute_batch("ROLLBACK");
+                map(e, "upgrade the schema")
+            });
         }
         // Schema 2's table is created once schema 1's is renamed away.
         Some(VERSION_1) => (
@@ -128,7 +147,7 @@ fn create_or_upgrade(conn: &Connection) -> Result<(), StoreError> {
         }
     };
     let sql = format!(
-        "BEGIN IMMEDIATE; {before} {CHUNKS} {after}
+        "BEGIN IMMEDIATE; {base_run} {before} {CHUNKS} {after}
          INSERT OR REPLACE INTO meta (key, value) VALUES ('schema', '{VERSION}'); COMMIT;"
     );
     conn.execute_batch(&sql).map_err(|e| {
@@ -172,7 +191,8 @@ pub fn connect(path: &Path, write: bool) -> Result<Connection, StoreError> {
 /// Checks that `path` is an existing agui database, without creating or
 /// changing anything: `NotFound` when there is no file or no agui schema in
 /// it, `Unsupported` when another version of the store wrote it.
-pub fn probe_read_only(path: &Path) -> Result<(), StoreError> {
+/// `Ok(true)` when the file has schema 3's `checkpoints.base_run`.
+pub fn probe_read_only(path: &Path) -> Result<bool, StoreError> {
     if !path.is_file() {
         return Err(StoreError::new(
             ErrorKind::NotFound,
@@ -197,7 +217,8 @@ pub fn probe_read_only(path: &Path) -> Result<(), StoreError> {
             ErrorKind::NotFound,
             "the SQLite database holds no agui store",
         )),
-        Some(VERSION | VERSION_2 | VERSION_1) => Ok(()),
+        Some(VERSION) => Ok(true),
+        Some(VERSION_2 | VERSION_1) => Ok(false),
         Some(_) => Err(StoreError::new(
             ErrorKind::Unsupported,
             "the database was written by another version of the store",

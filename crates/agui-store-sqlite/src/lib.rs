@@ -48,12 +48,12 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
 
 use agui_store::cursor::{run_page, thread_page};
-use agui_store::frame;
 use agui_store::index::ThreadHead;
 use agui_store::{
     Backend, Batch, CheckpointChain, Commit, EventPage, Result, RunFilter, RunPage, RunRecord,
     StoreError, StoreStats, ThreadFilter, ThreadInfo, ThreadPage, Timestamp, check_id, page_size,
 };
+use agui_store::{checkpoint, frame};
 use async_trait::async_trait;
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, OptionalExtension, params};
@@ -61,6 +61,33 @@ use tokio::sync::oneshot;
 
 use crate::db::{count, map, status_code, status_from, text};
 use crate::writer::{Note, Op, Writer};
+
+/// Links of a checkpoint chain read in one query at most (the shared
+/// builder makes chains of at most 65; a longer one is walked by the
+/// shared restore).
+const MAX_CHAIN: i64 = 80;
+
+/// A run's status and last sequence number, with its checkpoint and each
+/// base's after it, in chain order (no row: no such run; a row without a
+/// blob: no checkpoint).
+const CHAIN_SQL: &str = "WITH RECURSIVE
+    r AS (SELECT r.thread_id, r.status, r.last_seq FROM runs r JOIN threads t ON t.id = r.thread_id
+          WHERE t.tenant = ?1 AND t.thread = ?2 AND r.run_id = ?3),
+    ch(run_id, base_run, blob, depth) AS (
+        SELECT c.run_id, c.base_run, c.blob, 1 FROM r JOIN checkpoints c
+            ON c.thread_id = r.thread_id AND c.run_id = ?3
+        UNION ALL
+        SELECT c.run_id, c.base_run, c.blob, ch.depth + 1 FROM ch
+            JOIN r JOIN checkpoints c ON c.thread_id = r.thread_id AND c.run_id = ch.base_run
+            WHERE ch.depth < ?4)
+    SELECT r.status, r.last_seq, ch.run_id, ch.blob FROM r LEFT JOIN ch ORDER BY ch.depth";
+
+/// [`CHAIN_SQL`] for a file without `checkpoints.base_run` (schemas 1 and
+/// 2, opened read-only): the run's own checkpoint only.
+const OWN_CHECKPOINT_SQL: &str = "SELECT r.status, r.last_seq, r.run_id, k.blob FROM runs r
+    JOIN threads t ON t.id = r.thread_id
+    LEFT JOIN checkpoints k ON k.thread_id = r.thread_id AND k.run_id = r.run_id
+    WHERE t.tenant = ?1 AND t.thread = ?2 AND r.run_id = ?3 AND ?4 > 0";
 
 /// Read connections kept open at most.
 const READERS: usize = 8;
@@ -84,6 +111,9 @@ struct Inner {
     read_only: bool,
     /// The process lock of a writable store, released at close.
     lock: Mutex<Option<lock::ProcessLock>>,
+    /// The file keeps each delta checkpoint's base run beside it (schema
+    /// 3): a restore reads the whole chain in one query.
+    chains: bool,
     /// The writer's flag of a failed flush (see `writer::Syncer`); none
     /// when read-only.
     broken: Option<Arc<AtomicBool>>,
@@ -155,6 +185,7 @@ impl SqliteStore {
                 closed: AtomicBool::new(false),
                 read_only: false,
                 lock: Mutex::new(Some(held)),
+                chains: true,
                 broken: Some(broken),
             }),
         })
@@ -168,7 +199,7 @@ impl SqliteStore {
     pub async fn open_read_only(path: &Path) -> Result<SqliteStore> {
         let path = path.to_path_buf();
         let probe = path.clone();
-        tokio::task::spawn_blocking(move || db::probe_read_only(&probe))
+        let chains = tokio::task::spawn_blocking(move || db::probe_read_only(&probe))
             .await
             .map_err(|_| StoreError::internal("the store could not be opened"))??;
         Ok(SqliteStore {
@@ -181,6 +212,7 @@ impl SqliteStore {
                 closed: AtomicBool::new(false),
                 read_only: true,
                 lock: Mutex::new(None),
+                chains,
                 broken: None,
             }),
         })
@@ -696,11 +728,15 @@ impl Backend for SqliteStore {
         blob: Vec<u8>,
     ) -> Result<()> {
         let (tenant, thread, run_id) = (tenant.to_owned(), thread.to_owned(), run_id.to_owned());
+        // Kept beside the blob, so that a restore reads the chain in one
+        // query (here, off the writer's thread).
+        let base = checkpoint::base_run(&blob);
         self.write(|reply| Op::SaveCheckpoint {
             tenant,
             thread,
             run_id,
             blob,
+            base,
             reply,
         })
         .await
@@ -760,7 +796,9 @@ impl Backend for SqliteStore {
         .await
     }
 
-    /// One query for the run and its own checkpoint.
+    /// One query for the run and its checkpoint chain (following the
+    /// `base_run` kept beside each blob), or, in a file of an older schema
+    /// opened read-only, for the run and its own checkpoint.
     async fn checkpoint_chain(
         &self,
         tenant: &str,
@@ -768,36 +806,49 @@ impl Backend for SqliteStore {
         run_id: &str,
     ) -> Result<CheckpointChain> {
         let (t, th, r) = (tenant.to_owned(), thread.to_owned(), run_id.to_owned());
-        let found = self
+        let sql = if self.inner.chains {
+            CHAIN_SQL
+        } else {
+            OWN_CHECKPOINT_SQL
+        };
+        type Link = (i64, i64, Option<(Vec<u8>, Vec<u8>)>);
+        let rows: Vec<Link> = self
             .read_with(move |c| {
-                c.prepare_cached(
-                    "SELECT r.status, r.last_seq, k.blob FROM runs r
-                     JOIN threads t ON t.id = r.thread_id
-                     LEFT JOIN checkpoints k ON k.thread_id = r.thread_id AND k.run_id = r.run_id
-                     WHERE t.tenant = ?1 AND t.thread = ?2 AND r.run_id = ?3",
-                )
-                .and_then(|mut st| {
-                    st.query_row(params![t.as_bytes(), th.as_bytes(), r.as_bytes()], |row| {
-                        let blob = match row.get_ref(2)? {
-                            rusqlite::types::ValueRef::Blob(b) => Some(b.to_vec()),
-                            _ => None,
-                        };
-                        Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?, blob))
+                c.prepare_cached(sql)
+                    .and_then(|mut st| {
+                        st.query_map(
+                            params![t.as_bytes(), th.as_bytes(), r.as_bytes(), MAX_CHAIN],
+                            |row| {
+                                let link = match (row.get_ref(2)?, row.get_ref(3)?) {
+                                    (
+                                        rusqlite::types::ValueRef::Blob(id),
+                                        rusqlite::types::ValueRef::Blob(b),
+                                    ) => Some((id.to_vec(), b.to_vec())),
+                                    _ => None,
+                                };
+                                Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?, link))
+                            },
+                        )?
+                        .collect()
                     })
-                    .optional()
-                })
-                .map_err(|e| map(e, "read a checkpoint"))
+                    .map_err(|e| map(e, "read a checkpoint"))
             })
             .await?;
-        let Some((status, last_seq, blob)) = found else {
+        let Some(&(status, last_seq, _)) = rows.first() else {
             // Say which is missing, the thread or the run.
             self.run(tenant, thread, run_id).await?;
             return Err(StoreError::not_found("run"));
         };
+        let mut links = Vec::with_capacity(rows.len());
+        for (_, _, link) in rows {
+            if let Some((id, blob)) = link {
+                links.push((text(id)?, blob));
+            }
+        }
         Ok(CheckpointChain {
             status: status_from(status)?,
             last_seq: count(last_seq)?,
-            links: blob.map(|b| (run_id.to_owned(), b)).into_iter().collect(),
+            links,
         })
     }
 

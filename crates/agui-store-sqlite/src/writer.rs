@@ -75,6 +75,8 @@ pub enum Op {
         thread: String,
         run_id: String,
         blob: Vec<u8>,
+        /// The base run the blob names (`checkpoint::base_run`).
+        base: Option<String>,
         reply: oneshot::Sender<Result<()>>,
     },
     Delete {
@@ -641,10 +643,11 @@ impl Writer {
                 thread,
                 run_id,
                 blob,
+                base,
                 reply,
             } => Done::Unit {
                 reply,
-                result: self.save_checkpoint(&tenant, &thread, &run_id, &blob),
+                result: self.save_checkpoint(&tenant, &thread, &run_id, &blob, base.as_deref()),
             },
             Op::PutChannel {
                 tenant,
@@ -908,7 +911,14 @@ impl Writer {
             .map_err(|e| map(e, "read a thread"))
     }
 
-    fn save_checkpoint(&self, tenant: &str, thread: &str, run: &str, blob: &[u8]) -> Result<()> {
+    fn save_checkpoint(
+        &self,
+        tenant: &str,
+        thread: &str,
+        run: &str,
+        blob: &[u8],
+        base: Option<&str>,
+    ) -> Result<()> {
         let id = self
             .thread_id(tenant, thread)?
             .ok_or_else(|| StoreError::not_found("thread"))?;
@@ -922,10 +932,13 @@ impl Writer {
         }
         self.conn
             .prepare_cached(
-                "INSERT INTO checkpoints (thread_id, run_id, blob) VALUES (?1, ?2, ?3)
-                 ON CONFLICT (thread_id, run_id) DO UPDATE SET blob = excluded.blob",
+                "INSERT INTO checkpoints (thread_id, run_id, blob, base_run) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (thread_id, run_id) DO UPDATE
+                 SET blob = excluded.blob, base_run = excluded.base_run",
             )
-            .and_then(|mut st| st.execute(params![id, run.as_bytes(), blob]))
+            .and_then(|mut st| {
+                st.execute(params![id, run.as_bytes(), blob, base.map(str::as_bytes)])
+            })
             .map_err(|e| map(e, "store a checkpoint"))?;
         Ok(())
     }

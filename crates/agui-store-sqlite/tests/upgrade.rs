@@ -74,6 +74,7 @@ fn downgrade_to_schema_1(path: &std::path::Path) {
             received_at INTEGER NOT NULL, codec INTEGER NOT NULL, raw_len INTEGER NOT NULL,
             crc INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (thread_id, first_seq)
          ) WITHOUT ROWID;
+         ALTER TABLE checkpoints DROP COLUMN base_run;
          UPDATE meta SET value = 'agui-store-sqlite/1' WHERE key = 'schema';",
     )
     .unwrap();
@@ -322,4 +323,49 @@ async fn the_upgrade_is_atomic_under_kills() {
         left_1 > 0 && left_2 > 0,
         "kills should land before and after the upgrade's commit (schema 1: {left_1}, schema 2: {left_2})"
     );
+}
+
+/// A schema-2 file (no `checkpoints.base_run`) restores read-only as it is
+/// (each run's own checkpoint read, the chain walked link by link); a
+/// writer's open adds the column, and restores go on giving the same text.
+#[tokio::test]
+async fn a_schema_2_database_restores_read_only_and_a_writer_upgrades_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v2.db");
+    let s = Store::new(SqliteStore::open_path(&path).await.unwrap());
+    let mut parent: Option<String> = None;
+    for r in 0..12 {
+        let run = format!("r{r}");
+        let events = realistic_run("th", &run, parent.as_deref(), 40);
+        s.append(T, "th", AppendRequest::new(events)).await.unwrap();
+        parent = Some(run);
+    }
+    s.flush().await.unwrap();
+    let want = s.restore(T, "th", "r11").await.unwrap().json;
+    s.close().await.unwrap();
+    let c = Connection::open(&path).unwrap();
+    let deltas: i64 = c
+        .query_row(
+            "SELECT COUNT(*) FROM checkpoints WHERE base_run IS NOT NULL",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(deltas > 0, "the chain has deltas");
+    c.execute_batch(
+        "ALTER TABLE checkpoints DROP COLUMN base_run;
+         UPDATE meta SET value = 'agui-store-sqlite/2' WHERE key = 'schema';",
+    )
+    .unwrap();
+    drop(c);
+    let r = Store::new(SqliteStore::open_read_only(&path).await.unwrap());
+    let got = r.restore(T, "th", "r11").await.unwrap();
+    assert_eq!(got.json, want);
+    r.close().await.unwrap();
+    let s = Store::new(SqliteStore::open_path(&path).await.unwrap());
+    assert_eq!(schema(&path).0, "agui-store-sqlite/3");
+    let got = s.restore(T, "th", "r11").await.unwrap();
+    assert_eq!(got.json, want);
+    assert!(got.from_checkpoint);
+    s.close().await.unwrap();
 }

@@ -214,6 +214,42 @@ fn decode_all(blobs: &[&[u8]]) -> Vec<Result<Decoded>> {
     })
 }
 
+/// The base run a delta blob names, read from the start of its body alone
+/// (the rest is neither decompressed nor checked): what a backend keeps
+/// beside a blob to fetch a whole chain in one query. A hint, not a check:
+/// the restore checks every link it composes. `None` for a full or
+/// unreadable blob.
+pub fn base_run(blob: &[u8]) -> Option<String> {
+    use std::io::Read;
+    if blob.len() < HEADER || &blob[..4] != MAGIC || blob[4] != VERSION {
+        return None;
+    }
+    let stored = &blob[HEADER..];
+    // kind, base last sequence, kept messages, id length, id.
+    let most = (1 + 8 + 8 + 4 + crate::MAX_ID_BYTES) as u64;
+    let mut head = Vec::new();
+    let prefix: &[u8] = match blob[5] {
+        0 => stored,
+        1 => {
+            let mut d = zstd::stream::read::Decoder::with_buffer(stored).ok()?;
+            // The id's length first, then as much of the id as it says.
+            let mut fixed = [0u8; 21];
+            d.read_exact(&mut fixed).ok()?;
+            head.extend_from_slice(&fixed);
+            let n = u32::from_le_bytes([fixed[17], fixed[18], fixed[19], fixed[20]]) as u64;
+            d.take(n.min(most)).read_to_end(&mut head).ok()?;
+            &head
+        }
+        _ => return None,
+    };
+    if prefix.first() != Some(&1) {
+        return None;
+    }
+    let n = u32_at(prefix, 17)? as usize;
+    let id = prefix.get(21..21 + n)?;
+    String::from_utf8(id.to_vec()).ok()
+}
+
 /// A decoded, checked checkpoint.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decoded {
@@ -654,5 +690,27 @@ mod tests {
             compose_links("t", 30, &links[..2]).is_none(),
             "a base missing"
         );
+    }
+
+    #[test]
+    fn the_base_run_is_read_from_the_start_of_a_body() {
+        let base = BaseRef {
+            run_id: "the-base-run é".into(),
+            last_seq: 10,
+            keep: 2,
+        };
+        let big: Vec<String> = (0..50)
+            .map(|i| format!("{{\"m\":{i},\"t\":\"{}\"}}", "word ".repeat(300)))
+            .collect();
+        for messages in [&big[..0], &big[..]] {
+            let delta = encode_delta(&base, messages, "{}", 20);
+            assert_eq!(base_run(&delta).as_deref(), Some("the-base-run é"));
+            assert_eq!(decode(&delta).unwrap().base.unwrap().run_id, base.run_id);
+        }
+        assert_eq!(base_run(&encode_full(&big, "{}", 3)), None);
+        assert_eq!(base_run(b"AGCK"), None);
+        let mut bad = encode_delta(&base, &big, "{}", 20);
+        bad[5] = 9;
+        assert_eq!(base_run(&bad), None);
     }
 }
