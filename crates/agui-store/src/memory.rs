@@ -14,7 +14,11 @@ use crate::types::{
     EventPage, RunFilter, RunPage, RunRecord, StoreStats, StoredEvent, ThreadFilter, ThreadInfo,
     ThreadPage, Timestamp, check_id, page_size,
 };
-use crate::{Backend, Batch, Channel, Commit};
+use crate::{Backend, Batch, Channel, CheckpointChain, Commit};
+
+/// Links of a checkpoint chain read in one go at most (the shared builder
+/// makes chains of at most 65).
+const MAX_CHAIN: usize = 80;
 
 /// The in-memory store. Cloning gives another handle on the same data.
 #[derive(Clone, Default)]
@@ -45,7 +49,9 @@ struct State {
 struct Thread {
     events: Vec<StoredEvent>,
     runs: RunTable,
-    checkpoints: HashMap<String, Vec<u8>>,
+    /// Each run's checkpoint blob, with the base run a delta names
+    /// ([`crate::checkpoint::base_run`]), so a chain is read in one go.
+    checkpoints: HashMap<String, (Vec<u8>, Option<String>)>,
     channels: BTreeMap<String, Channel>,
     agent: Option<String>,
     created_at: Timestamp,
@@ -305,7 +311,7 @@ impl Backend for MemoryStore {
             .threads
             .get(&key(tenant, thread))
             .ok_or_else(|| StoreError::not_found("thread"))?;
-        Ok(t.checkpoints.get(run_id).cloned())
+        Ok(t.checkpoints.get(run_id).map(|(blob, _)| blob.clone()))
     }
 
     async fn save_checkpoint(
@@ -323,8 +329,39 @@ impl Backend for MemoryStore {
         if !t.runs.contains(run_id) {
             return Err(StoreError::not_found("run"));
         }
-        t.checkpoints.insert(run_id.to_owned(), blob);
+        let base = crate::checkpoint::base_run(&blob);
+        t.checkpoints.insert(run_id.to_owned(), (blob, base));
         Ok(())
+    }
+
+    /// The run and its whole checkpoint chain, followed through the base
+    /// each blob names (checked by the engine as it composes).
+    async fn checkpoint_chain(
+        &self,
+        tenant: &str,
+        thread: &str,
+        run_id: &str,
+    ) -> Result<CheckpointChain> {
+        let state = self.state()?;
+        let t = state
+            .threads
+            .get(&key(tenant, thread))
+            .ok_or_else(|| StoreError::not_found("thread"))?;
+        let run = t.runs.get(run_id)?;
+        let mut links = Vec::new();
+        let mut next = Some(run_id);
+        while let Some(id) = next
+            && links.len() < MAX_CHAIN
+            && let Some((blob, base)) = t.checkpoints.get(id)
+        {
+            links.push((id.to_owned(), blob.clone()));
+            next = base.as_deref();
+        }
+        Ok(CheckpointChain {
+            status: run.status,
+            last_seq: run.last_seq,
+            links,
+        })
     }
 
     async fn mark_interrupted(&self) -> Result<u64> {
@@ -354,7 +391,11 @@ impl Backend for MemoryStore {
             s.runs += t.runs.len() as u64;
             s.events += t.head.last_seq;
             s.raw_bytes += t.bytes;
-            s.stored_bytes += t.bytes + t.checkpoints.values().map(|c| c.len() as u64).sum::<u64>();
+            s.stored_bytes += t.bytes
+                + t.checkpoints
+                    .values()
+                    .map(|(c, _)| c.len() as u64)
+                    .sum::<u64>();
         }
         Ok(s)
     }
