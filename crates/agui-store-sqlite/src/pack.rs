@@ -160,13 +160,16 @@ impl Packer {
     /// Serves the writer's notes until told to stop (or the writer is gone).
     pub(crate) fn run(mut self, notes: mpsc::Receiver<Note>) {
         lower_priority();
+        // Quiet threads are looked for a few times per QUIET, not after
+        // every note: a note costs O(1) however many threads are busy.
+        let sweep_every = QUIET / 4;
+        let mut last_sweep = Instant::now();
         loop {
-            let wait = self
-                .busy
-                .values()
-                .map(|&(_, at)| (at + QUIET).saturating_duration_since(Instant::now()))
-                .min()
-                .unwrap_or(Duration::from_secs(3600));
+            let wait = if self.busy.is_empty() {
+                Duration::from_secs(3600)
+            } else {
+                sweep_every.saturating_sub(last_sweep.elapsed())
+            };
             match notes.recv_timeout(wait) {
                 Ok(Note::Stop) | Err(mpsc::RecvTimeoutError::Disconnected) => return,
                 Ok(Note::Gone(id)) => {
@@ -186,11 +189,14 @@ impl Packer {
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
             }
-            let now = Instant::now();
+            if last_sweep.elapsed() < sweep_every {
+                continue;
+            }
+            last_sweep = Instant::now();
             let quiet: Vec<i64> = self
                 .busy
                 .iter()
-                .filter(|(_, (_, at))| now.duration_since(*at) >= QUIET)
+                .filter(|(_, (_, at))| at.elapsed() >= QUIET)
                 .map(|(&id, _)| id)
                 .collect();
             for id in quiet {
