@@ -290,7 +290,7 @@ impl Packer {
                     r.get(3).map_err(g)?,
                     r.get(4).map_err(g)?,
                     r.get(5).map_err(g)?,
-                    data.clone(),
+                    &data,
                     (l - f + 1).max(0) as u64,
                     at,
                 )?

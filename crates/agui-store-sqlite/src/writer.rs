@@ -1185,7 +1185,7 @@ mod tests {
                 f.codec,
                 i64::from(f.raw_len),
                 i64::from(f.crc),
-                f.data.clone(),
+                &f.data,
                 10,
                 Timestamp(at),
             )

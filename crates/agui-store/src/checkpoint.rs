@@ -504,6 +504,17 @@ mod tests {
         ms.iter().map(|m| m.to_string()).collect()
     }
 
+    /// A delta over run `base` (covering up to `base_seq`), keeping `keep`
+    /// of its messages, then `ms`.
+    fn delta(base: &str, base_seq: u64, keep: u64, ms: &[Value], state: &str, seq: u64) -> Vec<u8> {
+        let base = BaseRef {
+            run_id: base.into(),
+            last_seq: base_seq,
+            keep,
+        };
+        encode_delta(&base, &texts(ms), state, seq)
+    }
+
     fn conv(ms: &[Value], state: &Value) -> String {
         serde_json::to_string(&json!({"messages": ms, "state": state})).unwrap()
     }
@@ -560,26 +571,8 @@ mod tests {
         // Base: m0 m1 m2. Middle keeps 2 of them then m3 m4. Top keeps 3
         // (m0 m1 m3) then m5.
         let base = encode_full(&texts(&m[..3]), "1", 10);
-        let mid = encode_delta(
-            &BaseRef {
-                run_id: "b".into(),
-                last_seq: 10,
-                keep: 2,
-            },
-            &texts(&m[3..5]),
-            "2",
-            20,
-        );
-        let top = encode_delta(
-            &BaseRef {
-                run_id: "m".into(),
-                last_seq: 20,
-                keep: 3,
-            },
-            &texts(&m[5..]),
-            "{\"s\":3}",
-            30,
-        );
+        let mid = delta("b", 10, 2, &m[3..5], "2", 20);
+        let top = delta("m", 20, 3, &m[5..], "{\"s\":3}", 30);
         let chain: Vec<Decoded> = [&top, &mid, &base]
             .iter()
             .map(|b| decode(b).unwrap())
@@ -649,26 +642,8 @@ mod tests {
             .map(|i| json!({"id": i, "c": noise(40_000)}))
             .collect();
         let base = encode_full(&texts(&m[..8]), "1", 10);
-        let mid = encode_delta(
-            &BaseRef {
-                run_id: "b".into(),
-                last_seq: 10,
-                keep: 8,
-            },
-            &texts(&m[8..11]),
-            "2",
-            20,
-        );
-        let top = encode_delta(
-            &BaseRef {
-                run_id: "m".into(),
-                last_seq: 20,
-                keep: 11,
-            },
-            &texts(&m[11..]),
-            "3",
-            30,
-        );
+        let mid = delta("b", 10, 8, &m[8..11], "2", 20);
+        let top = delta("m", 20, 11, &m[11..], "3", 30);
         let links = vec![("t", top.clone()), ("m", mid.clone()), ("b", base.clone())];
         let total: usize = links.iter().map(|(_, b)| b.len()).sum();
         assert!(total >= PARALLEL_FROM, "{total} bytes");

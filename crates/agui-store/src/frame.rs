@@ -407,18 +407,18 @@ pub fn records(
     codec: i64,
     raw_len: i64,
     crc: i64,
-    data: Vec<u8>,
+    data: &[u8],
     count: u64,
     received_at: Timestamp,
 ) -> Result<Option<Records>> {
     let body = match codec {
-        TYPED => data,
+        TYPED => data.to_vec(),
         TYPED_ZSTD | PACKED => {
             let n = usize::try_from(raw_len)
                 .ok()
                 .filter(|&n| n <= MAX_BODY)
                 .ok_or_else(|| damaged("length"))?;
-            decompress(&data, n, true)?
+            decompress(data, n, true)?
         }
         _ => return Ok(None),
     };
@@ -747,7 +747,7 @@ mod tests {
             f.codec,
             i64::from(f.raw_len),
             i64::from(f.crc),
-            f.data.clone(),
+            &f.data,
             n,
             Timestamp(at),
         )
@@ -861,10 +861,10 @@ mod tests {
         b[4..8].copy_from_slice(&3u32.to_le_bytes());
         let crc = i64::from(crc32fast::hash(&b));
         let data = compress(&b).unwrap();
-        assert!(records(PACKED, b.len() as i64, crc, data, 4, Timestamp(0)).is_err());
+        assert!(records(PACKED, b.len() as i64, crc, &data, 4, Timestamp(0)).is_err());
         // Untyped frames are left to the packer's caller.
         assert!(
-            records(ZSTD, 1, 1, vec![1], 1, Timestamp(0))
+            records(ZSTD, 1, 1, &[1], 1, Timestamp(0))
                 .unwrap()
                 .is_none()
         );
@@ -882,9 +882,9 @@ mod tests {
             let len = body.len() as i64;
             if let Some(data) = compress(&body) {
                 let _ = decode_timed(PACKED, Some(len), Some(crc), data.clone(), count);
-                let _ = records(PACKED, len, crc, data, count, Timestamp(0));
+                let _ = records(PACKED, len, crc, &data, count, Timestamp(0));
             }
-            let _ = records(TYPED, len, crc, body, count, Timestamp(0));
+            let _ = records(TYPED, len, crc, &body, count, Timestamp(0));
         }
     }
 }
