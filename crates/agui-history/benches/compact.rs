@@ -2,7 +2,10 @@
 //! Node running the official `compactEvents` (`oracle/bench-compact.mjs`) on
 //! the same file: read, parse, compact, write, each as its own process,
 //! measured in one run (wall time and peak resident memory, through
-//! `/usr/bin/time -v`). Also `agui verify` against Node's `JSON.parse` +
+//! `/usr/bin/time -v`). Every timed run writes to `/dev/null`, as a user
+//! piping the output on would see it without the page cache's cost of a
+//! file; the output the event counts are taken from comes from one untimed
+//! run of each side before the rounds. Also `agui verify` against Node's `JSON.parse` +
 //! `transformChunks` + `verifyEvents` (`oracle/bench-verify.mjs`) and
 //! `agui convert --to sse` against `JSON.parse` + `JSON.stringify`
 //! (`oracle/bench-convert.mjs`), unless `AGUI_BENCH_COMPACT_ONLY` is set, and
@@ -15,6 +18,8 @@
 //! cargo bench -p agui-history --bench compact
 //! ```
 //!
+//! `AGUI_BENCH_DELTAS_ONLY` leaves out the snapshot and latest rows (about
+//! 35 s a round on 1M events; they are not comparable with `compactEvents`).
 //! `AGUI_BENCH_EVENTS` sets the stream length (default 1,000,000 events of
 //! `agui_testkit::realistic`), `AGUI_BENCH_ROUNDS` the rounds (default 3;
 //! the median is reported), `AGUI_BIN` the `agui` binary (default
@@ -29,8 +34,6 @@ use std::time::Instant;
 struct Measure {
     wall_s: f64,
     peak_kb: u64,
-    out_events: usize,
-    out_bytes: u64,
 }
 
 fn env_usize(name: &str, default: usize) -> usize {
@@ -83,13 +86,16 @@ fn measure(program: &Path, args: &[&str], out: &Path, cwd: &Path) -> Measure {
     for line in stderr.lines().filter(|l| l.starts_with("agui")) {
         eprintln!("    {line}");
     }
-    let text = std::fs::read_to_string(out).expect("output readable");
-    Measure {
-        wall_s,
-        peak_kb,
-        out_events: text.lines().filter(|l| !l.trim().is_empty()).count(),
-        out_bytes: text.len() as u64,
-    }
+    Measure { wall_s, peak_kb }
+}
+
+/// Events (non-blank lines) and bytes of an NDJSON output file.
+fn count_output(path: &Path) -> (usize, u64) {
+    let text = std::fs::read_to_string(path).expect("output readable");
+    (
+        text.lines().filter(|l| !l.trim().is_empty()).count(),
+        text.len() as u64,
+    )
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -128,6 +134,20 @@ fn main() {
     let agui_out = dir.join("out-agui.ndjson");
     let node_out = dir.join("out-node.ndjson");
     let node_out_s = node_out.to_str().expect("utf-8 path").to_owned();
+    // The untimed runs whose output is counted.
+    eprintln!("untimed: agui compact (deltas) and node compactEvents into files");
+    measure(
+        &agui,
+        &["compact", &input_s, "--to", "ndjson"],
+        &agui_out,
+        &dir,
+    );
+    measure(
+        Path::new("node"),
+        &["bench-compact.mjs", &input_s, &node_out_s],
+        Path::new("/dev/null"),
+        &oracle,
+    );
 
     // Every row, each round in turn, so that load drifts hit all alike.
     struct Job {
@@ -135,8 +155,6 @@ fn main() {
         program: PathBuf,
         args: Vec<String>,
         cwd: PathBuf,
-        /// Where the row's output goes; `None`: /dev/null.
-        out: Option<PathBuf>,
     }
     let dev_null = PathBuf::from("/dev/null");
     let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
@@ -146,30 +164,30 @@ fn main() {
             program: agui.clone(),
             args: s(&["compact", &input_s, "--to", "ndjson"]),
             cwd: dir.clone(),
-            out: Some(agui_out.clone()),
-        },
-        Job {
-            name: "agui compact --mode snapshot",
-            program: agui.clone(),
-            args: s(&["compact", &input_s, "--mode", "snapshot"]),
-            cwd: dir.clone(),
-            out: None,
-        },
-        Job {
-            name: "agui compact --mode latest",
-            program: agui.clone(),
-            args: s(&["compact", &input_s, "--mode", "latest"]),
-            cwd: dir.clone(),
-            out: None,
         },
         Job {
             name: "node compactEvents",
             program: node.clone(),
-            args: s(&["bench-compact.mjs", &input_s, &node_out_s]),
+            args: s(&["bench-compact.mjs", &input_s]),
             cwd: oracle.clone(),
-            out: None,
         },
     ];
+    if std::env::var_os("AGUI_BENCH_DELTAS_ONLY").is_none() {
+        jobs.extend([
+            Job {
+                name: "agui compact --mode snapshot",
+                program: agui.clone(),
+                args: s(&["compact", &input_s, "--mode", "snapshot"]),
+                cwd: dir.clone(),
+            },
+            Job {
+                name: "agui compact --mode latest",
+                program: agui.clone(),
+                args: s(&["compact", &input_s, "--mode", "latest"]),
+                cwd: dir.clone(),
+            },
+        ]);
+    }
     if std::env::var_os("AGUI_BENCH_COMPACT_ONLY").is_none() {
         jobs.extend([
             Job {
@@ -177,34 +195,29 @@ fn main() {
                 program: agui.clone(),
                 args: s(&["verify", &input_s]),
                 cwd: dir.clone(),
-                out: None,
             },
             Job {
                 name: "node JSON.parse + verifyEvents",
                 program: node.clone(),
                 args: s(&["bench-verify.mjs", &input_s]),
                 cwd: oracle.clone(),
-                out: None,
             },
             Job {
                 name: "agui convert --to sse",
                 program: agui.clone(),
                 args: s(&["convert", "--to", "sse", &input_s]),
                 cwd: dir.clone(),
-                out: None,
             },
             Job {
                 name: "node JSON.parse + JSON.stringify to SSE",
                 program: node.clone(),
                 args: s(&["bench-convert.mjs", &input_s, "sse"]),
                 cwd: oracle.clone(),
-                out: None,
             },
         ]);
     }
     let mut walls: Vec<Vec<f64>> = vec![Vec::new(); jobs.len()];
     let mut peaks: Vec<Vec<f64>> = vec![Vec::new(); jobs.len()];
-    let mut firsts: Vec<Option<Measure>> = (0..jobs.len()).map(|_| None).collect();
     let whole = std::fs::read(&input).expect("input readable");
     let mut ceiling_scan = Vec::new();
     let mut ceiling_copy = Vec::new();
@@ -222,18 +235,14 @@ fn main() {
         std::hint::black_box(copy);
         for (i, job) in jobs.iter().enumerate() {
             eprintln!("round {}: {}", round + 1, job.name);
-            let out = job.out.as_deref().unwrap_or(&dev_null);
             let args: Vec<&str> = job.args.iter().map(String::as_str).collect();
-            let m = measure(&job.program, &args, out, &job.cwd);
+            let m = measure(&job.program, &args, &dev_null, &job.cwd);
             walls[i].push(m.wall_s);
             peaks[i].push(m.peak_kb as f64);
-            if firsts[i].is_none() {
-                firsts[i] = Some(m);
-            }
         }
     }
-    let node_text = std::fs::read_to_string(&node_out).expect("node output");
-    let node_events = node_text.lines().filter(|l| !l.trim().is_empty()).count();
+    let (node_events, _) = count_output(&node_out);
+    let (agui_events, agui_bytes) = count_output(&agui_out);
     println!(
         "input: {n} events, {:.1} MB ({})",
         in_bytes as f64 / 1e6,
@@ -277,13 +286,10 @@ fn main() {
             w / scan
         );
     }
-    if let Some(m) = &firsts[0] {
-        println!(
-            "agui compact (deltas) -> {} events, {:.1} MB; node compactEvents -> {node_events} events",
-            m.out_events,
-            m.out_bytes as f64 / 1e6
-        );
-    }
+    println!(
+        "agui compact (deltas) -> {agui_events} events, {:.1} MB; node compactEvents -> {node_events} events (untimed runs into files; timed runs write to /dev/null)",
+        agui_bytes as f64 / 1e6
+    );
     reduce_end_to_end(&agui, &node, &oracle, &dir, &input, rounds);
 }
 
