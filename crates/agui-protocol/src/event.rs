@@ -456,6 +456,24 @@ impl Event {
         }
     }
 
+    /// An event whose text a caller assembled from parts of validated
+    /// events, without validating it again (compaction writes each merged
+    /// event this way).
+    ///
+    /// The caller guarantees what [`Event::from_json`] would check and
+    /// keep unchanged: `text` is one line of JSON with no blank around it,
+    /// an object whose only `type` key is the string that `ty` spells,
+    /// built from keys, raw values and escaped string bodies taken from
+    /// validated events, each written in a valid form (escaped string
+    /// bodies may be concatenated: JSON escapes do not span bodies, and a
+    /// validated body holds no lone surrogate), so that it nests no deeper
+    /// than they do and holds no lone surrogate and no reserved key. Debug
+    /// builds check all of it (every test of the compactor runs that check
+    /// on each event it assembles).
+    pub fn from_assembled(text: String, ty: EventType) -> Event {
+        Event::from_trusted_text(text, ty)
+    }
+
     /// An event read back from storage that checksummed it, without
     /// validating the text again.
     ///

@@ -390,6 +390,20 @@ impl Output {
         tally: &mut Tally,
         bar: &indicatif::ProgressBar,
     ) -> anyhow::Result<()> {
+        // With the format known and nothing waiting, the compactor's events
+        // go straight to the writer, borrowed.
+        if let (Some(writer), Work::Deltas(compactor), true) =
+            (self.writer.as_mut(), &mut *work, self.marks.is_empty())
+        {
+            compactor
+                .drain_each(|event| {
+                    tally.add(event.len_bytes());
+                    writer.write_event(event)
+                })
+                .context("cannot write the output")?;
+            progress_of(&mut self.warned, self.mode, read, *tally, bar);
+            return Ok(());
+        }
         work.drain_into(&mut self.pending);
         self.marks.push((self.pending.len(), read));
         if self.writer.is_some() {
@@ -414,7 +428,8 @@ impl Output {
             .writer
             .get_or_insert_with(|| Writer::new(stdout(), to.or(format).unwrap_or(Format::Ndjson)));
         let mut from = 0;
-        for &(end, read) in &self.marks {
+        let marks = std::mem::take(&mut self.marks);
+        for &(end, read) in &marks {
             for event in &self.pending[from..end] {
                 tally.add(event.len_bytes());
                 writer
@@ -422,21 +437,32 @@ impl Output {
                     .context("cannot write the output")?;
             }
             from = end;
-            // Event bytes plus a separator each: the input's size for
-            // NDJSON, close to it for the other framings.
-            bar.set_position(read.bytes + read.events);
-            bar.set_message(format!(
-                "-> {} out",
-                progress::amount(tally.bytes as f64, Unit::Bytes)
-            ));
-            if !self.warned && read.bytes > 0 && tally.bytes > GROWTH_WARNING * read.bytes {
-                self.warned = true;
-                progress::warn(bar, &growth_warning(self.mode, tally.bytes, read.bytes));
-            }
+            progress_of(&mut self.warned, self.mode, read, *tally, bar);
         }
         self.pending.clear();
-        self.marks.clear();
         Ok(&mut self.writer)
+    }
+}
+
+/// Shows how far the input is read and the output's size, and warns once
+/// (`warned`) when the output outgrows the input.
+fn progress_of(
+    warned: &mut bool,
+    mode: Mode,
+    read: Tally,
+    tally: Tally,
+    bar: &indicatif::ProgressBar,
+) {
+    // Event bytes plus a separator each: the input's size for NDJSON, close
+    // to it for the other framings.
+    bar.set_position(read.bytes + read.events);
+    bar.set_message(format!(
+        "-> {} out",
+        progress::amount(tally.bytes as f64, Unit::Bytes)
+    ));
+    if !*warned && read.bytes > 0 && tally.bytes > GROWTH_WARNING * read.bytes {
+        *warned = true;
+        progress::warn(bar, &growth_warning(mode, tally.bytes, read.bytes));
     }
 }
 

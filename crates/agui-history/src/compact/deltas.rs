@@ -109,6 +109,97 @@ struct ActivityAnchor {
     folded: usize,
 }
 
+/// Released events not drained yet, in output order. An event released
+/// the moment it arrives (nothing held before it) is copied into `text`,
+/// one buffer reused from drain to drain, instead of becoming an owned
+/// [`Event`] of its own: most events of a log pass through this way, and
+/// each owned event would cost an allocation, a copy and a free.
+#[derive(Default)]
+struct Ready {
+    text: String,
+    items: Vec<ReadyItem>,
+}
+
+enum ReadyItem {
+    /// `text[start..start + len]`, the text of a checked event of type `ty`.
+    Copied {
+        start: usize,
+        len: usize,
+        ty: EventType,
+    },
+    Owned(Event),
+}
+
+impl Ready {
+    fn push(&mut self, event: Event) {
+        self.items.push(ReadyItem::Owned(event));
+    }
+
+    /// Appends `event`: moved when owned, copied into the buffer when
+    /// borrowed.
+    fn push_cow(&mut self, event: EventCow<'_>) {
+        match event {
+            EventCow::Owned(event) => self.push(event),
+            EventCow::Borrowed(event) => {
+                if self.items.is_empty() {
+                    self.text.clear();
+                }
+                let start = self.text.len();
+                self.text.push_str(event.json());
+                self.items.push(ReadyItem::Copied {
+                    start,
+                    len: event.len_bytes(),
+                    ty: event.event_type().clone(),
+                });
+            }
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// The events, owned (a copied one is copied once more, not validated
+    /// again).
+    fn drain(&mut self) -> impl Iterator<Item = Event> + '_ {
+        let text = &self.text;
+        self.items.drain(..).map(move |item| match item {
+            ReadyItem::Owned(event) => event,
+            ReadyItem::Copied { start, len, ty } => {
+                EventRef::from_checked(&text[start..start + len], &ty).to_event()
+            }
+        })
+    }
+
+    /// Hands each event to `f`, borrowed, then empties the queue (all of
+    /// it, even when `f` fails).
+    fn drain_each<E>(&mut self, mut f: impl FnMut(EventRef<'_>) -> Result<(), E>) -> Result<(), E> {
+        let mut result = Ok(());
+        for item in &self.items {
+            let event = match item {
+                ReadyItem::Owned(event) => event.as_event_ref(),
+                // Text copied from a checked event (`push_cow`), unchanged.
+                ReadyItem::Copied { start, len, ty } => {
+                    EventRef::from_checked(&self.text[*start..*start + *len], ty)
+                }
+            };
+            result = f(event);
+            if result.is_err() {
+                break;
+            }
+        }
+        self.items.clear();
+        self.text.clear();
+        result
+    }
+}
+
+impl Extend<Event> for Ready {
+    fn extend<T: IntoIterator<Item = Event>>(&mut self, events: T) {
+        self.items.extend(events.into_iter().map(ReadyItem::Owned));
+    }
+}
+
 enum Slot {
     Event(Event),
     Anchor(Box<Anchor>),
@@ -134,7 +225,7 @@ pub struct DeltaCompactor {
     base: u64,
     /// Open anchors: entity → sequence number of its slot.
     open: HashMap<Key, u64>,
-    ready: Vec<Event>,
+    ready: Ready,
     state: StateWindow,
     /// A chunk event was seen since the last event that closes every chunk
     /// lane. Chunk expansion makes explicit events close lanes, so nothing is
@@ -164,7 +255,7 @@ impl DeltaCompactor {
             held: VecDeque::new(),
             base: 0,
             open: HashMap::new(),
-            ready: Vec::new(),
+            ready: Ready::default(),
             state: StateWindow::default(),
             chunk_lanes: false,
             chunk_run: None,
@@ -173,8 +264,21 @@ impl DeltaCompactor {
     }
 
     /// Takes the events released so far, in output order.
-    pub fn drain(&mut self) -> std::vec::Drain<'_, Event> {
-        self.ready.drain(..)
+    pub fn drain(&mut self) -> impl Iterator<Item = Event> + '_ {
+        self.ready.drain()
+    }
+
+    /// How many released events wait to be drained.
+    pub fn ready(&self) -> usize {
+        self.ready.len()
+    }
+
+    /// [`DeltaCompactor::drain`] without owned events: hands each released
+    /// event to `f`, borrowed, in output order, then forgets them all (also
+    /// those after an event `f` failed on). Writers use this: an event that
+    /// passed straight through is then never allocated on its own.
+    pub fn drain_each<E>(&mut self, f: impl FnMut(EventRef<'_>) -> Result<(), E>) -> Result<(), E> {
+        self.ready.drain_each(f)
     }
 
     /// Events held right now: behind open anchors, in the state window and
@@ -201,7 +305,7 @@ impl DeltaCompactor {
                 self.close_all();
                 self.release()?;
                 self.state.flush(&mut self.ready)?;
-                self.ready.push(event.into_event());
+                self.ready.push_cow(event);
                 self.chunk_lanes = false;
                 return Ok(());
             }
@@ -280,6 +384,12 @@ impl DeltaCompactor {
     }
 
     fn place(&mut self, event: EventCow<'_>) {
+        if self.held.is_empty() {
+            // Nothing held before it: `release` would move it out at once.
+            self.base += 1;
+            self.ready.push_cow(event);
+            return;
+        }
         self.held.push_back(Slot::Event(event.into_event()));
     }
 
@@ -703,7 +813,7 @@ fn chunk_id_field(ty: &EventType) -> Option<&'static str> {
 }
 
 /// A chunk's `delta` body and `metadata`, each `None` when absent.
-type ChunkParts = (Option<String>, Option<RawMap>);
+type ChunkParts<'a> = (Option<std::borrow::Cow<'a, str>>, Option<RawMap>);
 
 /// A chunk's `delta` body (absent: `Some(None)`) and `metadata`, when both
 /// merge the way expansion and the reducer apply them.
@@ -712,7 +822,7 @@ type ChunkParts = (Option<String>, Option<RawMap>);
 /// body whose escapes are all the library's own already is (valid JSON
 /// text holds no raw `"` or control character), any other is decoded and
 /// written again.
-fn chunk_parts(fields: &Members<'_>) -> Option<ChunkParts> {
+fn chunk_parts<'a>(fields: &Members<'a>) -> Option<ChunkParts<'a>> {
     let delta = match fields.get("delta") {
         None => None,
         Some(raw) if raw.starts_with('"') => {
@@ -720,9 +830,9 @@ fn chunk_parts(fields: &Members<'_>) -> Option<ChunkParts> {
             if !canonical_body(body.as_bytes()) {
                 let decoded: String = serde_json::from_str(raw).ok()?;
                 let written = serde_json::to_string(&decoded).ok()?;
-                Some(string_body(&written)?.to_owned())
+                Some(std::borrow::Cow::Owned(string_body(&written)?.to_owned()))
             } else {
-                Some(body.to_owned())
+                Some(std::borrow::Cow::Borrowed(body))
             }
         }
         Some(_) => return None,
@@ -740,6 +850,7 @@ impl ChunkRun {
         let Some((fields, delta, metadata)) = Self::parts(event.as_ref()) else {
             return Err(event);
         };
+        let delta = delta.map(std::borrow::Cow::into_owned);
         Ok(ChunkRun {
             first: event.into_event(),
             fields,
@@ -751,7 +862,13 @@ impl ChunkRun {
 
     /// A chunk's members (each key and where its value lies in the text),
     /// `delta` body and metadata, when it can start a run.
-    fn parts(event: EventRef<'_>) -> Option<(ChunkFields, Option<String>, Option<RawMap>)> {
+    fn parts(
+        event: EventRef<'_>,
+    ) -> Option<(
+        ChunkFields,
+        Option<std::borrow::Cow<'_, str>>,
+        Option<RawMap>,
+    )> {
         chunk_id_field(event.event_type())?;
         let json = event.json();
         let members = Members::read(event)?;
@@ -881,7 +998,10 @@ impl ChunkRun {
             metadata.write(&mut text).map_err(CompactError::Json)?;
         }
         text.push('}');
-        Event::from_json_string(text).map_err(CompactError::Synthesized)
+        // Keys and values of the validated first chunk, each written in
+        // its canonical form, the chunks' escaped bodies concatenated and
+        // their metadata merged as raw members: nothing to validate again.
+        Ok(Event::from_assembled(text, self.first.event_type().clone()))
     }
 }
 
@@ -904,7 +1024,14 @@ fn synthesize(anchor: &Anchor) -> Result<Event, CompactError> {
         metadata.write(&mut text).map_err(CompactError::Json)?;
     }
     text.push('}');
-    Event::from_json_string(text).map_err(CompactError::Synthesized)
+    // A fixed shape over the validated pieces' id, escaped bodies and raw
+    // metadata: nothing to validate again.
+    let ty = match anchor.kind {
+        Kind::Text => EventType::TextMessageContent,
+        Kind::Reasoning => EventType::ReasoningMessageContent,
+        Kind::Tool => EventType::ToolCallArgs,
+    };
+    Ok(Event::from_assembled(text, ty))
 }
 
 /// `mergeMetadata`: shallow, last write wins, a new key goes last.

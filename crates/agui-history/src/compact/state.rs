@@ -99,7 +99,7 @@ impl StateWindow {
     }
 
     /// Emits the window into `out` and empties it.
-    pub(crate) fn flush(&mut self, out: &mut Vec<Event>) -> Result<(), CompactError> {
+    pub(crate) fn flush(&mut self, out: &mut impl Extend<Event>) -> Result<(), CompactError> {
         let window = std::mem::take(self);
         if window.verbatim.is_empty() {
             return Ok(());
@@ -117,7 +117,7 @@ impl StateWindow {
             text.push('}');
             if text.len() <= window.verbatim_bytes {
                 // The official shape.
-                out.push(Event::from_json_string(text).map_err(CompactError::Synthesized)?);
+                out.extend([Event::from_json_string(text).map_err(CompactError::Synthesized)?]);
                 return Ok(());
             }
         }
