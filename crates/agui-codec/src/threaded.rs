@@ -20,15 +20,25 @@
 //! next read; one opened with [`ThreadedReader::open`] hands over owned
 //! [`Event`]s, copied on the decoding thread.
 //!
+//! With one decoding thread, the caller's thread may take a share of the
+//! decoding ([`Split::caller_helps`]): chunks are then taken in order from
+//! one counter, and whenever the caller would wait for its next chunk it
+//! decodes the next chunk nobody has taken, then reads on in order. A
+//! command whose own work per event is lighter than decoding (`compact`)
+//! so keeps both cores busy, and one whose work is heavier (`verify`)
+//! rarely helps at all.
+//!
 //! Memory: a thread of a split file holds the chunk it decodes and at most
-//! [`CHUNK_QUEUE`] more ahead of the caller, the sequential thread at most
-//! [`QUEUE`] batches of [`BATCH`] events, so the reader's memory does not
-//! grow with the file.
+//! [`CHUNK_QUEUE`] more ahead of the caller ([`HELPED_QUEUE`] messages
+//! with a helping caller, which holds one chunk of its own), the
+//! sequential thread at most [`QUEUE`] batches of [`BATCH`] events, so the
+//! reader's memory does not grow with the file.
 
 use std::fs::File;
 use std::io::{self, BufReader, Read};
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::thread::JoinHandle;
 
@@ -48,6 +58,11 @@ const QUEUE: usize = 4;
 /// (beside the one it decodes): a chunk is about 1 MiB of text, a batch
 /// about 170 KB.
 const CHUNK_QUEUE: usize = 1;
+/// Messages the one decoding thread of a split file with a helping caller
+/// may hold ahead of it: a chunk's events and its end, and the next chunk's
+/// events (measured: with one message the thread waited while the caller
+/// decoded, and `verify` got slower; three keep it busy).
+const HELPED_QUEUE: usize = 3;
 /// Bytes read at once.
 const PIECE: usize = 1 << 18;
 /// Bytes first read past a chunk's nominal end to finish its last line
@@ -99,7 +114,71 @@ pub struct ThreadedReader {
     lent: Option<(EventChunk, usize)>,
     /// Where each decoding thread takes used chunks back (split files only).
     spare: Vec<mpsc::Sender<EventChunk>>,
+    /// The caller's share of the decoding (see [`Split::caller_helps`]).
+    helper: Option<Helper>,
+    /// The chunk being read was decoded by the caller.
+    from_caller: bool,
     done: bool,
+}
+
+/// [`ThreadedReader::source_thread`] of a chunk the caller decoded.
+const CALLER: usize = usize::MAX - 1;
+
+/// What the caller's thread needs to decode chunks of a split file itself.
+/// Chunks are taken in order through `claim`, by the decoding thread and
+/// by the caller alike; the thread's chunks arrive on its channel in the
+/// order it took them, and the one chunk the caller took is decoded into
+/// `messages` before the caller reads on. So when the caller wants chunk
+/// `c`, either it took `c` itself or the thread did, and then `c` is the
+/// next chunk on the thread's channel.
+struct Helper {
+    file: Arc<File>,
+    options: DecodeOptions,
+    size: u64,
+    len: u64,
+    handover: Handover,
+    /// The next chunk nobody has taken.
+    claim: Arc<AtomicU64>,
+    /// The chunk the caller decoded and has not read to its end yet.
+    taken: Option<u64>,
+    /// Its messages, in order (sent before they are read: unbounded).
+    tx: mpsc::Sender<Msg>,
+    messages: Receiver<Msg>,
+    /// The caller's used chunks, for its next decode.
+    spare_tx: mpsc::Sender<EventChunk>,
+    spare: Receiver<EventChunk>,
+    keep: Option<EventChunk>,
+    /// How many chunks the caller decoded.
+    decoded: u64,
+}
+
+impl Helper {
+    /// Takes the next chunk nobody has taken, if there is one, and decodes
+    /// it into `messages`.
+    fn help(&mut self, chunks: u64) {
+        if self.taken.is_some() {
+            return;
+        }
+        let k = self.claim.fetch_add(1, Ordering::AcqRel);
+        if k >= chunks {
+            return;
+        }
+        self.taken = Some(k);
+        self.decoded += 1;
+        let span = ChunkSpan {
+            index: k,
+            size: self.size,
+            len: self.len,
+        };
+        let to = Sink {
+            tx: Tx::Unbounded(&self.tx),
+            spare: &self.spare,
+            handover: self.handover,
+        };
+        // A fatal error ends the chunk's messages with it; the receiver
+        // (this reader) cannot be gone.
+        let _ = decode_chunk(&self.file, span, &self.options, &to, &mut self.keep);
+    }
 }
 
 impl std::fmt::Debug for ThreadedReader {
@@ -123,6 +202,12 @@ pub struct Split {
     pub chunk: u64,
     /// Decoding threads for a split file.
     pub threads: usize,
+    /// With one decoding thread: the caller's thread decodes a chunk
+    /// itself whenever it would otherwise wait for one (the next chunk no
+    /// thread has taken yet), so that a caller whose own work is lighter
+    /// than decoding lends the decoder its spare time. Events, errors and
+    /// positions stay exactly the same.
+    pub caller_helps: bool,
 }
 
 impl Default for Split {
@@ -139,6 +224,7 @@ impl Default for Split {
             // ones, at the same speed within noise.
             chunk: 1 << 20,
             threads: 2,
+            caller_helps: false,
         }
     }
 }
@@ -200,24 +286,42 @@ impl ThreadedReader {
             let mut channels = Vec::with_capacity(threads);
             let mut workers = Vec::with_capacity(threads);
             let mut spare = Vec::with_capacity(threads);
+            // With a helping caller, chunks are taken in order from one
+            // counter; otherwise thread `t` decodes chunks `t`, `t + threads`, ...
+            let claim = (split.caller_helps && threads == 1).then(|| Arc::new(AtomicU64::new(0)));
+            // A helping caller may be busy with its own chunk while the
+            // thread finishes the next one: room for that chunk's messages,
+            // so the thread decodes on instead of waiting.
+            let queue = if claim.is_some() {
+                HELPED_QUEUE
+            } else {
+                CHUNK_QUEUE
+            };
             for first in 0..threads {
-                let (tx, rx) = mpsc::sync_channel(CHUNK_QUEUE);
+                let (tx, rx) = mpsc::sync_channel(queue);
                 let (spare_tx, spare_rx) = mpsc::channel();
                 let file = Arc::clone(&file);
+                let claim = claim.clone();
                 let worker = std::thread::Builder::new()
                     .name(format!("agui-decode-{first}"))
                     .spawn(move || {
                         let mut k = first as u64;
                         // A chunk whose events were copied out, for reuse.
                         let mut keep = None;
-                        while k < chunks {
+                        loop {
+                            if let Some(claim) = &claim {
+                                k = claim.fetch_add(1, Ordering::AcqRel);
+                            }
+                            if k >= chunks {
+                                return;
+                            }
                             let span = ChunkSpan {
                                 index: k,
                                 size: split.chunk,
                                 len,
                             };
                             let to = Sink {
-                                tx: &tx,
+                                tx: Tx::Bounded(&tx),
                                 spare: &spare_rx,
                                 handover,
                             };
@@ -234,6 +338,25 @@ impl ThreadedReader {
             let mut reader = ThreadedReader::with_channels(format, channels, workers);
             reader.chunks = chunks as usize;
             reader.spare = spare;
+            reader.helper = claim.map(|claim| {
+                let (tx, messages) = mpsc::channel();
+                let (spare_tx, spare) = mpsc::channel();
+                Helper {
+                    file,
+                    options,
+                    size: split.chunk,
+                    len,
+                    handover,
+                    claim,
+                    taken: None,
+                    tx,
+                    messages,
+                    spare_tx,
+                    spare,
+                    keep: None,
+                    decoded: 0,
+                }
+            });
             return Ok(reader);
         }
         let mut reader = ThreadedReader::sequential(file, options, handover)?;
@@ -291,6 +414,8 @@ impl ThreadedReader {
             batch: Vec::new().into_iter(),
             lent: None,
             spare: Vec::new(),
+            helper: None,
+            from_caller: false,
             done: false,
         }
     }
@@ -301,9 +426,16 @@ impl ThreadedReader {
         self.format
     }
 
-    /// True when the file is decoded on more than one thread.
+    /// How many chunks of a split file the caller's thread decoded itself
+    /// so far (see [`Split::caller_helps`]).
+    pub fn chunks_decoded_by_caller(&self) -> u64 {
+        self.helper.as_ref().map_or(0, |h| h.decoded)
+    }
+
+    /// True when the file is decoded on more than one thread (a helping
+    /// caller's counts).
     pub fn is_parallel(&self) -> bool {
-        self.channels.len() > 1
+        self.channels.len() > 1 || self.helper.is_some()
     }
 
     /// The next batch of events (at least one), or an error, or `None` at
@@ -360,25 +492,66 @@ impl ThreadedReader {
         lent
     }
 
-    /// The decoding thread of the chunk last received.
+    /// The decoding thread of the chunk last received ([`CALLER`] when the
+    /// caller decoded it).
     fn source_thread(&self) -> usize {
+        if self.from_caller {
+            return CALLER;
+        }
         self.chunk % self.channels.len().max(1)
     }
 
     /// Gives the lent chunk's buffers back to its decoding thread.
     fn give_back_lent(&mut self) {
-        if let Some((chunk, from)) = self.lent.take()
-            && let Some(spare) = self.spare.get(from)
-        {
-            let _ = spare.send(chunk);
+        if let Some((chunk, from)) = self.lent.take() {
+            self.give_back_to(chunk, from);
         }
     }
 
     /// Gives a chunk's buffers back to the thread of the chunk last received.
     fn give_back(&mut self, chunk: EventChunk) {
-        if let Some(spare) = self.spare.get(self.source_thread()) {
+        self.give_back_to(chunk, self.source_thread());
+    }
+
+    fn give_back_to(&mut self, chunk: EventChunk, from: usize) {
+        if from == CALLER {
+            if let Some(helper) = &self.helper {
+                let _ = helper.spare_tx.send(chunk);
+            }
+        } else if let Some(spare) = self.spare.get(from) {
             let _ = spare.send(chunk);
         }
+    }
+
+    /// The next message of the chunk being read: from the caller's own
+    /// decode when it took that chunk, else from its thread's channel
+    /// (decoding the next untaken chunk meanwhile when nothing is there
+    /// yet and the caller helps). `None`: the thread is gone.
+    fn next_msg(&mut self) -> Option<Msg> {
+        let chunk = self.chunk as u64;
+        if let Some(helper) = &mut self.helper {
+            if helper.taken == Some(chunk) {
+                self.from_caller = true;
+                return helper.messages.try_recv().ok();
+            }
+            self.from_caller = false;
+            let channel = &self.channels[0];
+            match channel.try_recv() {
+                Ok(msg) => return Some(msg),
+                Err(mpsc::TryRecvError::Disconnected) => return None,
+                Err(mpsc::TryRecvError::Empty) => {
+                    helper.help(self.chunks as u64);
+                    if helper.taken == Some(chunk) {
+                        // Nobody had taken the chunk being read: the caller
+                        // just decoded it.
+                        self.from_caller = true;
+                        return helper.messages.try_recv().ok();
+                    }
+                }
+            }
+            return channel.recv().ok();
+        }
+        self.channels[self.chunk % self.channels.len()].recv().ok()
     }
 
     fn receive(&mut self) -> Option<Result<Batch, DecodeError>> {
@@ -386,8 +559,7 @@ impl ThreadedReader {
             if self.done {
                 return None;
             }
-            let channel = &self.channels[self.chunk % self.channels.len()];
-            let Ok(msg) = channel.recv() else {
+            let Some(msg) = self.next_msg() else {
                 // The thread ended without finishing its chunk: it panicked.
                 self.done = true;
                 return Some(Err(DecodeError::Io {
@@ -411,6 +583,11 @@ impl ThreadedReader {
                     return Some(Err(err));
                 }
                 Msg::End { events, lines } => {
+                    if let Some(helper) = &mut self.helper
+                        && helper.taken == Some(self.chunk as u64)
+                    {
+                        helper.taken = None;
+                    }
                     self.base_index += events;
                     self.base_line += lines;
                     self.chunk += 1;
@@ -539,9 +716,25 @@ struct ChunkSpan {
 /// Where a decoding thread of a split file sends its chunks, and where it
 /// takes used chunks back.
 struct Sink<'a> {
-    tx: &'a SyncSender<Msg>,
+    tx: Tx<'a>,
     spare: &'a Receiver<EventChunk>,
     handover: Handover,
+}
+
+/// A decoding thread's bounded channel, or the caller's own unbounded one
+/// (it sends a whole chunk's messages before it reads them).
+enum Tx<'a> {
+    Bounded(&'a SyncSender<Msg>),
+    Unbounded(&'a mpsc::Sender<Msg>),
+}
+
+impl Tx<'_> {
+    fn send(&self, msg: Msg) -> Result<(), ()> {
+        match self {
+            Tx::Bounded(tx) => tx.send(msg).map_err(drop),
+            Tx::Unbounded(tx) => tx.send(msg).map_err(drop),
+        }
+    }
 }
 
 /// The receiver is gone, or a fatal error ended decoding: stop.

@@ -46,6 +46,16 @@ fn split(chunk: u64, threads: usize) -> Split {
         threshold: 0,
         chunk,
         threads,
+        caller_helps: false,
+    }
+}
+
+/// One decoding thread, and the caller's thread decoding whatever chunk
+/// that thread has not taken when the caller would wait.
+fn helped(chunk: u64) -> Split {
+    Split {
+        caller_helps: true,
+        ..split(chunk, 1)
     }
 }
 
@@ -55,27 +65,29 @@ fn check(bytes: &[u8], options: DecodeOptions, chunks: &[u64]) {
     std::fs::write(&path, bytes).unwrap();
     let expected = reference(&path, options);
     for &chunk in chunks {
-        for threads in [1, 2, 3] {
-            let reader = ThreadedReader::open_with(&path, options, split(chunk, threads)).unwrap();
+        let policies = [1, 2, 3]
+            .map(|threads| (format!("{threads} threads"), split(chunk, threads)))
+            .into_iter()
+            .chain([("a helping caller".to_owned(), helped(chunk))]);
+        for (threads, policy) in policies {
+            let reader = ThreadedReader::open_with(&path, options, policy).unwrap();
             let got = outcome(reader);
             assert_eq!(
                 got,
                 expected,
-                "chunk {chunk}, {threads} threads, input {:?}",
+                "chunk {chunk}, {threads}, input {:?}",
                 String::from_utf8_lossy(&bytes[..bytes.len().min(300)])
             );
             // Handed over as chunks of slices: the same, in the same order.
-            let reader =
-                ThreadedReader::open_chunked(&path, options, split(chunk, threads)).unwrap();
+            let reader = ThreadedReader::open_chunked(&path, options, policy).unwrap();
             assert_eq!(
                 chunked_outcome(reader),
                 expected,
-                "chunked, chunk {chunk}, {threads} threads, input {:?}",
+                "chunked, chunk {chunk}, {threads}, input {:?}",
                 String::from_utf8_lossy(&bytes[..bytes.len().min(300)])
             );
             // Owned batches from a chunked reader, and chunks from an owned one.
-            let mut reader =
-                ThreadedReader::open_chunked(&path, options, split(chunk, threads)).unwrap();
+            let mut reader = ThreadedReader::open_chunked(&path, options, policy).unwrap();
             let mut batches = Vec::new();
             while let Some(item) = reader.next_batch() {
                 match item {
@@ -84,7 +96,7 @@ fn check(bytes: &[u8], options: DecodeOptions, chunks: &[u64]) {
                 }
             }
             assert_eq!(batches, expected, "batches of a chunked reader");
-            let reader = ThreadedReader::open_with(&path, options, split(chunk, threads)).unwrap();
+            let reader = ThreadedReader::open_with(&path, options, policy).unwrap();
             assert_eq!(
                 chunked_outcome(reader),
                 expected,
@@ -192,6 +204,36 @@ fn other_formats_and_empty_files_go_through_one_thread() {
 }
 
 #[test]
+fn a_helping_caller_decodes_chunks_itself_and_changes_nothing() {
+    // Chunks of a few events and a caller that does nothing else: it
+    // outruns the decoding thread and takes chunks of its own.
+    let bytes = ndjson(&realistic(3_000, 5));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("input");
+    std::fs::write(&path, &bytes).unwrap();
+    let options = DecodeOptions::default();
+    let expected = reference(&path, options);
+    let mut reader = ThreadedReader::open_chunked(&path, options, helped(512)).unwrap();
+    let mut got = Vec::new();
+    while let Some(item) = reader.next_chunk() {
+        match item {
+            Ok(chunk) => got.extend(chunk.iter().map(|e| Ok(e.json().to_owned()))),
+            Err(e) => got.push(Err(e.to_string())),
+        }
+    }
+    assert_eq!(got, expected);
+    assert!(
+        reader.chunks_decoded_by_caller() > 0,
+        "the caller never decoded a chunk of {} bytes in 512-byte chunks",
+        bytes.len()
+    );
+    // Without the policy, it never does.
+    let mut reader = ThreadedReader::open_chunked(&path, options, split(512, 1)).unwrap();
+    while reader.next_chunk().is_some() {}
+    assert_eq!(reader.chunks_decoded_by_caller(), 0);
+}
+
+#[test]
 fn a_reader_dropped_early_stops_its_threads() {
     let events = realistic(20_000, 5);
     let dir = tempfile::tempdir().unwrap();
@@ -199,10 +241,12 @@ fn a_reader_dropped_early_stops_its_threads() {
     let mut f = std::fs::File::create(&path).unwrap();
     f.write_all(&ndjson(&events)).unwrap();
     drop(f);
-    let mut reader =
-        ThreadedReader::open_with(&path, DecodeOptions::default(), split(1 << 14, 2)).unwrap();
-    assert!(reader.next().is_some());
-    drop(reader); // joins its threads: the test would hang otherwise
+    for policy in [split(1 << 14, 2), helped(1 << 14)] {
+        let mut reader =
+            ThreadedReader::open_with(&path, DecodeOptions::default(), policy).unwrap();
+        assert!(reader.next().is_some());
+        drop(reader); // joins its threads: the test would hang otherwise
+    }
 }
 
 /// What a reader yields call by call through `next_chunk`, `next_batch` or
@@ -296,13 +340,15 @@ fn after_an_error_that_ends_a_split_file_every_call_returns_none() {
         )
     );
     for how in ["next_chunk", "next_batch", "next"] {
-        let reader = ThreadedReader::open_chunked(&path, options, split(256, 2)).unwrap();
-        assert!(reader.is_parallel());
-        let got = calls_until_none(reader, how);
-        assert_eq!(got, expected, "open_chunked, {how}");
-        let reader = ThreadedReader::open_with(&path, options, split(256, 2)).unwrap();
-        let got = calls_until_none(reader, how);
-        assert_eq!(got, expected, "open_with, {how}");
+        for policy in [split(256, 2), helped(256)] {
+            let reader = ThreadedReader::open_chunked(&path, options, policy).unwrap();
+            assert!(reader.is_parallel());
+            let got = calls_until_none(reader, how);
+            assert_eq!(got, expected, "open_chunked, {how}, {policy:?}");
+            let reader = ThreadedReader::open_with(&path, options, policy).unwrap();
+            let got = calls_until_none(reader, how);
+            assert_eq!(got, expected, "open_with, {how}, {policy:?}");
+        }
     }
 }
 
