@@ -23,7 +23,9 @@
 //! `AGUI_BENCH_EVENTS` sets the stream length (default 1,000,000 events of
 //! `agui_testkit::realistic`), `AGUI_BENCH_ROUNDS` the rounds (default 3;
 //! the median is reported), `AGUI_BIN` the `agui` binary (default
-//! `<target>/release/agui`).
+//! `<target>/release/agui`). `AGUI_BENCH_BASE` names a second `agui`
+//! binary (an earlier build) whose `compact` (deltas) and `verify` rows run
+//! in the same rounds, for before/after ratios measured side by side.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -172,6 +174,20 @@ fn main() {
             cwd: oracle.clone(),
         },
     ];
+    let base = std::env::var_os("AGUI_BENCH_BASE").map(PathBuf::from);
+    if let Some(base) = &base {
+        assert!(
+            base.exists(),
+            "AGUI_BENCH_BASE {} is missing",
+            base.display()
+        );
+        jobs.push(Job {
+            name: "base compact (deltas)",
+            program: base.clone(),
+            args: s(&["compact", &input_s, "--to", "ndjson"]),
+            cwd: dir.clone(),
+        });
+    }
     if std::env::var_os("AGUI_BENCH_DELTAS_ONLY").is_none() {
         jobs.extend([
             Job {
@@ -189,6 +205,14 @@ fn main() {
         ]);
     }
     if std::env::var_os("AGUI_BENCH_COMPACT_ONLY").is_none() {
+        if let Some(base) = &base {
+            jobs.push(Job {
+                name: "base verify",
+                program: base.clone(),
+                args: s(&["verify", &input_s]),
+                cwd: dir.clone(),
+            });
+        }
         jobs.extend([
             Job {
                 name: "agui verify",
@@ -260,6 +284,8 @@ fn main() {
     };
     let pairs = [
         ("agui compact (deltas)", "node compactEvents"),
+        ("base compact (deltas)", "node compactEvents"),
+        ("base verify", "node JSON.parse + verifyEvents"),
         ("agui compact --mode snapshot", "node compactEvents"),
         ("agui compact --mode latest", "node compactEvents"),
         ("agui verify", "node JSON.parse + verifyEvents"),
