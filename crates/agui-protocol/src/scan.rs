@@ -472,6 +472,33 @@ fn string(text: &[u8], mut i: usize) -> Option<(usize, bool)> {
     }
 }
 
+/// The offset of the first byte from `i` on that is not an ASCII digit
+/// (or the text's end), eight bytes at a time: timestamps and ids run to a
+/// dozen digits or more.
+#[inline(always)]
+pub(crate) fn skip_digits(text: &[u8], mut i: usize) -> usize {
+    while let Some(chunk) = text.get(i..i + 8) {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        // Each byte minus '0' (as xor: a digit becomes 0 to 9, and only a
+        // digit does so with its high nibble clear). A byte is not a digit
+        // when that value has its high bit set, or reaches 0x80 once 0x76
+        // is added (10 or more). An addition that carries out of a byte
+        // starts from a byte that is not a digit, so it only spoils the
+        // bytes above the first non-digit, and the lowest flag is exact.
+        let v = u64::from_le_bytes(word) ^ splat(b'0');
+        let not_digit = (v | v.wrapping_add(splat(0x76))) & HIGH;
+        if not_digit != 0 {
+            return i + (not_digit.trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    while text.get(i).is_some_and(u8::is_ascii_digit) {
+        i += 1;
+    }
+    i
+}
+
 /// Scans a number from `i` by the JSON grammar; returns the offset after it.
 #[inline]
 fn number(text: &[u8], mut i: usize) -> Option<usize> {
@@ -481,12 +508,7 @@ fn number(text: &[u8], mut i: usize) -> Option<usize> {
     }
     match *text.get(i)? {
         b'0' => i += 1,
-        b'1'..=b'9' => {
-            i += 1;
-            while digit(i) {
-                i += 1;
-            }
-        }
+        b'1'..=b'9' => i = skip_digits(text, i + 1),
         _ => return None,
     }
     if text.get(i) == Some(&b'.') {
@@ -494,9 +516,7 @@ fn number(text: &[u8], mut i: usize) -> Option<usize> {
         if !digit(i) {
             return None;
         }
-        while digit(i) {
-            i += 1;
-        }
+        i = skip_digits(text, i);
     }
     if matches!(text.get(i), Some(b'e' | b'E')) {
         i += 1;
@@ -506,9 +526,7 @@ fn number(text: &[u8], mut i: usize) -> Option<usize> {
         if !digit(i) {
             return None;
         }
-        while digit(i) {
-            i += 1;
-        }
+        i = skip_digits(text, i);
     }
     // A number runs into the next token only through a delimiter: `01` or
     // `1x` is invalid, which the grammar check after the value catches, but
@@ -740,6 +758,46 @@ fn value_end(b: &[u8], i: usize) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest::proptest! {
+        /// `skip_digits` stops where a byte-by-byte walk stops, from every
+        /// start, on bytes of every value (digits mostly, so that runs
+        /// cross the eight-byte words).
+        #[test]
+        fn skip_digits_stops_at_the_first_non_digit(
+            bytes in proptest::collection::vec(
+                proptest::prop_oneof![8 => b'0'..=b'9', 1 => proptest::num::u8::ANY],
+                0..40,
+            ),
+        ) {
+            for start in 0..=bytes.len() {
+                let mut walk = start;
+                while bytes.get(walk).is_some_and(u8::is_ascii_digit) {
+                    walk += 1;
+                }
+                proptest::prop_assert_eq!(skip_digits(&bytes, start), walk);
+            }
+        }
+    }
+
+    #[test]
+    fn skip_digits_at_every_byte_value() {
+        // Each value after seven digits, then after fifteen: the lane that
+        // decides is the last of the first word, then of the second.
+        for b in 0..=255u8 {
+            for run in [7, 15] {
+                let mut text = vec![b'7'; run];
+                text.push(b);
+                text.extend_from_slice(b"0000000");
+                let expected = if b.is_ascii_digit() { text.len() } else { run };
+                assert_eq!(
+                    skip_digits(&text, 0),
+                    expected,
+                    "byte {b:#x} after {run} digits"
+                );
+            }
+        }
+    }
 
     fn ty(text: &str) -> Option<&str> {
         scan(text.as_bytes(), &mut ()).map(|s| &text[s.ty.0..s.ty.1])
