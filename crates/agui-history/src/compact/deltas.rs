@@ -155,10 +155,6 @@ impl Ready {
         }
     }
 
-    fn len(&self) -> usize {
-        self.items.len()
-    }
-
     /// The events, owned (a copied one is copied once more, not validated
     /// again).
     fn drain(&mut self) -> impl Iterator<Item = Event> + '_ {
@@ -266,11 +262,6 @@ impl DeltaCompactor {
     /// Takes the events released so far, in output order.
     pub fn drain(&mut self) -> impl Iterator<Item = Event> + '_ {
         self.ready.drain()
-    }
-
-    /// How many released events wait to be drained.
-    pub fn ready(&self) -> usize {
-        self.ready.len()
     }
 
     /// [`DeltaCompactor::drain`] without owned events: hands each released
