@@ -27,6 +27,16 @@ struct InFlight {
     stop: CancellationToken,
 }
 
+impl InFlight {
+    fn new(run: &str, stop: &CancellationToken) -> InFlight {
+        InFlight {
+            run: run.to_owned(),
+            ended: Arc::new(tokio::sync::Notify::new()),
+            stop: stop.clone(),
+        }
+    }
+}
+
 /// How long a new run waits for a hold on its thread (a run set aside
 /// joining it, a delete) to end before it gets 409.
 const HOLD_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -40,6 +50,16 @@ enum Reserve {
         String,
         Option<std::pin::Pin<Box<tokio::sync::futures::OwnedNotified>>>,
     ),
+}
+
+/// What [`Gateway::occupy_aside`] came to.
+#[derive(Debug, PartialEq, Eq)]
+enum AsideSlot {
+    Reserved,
+    /// The thread's holder in this process is not the one looked at.
+    Moved,
+    /// Another request of this run id holds the aside thread.
+    Taken,
 }
 
 /// The gateway: everything a request handler needs.
@@ -206,10 +226,17 @@ impl Gateway {
                         return Err(in_flight(&current));
                     }
                 }
-                Reserve::Held(current, _) => {
-                    return self
-                        .reserve_aside(tenant, thread, run, parent, &current)
-                        .await;
+                Reserve::Held(current, ended) => {
+                    // Held by a run of this process when there is an end
+                    // to wait for; by another process's run otherwise.
+                    let local = ended.is_some();
+                    if let Some(slot) = self
+                        .reserve_aside(tenant, thread, run, parent, &current, local)
+                        .await?
+                    {
+                        return Ok(slot);
+                    }
+                    // The thread's holder changed meanwhile: look again.
                 }
             }
         }
@@ -267,22 +294,18 @@ impl Gateway {
                 Some((current.run.clone(), ended))
             }
             None => {
-                active.insert(
-                    key.clone(),
-                    InFlight {
-                        run: run.to_owned(),
-                        ended: Arc::new(tokio::sync::Notify::new()),
-                        stop: stop.clone(),
-                    },
-                );
+                active.insert(key.clone(), InFlight::new(run, stop));
                 None
             }
         }
     }
 
     /// The thread is held by `current` (a run, or an empty id for an
-    /// operation such as a delete): a branch from a run other than
-    /// `current` reserves its aside thread; anything else is 409.
+    /// operation such as a delete; `local` when it is this process's): a
+    /// branch from a run other than `current` reserves its aside thread;
+    /// anything else is 409. `None` when the thread's holder in this
+    /// process is no longer what it was (`current` ended, another run took
+    /// the thread): the caller reserves again.
     async fn reserve_aside(
         self: &Arc<Self>,
         tenant: &str,
@@ -290,7 +313,8 @@ impl Gateway {
         run: &str,
         parent: Option<&str>,
         current: &str,
-    ) -> Result<RunSlot, ApiError> {
+        local: bool,
+    ) -> Result<Option<RunSlot>, ApiError> {
         if current.is_empty() || parent.is_none_or(|p| p == current) {
             return Err(in_flight(current));
         }
@@ -308,11 +332,14 @@ impl Gateway {
                 ),
             ));
         };
+        let thread_key = (tenant.to_owned(), thread.to_owned());
         let key = (agui_store::aside::aside_tenant(tenant), aside);
         let stop = CancellationToken::new();
-        let taken = self.occupy(&key, run, &stop).is_some();
-        if taken {
-            return Err(crate::run::run_exists(run));
+        let expected = local.then_some(current);
+        match self.occupy_aside(&thread_key, expected, &key, run, &stop) {
+            AsideSlot::Reserved => {}
+            AsideSlot::Moved => return Ok(None),
+            AsideSlot::Taken => return Err(crate::run::run_exists(run)),
         }
         let mut slot = RunSlot::new(self.clone(), key, run, stop, true);
         let (tenant, thread) = (&slot.key.0, &slot.key.1);
@@ -325,7 +352,32 @@ impl Gateway {
             .runs_in_flight
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         slot.counted = true;
-        Ok(slot)
+        Ok(Some(slot))
+    }
+
+    /// Marks the aside `key` as held by `run`, under the same lock as a
+    /// look at the thread's own slot (`thread_key`): only while this
+    /// process's holder of the thread is still `expected` (`None`: no run
+    /// of this process holds it). Checked apart, the thread's run could
+    /// end and a run of the same id as this branch start between the two
+    /// looks: each would then pass the other's id check and both would run.
+    fn occupy_aside(
+        &self,
+        thread_key: &(String, String),
+        expected: Option<&str>,
+        key: &(String, String),
+        run: &str,
+        stop: &CancellationToken,
+    ) -> AsideSlot {
+        let mut active = self.active.lock().unwrap_or_else(|p| p.into_inner());
+        if active.get(thread_key).map(|f| f.run.as_str()) != expected {
+            return AsideSlot::Moved;
+        }
+        if active.contains_key(key) {
+            return AsideSlot::Taken;
+        }
+        active.insert(key.clone(), InFlight::new(run, stop));
+        AsideSlot::Reserved
     }
 
     /// Claims the slot's thread in the store too, so that every process
@@ -862,6 +914,72 @@ mod tests {
         assert!(constant_time_eq(b"abc", b"abc"));
         assert!(!constant_time_eq(b"abc", b"abd"));
         assert!(!constant_time_eq(b"abc", b"ab"));
+    }
+
+    fn gateway() -> Arc<Gateway> {
+        Arc::new(Gateway::new(Store::memory(), GatewayConfig::default()).unwrap())
+    }
+
+    async fn reserved(gw: &Arc<Gateway>, run: &str, parent: Option<&str>) -> RunSlot {
+        match gw.reserve("default", "t", run, parent).await {
+            Ok(slot) => slot,
+            Err(e) => panic!("run {run} was not reserved: {e:?}"),
+        }
+    }
+
+    /// A branch saw run `a` in flight and decided to run aside; before it
+    /// took its aside slot, `a` ended and a run of the branch's own id took
+    /// the thread. Taking the aside slot now must not pass: the thread's
+    /// holder moved, and the branch's next look finds its own id in flight.
+    #[tokio::test]
+    async fn a_branch_does_not_go_aside_past_a_holder_that_moved() {
+        let gw = gateway();
+        let a = reserved(&gw, "a", None).await;
+        assert!(!a.aside);
+        a.release().await;
+        let x = reserved(&gw, "x", None).await;
+        assert!(!x.aside);
+
+        // The branch's second step, with what its first step saw.
+        let stale = gw
+            .reserve_aside("default", "t", "x", Some("p"), "a", true)
+            .await;
+        assert!(
+            matches!(stale, Ok(None)),
+            "went aside past a holder that moved"
+        );
+        // Its next look: its own id holds the thread.
+        let again = gw.reserve("default", "t", "x", Some("p")).await;
+        let Err(e) = again else {
+            panic!("two runs of id x at once");
+        };
+        assert_eq!(e.status, StatusCode::CONFLICT);
+        assert_eq!(e.code, "run_exists");
+        assert!(gw.aside_here("default", "t", Some("x")).is_none());
+
+        // A branch of another id beside `x` still runs aside.
+        let y = reserved(&gw, "y", Some("p")).await;
+        assert!(y.aside);
+        // Seen as held by another process while `x` holds it here: moved.
+        let key = (
+            agui_store::aside::aside_tenant("default"),
+            agui_store::aside::aside_thread("t", "z").unwrap(),
+        );
+        let thread_key = ("default".to_owned(), "t".to_owned());
+        let stop = CancellationToken::new();
+        assert_eq!(
+            gw.occupy_aside(&thread_key, None, &key, "z", &stop),
+            AsideSlot::Moved
+        );
+        assert_eq!(
+            gw.occupy_aside(&thread_key, Some("x"), &key, "z", &stop),
+            AsideSlot::Reserved
+        );
+        assert_eq!(
+            gw.occupy_aside(&thread_key, Some("x"), &key, "z", &stop),
+            AsideSlot::Taken
+        );
+        drop((x, y));
     }
 
     #[test]
