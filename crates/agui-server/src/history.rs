@@ -606,23 +606,44 @@ pub async fn get_events(
         .thread(&tenant, &thread)
         .await
         .map_err(store_error)?;
-    let runs = all_runs(&gw, &tenant, &thread).await?;
+    let replays_all = matches!(mode, Some(Mode::Snapshot | Mode::Latest));
+    let invalid_after = || {
+        ApiError::bad_request(
+            "invalid_after",
+            "compact=snapshot and compact=latest replay from the start; drop after and Last-Event-ID",
+        )
+    };
+    // A branch may end at a run set aside (not in the log yet), which may
+    // join the log at any moment (its aside copy deleted right after):
+    // found in neither place, or gone when its events are read, the runs
+    // are listed again.
+    let mut tries = 0;
+    let runs = loop {
+        let runs = all_runs(&gw, &tenant, &thread).await?;
+        let Some(b) = q
+            .branch
+            .as_ref()
+            .filter(|b| !runs.iter().any(|r| &r.run_id == *b))
+        else {
+            break runs;
+        };
+        tries += 1;
+        if let Some(found) = crate::aside::find(&gw, &tenant, &thread, b).await? {
+            if replays_all && after > 0 {
+                return Err(invalid_after());
+            }
+            if let Some(answer) = aside_events(&gw, &tenant, &thread, found, after, mode).await? {
+                return Ok(answer);
+            }
+        }
+        if tries == 3 {
+            return Err(ApiError::not_found(format!("no run {b:?} in this thread")));
+        }
+    };
     let running = runs
         .iter()
         .find(|r| r.status == RunStatus::Running)
         .cloned();
-    // A branch ending at a run set aside (not in the log yet).
-    let mut aside = None;
-    if let Some(b) = q
-        .branch
-        .as_ref()
-        .filter(|b| !runs.iter().any(|r| &r.run_id == *b))
-    {
-        match crate::aside::find(&gw, &tenant, &thread, b).await? {
-            Some(found) => aside = Some(found),
-            None => return Err(ApiError::not_found(format!("no run {b:?} in this thread"))),
-        }
-    }
     if q.branch.is_none() && mode.is_none() {
         // Everything from `after` on, then live: one subscription.
         let sub = gw
@@ -643,23 +664,8 @@ pub async fn get_events(
         );
         return Ok(sse_response(body));
     }
-    if matches!(mode, Some(Mode::Snapshot | Mode::Latest)) && after > 0 {
-        return Err(ApiError::bad_request(
-            "invalid_after",
-            "compact=snapshot and compact=latest replay from the start; drop after and Last-Event-ID",
-        ));
-    }
-    if let Some((a_tenant, a_thread, record)) = aside {
-        return aside_events(
-            &gw,
-            &tenant,
-            &thread,
-            (a_tenant, a_thread),
-            record,
-            after,
-            mode,
-        )
-        .await;
+    if replays_all && after > 0 {
+        return Err(invalid_after());
     }
     // Stored part of the branch (or of the whole thread).
     let stored: Vec<StoredEvent> = match &q.branch {
@@ -732,16 +738,16 @@ pub async fn get_events(
 /// `aside`): the branch up to its parent from the thread's log (with their
 /// ids), then the run's own events, and while it runs, its live events;
 /// the run's events carry no ids (their sequence numbers are its aside
-/// thread's). Compacted, no frame has an id.
+/// thread's). Compacted, no frame has an id. `None` when the run joined
+/// its thread meanwhile (its aside copy is gone): the log has it.
 async fn aside_events(
     gw: &Arc<Gateway>,
     tenant: &str,
     thread: &str,
-    (a_tenant, a_thread): (String, String),
-    record: RunRecord,
+    (a_tenant, a_thread, record): (String, String, RunRecord),
     after: u64,
     mode: Option<Mode>,
-) -> Result<Response, ApiError> {
+) -> Result<Option<Response>, ApiError> {
     // A parent set aside may join its thread (its aside copy deleted)
     // between finding it and reading it: the branch is then read again,
     // and that parent found in the log.
@@ -796,11 +802,11 @@ async fn aside_events(
                 },
             }
         }
-        let mine = gw
-            .store
-            .read_range(&a_tenant, &a_thread, 1, u64::MAX)
-            .await
-            .map_err(store_error)?;
+        let mine = match gw.store.read_range(&a_tenant, &a_thread, 1, u64::MAX).await {
+            Ok(events) => events,
+            Err(e) if e.kind() == agui_store::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(store_error(e)),
+        };
         let own_last = mine.last().map_or(0, |e| e.seq);
         own.extend(mine);
         break (stored, own, own_last);
@@ -832,14 +838,14 @@ async fn aside_events(
         }
     }
     if record.status != RunStatus::Running {
-        return Ok(sse_response(Body::from(Bytes::from(buf))));
+        return Ok(Some(sse_response(Body::from(Bytes::from(buf)))));
     }
     let sub = gw
         .store
         .subscribe(&a_tenant, &a_thread, own_last + 1)
         .await
         .map_err(store_error)?;
-    Ok(sse_response(follow(
+    Ok(Some(sse_response(follow(
         gw.clone(),
         a_tenant,
         a_thread,
@@ -849,7 +855,7 @@ async fn aside_events(
         true,
         buf,
         false,
-    )))
+    ))))
 }
 
 /// Streams a subscription as SSE: first `prefix`, then events until the

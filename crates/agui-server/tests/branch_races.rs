@@ -1,12 +1,13 @@
 //! Probes of concurrent branches (runs set aside) as an attacker or an
 //! unlucky operator meets them: races on run ids, deletes and stops, odd
 //! and long ids, restarts and store errors: what `branches.rs` does not
-//! cover. Six of them found defects when first written (a run id reused
+//! cover. Seven of them found defects when first written (a run id reused
 //! while the run holding it had stored nothing yet, by a branch or by the
 //! thread's next run; a delete while a branch waited for its upstream;
 //! another run of the same id taken for a join cut short; the branch of a
 //! run set aside from a run set aside; the answer to ids too long to set
-//! aside), fixed with them.
+//! aside; the branch of a run that joined its thread while it was read),
+//! fixed with them.
 
 mod common;
 
@@ -1138,5 +1139,101 @@ async fn the_branch_of_a_run_set_aside_is_read_again_when_its_parent_joins_meanw
     assert_eq!(status, 200, "{text}");
     let frames = parse_sse(&text);
     assert_eq!(frames.len(), f1.len() + f3.len() + f4.len(), "{text}");
+    g.shutdown().await;
+}
+
+/// Once armed, the first read of `target` waits until `release`, then
+/// reads: what the store answers then is whatever happened meanwhile.
+#[derive(Default)]
+struct StallFirstRead {
+    target: std::sync::Mutex<Option<(String, String)>>,
+    entered: AtomicBool,
+    release: AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl Hooks for StallFirstRead {
+    async fn read(
+        &self,
+        inner: &dyn Backend,
+        tenant: &str,
+        thread: &str,
+        from_seq: u64,
+        limit: usize,
+    ) -> agui_store::Result<agui_store::EventPage> {
+        let fire = {
+            let mut target = self.target.lock().unwrap();
+            let fire = target
+                .as_ref()
+                .is_some_and(|(tn, th)| tn == tenant && th == thread);
+            if fire {
+                *target = None;
+            }
+            fire
+        };
+        if fire {
+            self.entered.store(true, Ordering::SeqCst);
+            for _ in 0..1_000 {
+                if self.release.load(Ordering::SeqCst) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+        inner.read(tenant, thread, from_seq, limit).await
+    }
+}
+
+/// `?branch=` of a run set aside that joins its thread while its own
+/// events are read (found aside, its aside copy deleted before the read):
+/// the branch is read from the log, not a 404.
+#[tokio::test]
+async fn the_branch_of_a_run_set_aside_that_joins_while_it_is_read_comes_from_the_log() {
+    let hooked = Arc::new(Hooked::new(MemoryStore::new(), StallFirstRead::default()));
+    let g = start_with(Store::from_arc(hooked.clone()), GatewayConfig::default()).await;
+    let (_, f1, _) = run(&g.base, "demo", &input("t", "r1", "first")).await;
+    let r2 = spawn_run(&g.base, "demo", slow("t", "r2", 150));
+    wait_thread(&g.base, "t", |v| v["runs"][1]["status"] == "running").await;
+    let (s, f3, body) = run(&g.base, "demo", &branch("t", "r3", "r1", "second")).await;
+    assert_eq!(s, 200, "{body}");
+    *hooked.hooks().target.lock().unwrap() =
+        Some((aside_tenant("default"), aside_thread("t", "r3").unwrap()));
+    let base = g.base.clone();
+    let get = tokio::spawn(async move {
+        let resp = client()
+            .get(format!("{base}/threads/t/events?branch=r3"))
+            .send()
+            .await
+            .unwrap();
+        (resp.status().as_u16(), resp.text().await.unwrap())
+    });
+    for _ in 0..500 {
+        if hooked.hooks().entered.load(Ordering::SeqCst) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        hooked.hooks().entered.load(Ordering::SeqCst),
+        "the probe never fired"
+    );
+    assert!(!r2.is_finished(), "r2 ended too early for the probe");
+    // r2 ends; r3 joins the log and its aside copy is deleted.
+    r2.await.unwrap();
+    wait_thread(&g.base, "t", |v| {
+        v["runs"].as_array().is_some_and(|r| r.len() == 3)
+            && v["runsAside"].as_array().is_none_or(|a| a.is_empty())
+    })
+    .await;
+    hooked.hooks().release.store(true, Ordering::SeqCst);
+    let (status, text) = get.await.unwrap();
+    assert_eq!(status, 200, "{text}");
+    let frames = parse_sse(&text);
+    assert_eq!(frames.len(), f1.len() + f3.len(), "{text}");
+    for (got, want) in frames.iter().zip(f1.iter().chain(&f3)) {
+        assert_eq!(got.data, want.data);
+    }
+    // From the log now: every frame has its sequence number.
+    assert!(frames.iter().all(|f| f.id.is_some()), "{text}");
     g.shutdown().await;
 }
