@@ -1649,14 +1649,30 @@ impl Backend for PgStore {
             .or_default()
             .insert((tenant.to_owned(), thread.to_owned()));
         // Which instance of the thread is watched (see `nudge_all`), looked
-        // up in the background (`watch` does not wait) unless known.
+        // up in the background (`watch` does not wait) unless known. The
+        // entry of a thread nobody else listens to is dropped first: it is
+        // what an earlier subscription followed, and the thread may have
+        // been deleted and written again since (its notices missed while
+        // the listening connection was down); the subscription starting
+        // now reads the thread as it is now.
         let key = (tenant.to_owned(), thread.to_owned());
-        let known = self
-            .inner
-            .instances
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains_key(&key);
+        let others: usize = self
+            .hubs()
+            .iter()
+            .map(|h| h.listener_count(tenant, thread))
+            .sum::<usize>()
+            .saturating_sub(1);
+        let known = {
+            let mut instances = self
+                .inner
+                .instances
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if others == 0 {
+                instances.remove(&key);
+            }
+            instances.contains_key(&key)
+        };
         if !known && let Ok(rt) = tokio::runtime::Handle::try_current() {
             let store = self.clone();
             rt.spawn(async move { store.learn_instance(&key).await });

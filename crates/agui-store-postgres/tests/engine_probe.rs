@@ -389,6 +389,50 @@ async fn rewritten_while_the_listener_was_down(subscribe_first: bool) {
     }
 }
 
+/// Replica B followed a thread once and stopped; its listening connection
+/// dies; meanwhile replica A deletes the thread and writes it again; B
+/// subscribes anew while still disconnected, and catches up on the new
+/// thread. After B reconnects, that subscription must go on (it follows
+/// the thread as it is now), not be ended for the instance its earlier
+/// subscription followed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_subscription_begun_during_an_outage_after_a_rewrite_goes_on_after_it() {
+    let Some(url) = common::url() else { return };
+    let schema = Schema::new(url);
+    let (a, b) = a_then_b(&schema).await;
+    a.append("t", "x", AppendRequest::new((1..=3).map(custom).collect()))
+        .await
+        .unwrap();
+    let mut first = b.subscribe("t", "x", 1).await.unwrap();
+    drain_to(&mut first, 3).await;
+    drop(first);
+    let before = listeners(&schema).await;
+    let session = kill_last_listener(&schema).await;
+    a.delete_thread("t", "x").await.unwrap();
+    a.append(
+        "t",
+        "x",
+        AppendRequest::new((101..=106).map(custom).collect()),
+    )
+    .await
+    .unwrap();
+    let mut sub = b.subscribe("t", "x", 1).await.unwrap();
+    let caught_up = drain_to(&mut sub, 6).await;
+    assert_eq!(caught_up.last(), Some(&(6, 106)));
+    // Let the watch's lookup of the thread finish before the reconnect.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    wait_for_listener(&schema, session, &before).await;
+    a.append("t", "x", AppendRequest::new(vec![custom(107)]))
+        .await
+        .unwrap();
+    match tokio::time::timeout(STUCK, sub.next()).await {
+        Ok(Some(Ok(e))) => assert_eq!((e.seq, value(&e.event)), (7, 107)),
+        Ok(None) => panic!("the subscription of the thread as it is now was ended"),
+        Ok(Some(Err(e))) => panic!("the subscription failed: {e}"),
+        Err(_) => panic!("the subscription stalled"),
+    }
+}
+
 /// Ids are any string of up to `MAX_ID_BYTES` bytes (see `Backend`), but
 /// PostgreSQL indexes them, and an index row holds at most about 2.7 KB
 /// once compressed. The conformance suite's long id, `"x".repeat(10_000)`,

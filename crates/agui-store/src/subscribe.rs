@@ -79,6 +79,14 @@ impl Hub {
             .is_some_and(|tx| tx.receiver_count() > 0)
     }
 
+    /// How many listen to the thread.
+    pub fn listener_count(&self, tenant: &str, thread: &str) -> usize {
+        let channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        channels
+            .get(&(tenant.to_owned(), thread.to_owned()))
+            .map_or(0, |tx| tx.receiver_count())
+    }
+
     /// Ends every subscription of the thread (it was deleted).
     pub fn close_thread(&self, tenant: &str, thread: &str) {
         let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
