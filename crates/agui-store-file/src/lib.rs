@@ -118,9 +118,9 @@ use agui_store::cursor::{filter_runs, thread_page};
 use agui_store::frame;
 use agui_store::index::ThreadHead;
 use agui_store::{
-    Backend, Batch, Commit, Durability, EventPage, Result, RunFilter, RunPage, RunRecord,
-    StoreError, StoreStats, StoredEvent, ThreadFilter, ThreadInfo, ThreadPage, Timestamp, check_id,
-    page_size,
+    Backend, Batch, CheckpointChain, Commit, Durability, EventPage, Result, RunFilter, RunPage,
+    RunRecord, StoreError, StoreStats, StoredEvent, ThreadFilter, ThreadInfo, ThreadPage,
+    Timestamp, check_id, page_size,
 };
 use async_trait::async_trait;
 
@@ -1180,6 +1180,61 @@ impl Backend for FileStore {
             }))
         })
         .await
+    }
+
+    /// The run's blob and its bases, read in one blocking task: each
+    /// delta's base is read from the head of its blob
+    /// ([`agui_store::checkpoint::base_run`]), so the engine composes the
+    /// chain at once (on two threads when it is large) instead of
+    /// repairing it link by link.
+    async fn checkpoint_chain(
+        &self,
+        tenant: &str,
+        thread: &str,
+        run_id: &str,
+    ) -> Result<CheckpointChain> {
+        self.check_open()?;
+        let (status, last_seq) = {
+            let st = read_lock(&self.inner.state);
+            let t = st
+                .thread(tenant, thread)
+                .ok_or_else(|| StoreError::not_found("thread"))?;
+            let run = t.runs.get(run_id)?;
+            (run.status, run.last_seq)
+        };
+        let (tenant, thread, run_id) = (tenant.to_owned(), thread.to_owned(), run_id.to_owned());
+        let links = self
+            .blocking(move |i| {
+                let mut links: Vec<(String, Vec<u8>)> = Vec::new();
+                let mut next = Some(run_id);
+                while let Some(id) = next.take()
+                    && links.len() < agui_store::checkpoint::MAX_CHAIN
+                {
+                    let loc = {
+                        let st = read_lock(&i.state);
+                        match st
+                            .thread(&tenant, &thread)
+                            .and_then(|t| t.checkpoints.get(&id))
+                        {
+                            Some(loc) => *loc,
+                            None => break,
+                        }
+                    };
+                    let blob = match record::read_frame(&i.read_raw(loc)?) {
+                        Frame::Ok(p, _) | Frame::Damaged(p, _) => checkpoint_blob(p),
+                        Frame::Incomplete => break,
+                    };
+                    next = agui_store::checkpoint::base_run(&blob);
+                    links.push((id, blob));
+                }
+                Ok(links)
+            })
+            .await?;
+        Ok(CheckpointChain {
+            status,
+            last_seq,
+            links,
+        })
     }
 
     async fn save_checkpoint(

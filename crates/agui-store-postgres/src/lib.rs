@@ -529,9 +529,8 @@ impl AppendParams {
     }
 }
 
-/// Delta checkpoints followed at most in one restore (the shared builder
-/// makes chains of at most 65).
-const MAX_CHAIN: i32 = 80;
+/// Delta checkpoints read at most in one query.
+const MAX_CHAIN: i32 = agui_store::checkpoint::MAX_CHAIN as i32;
 
 /// A run's status and last sequence, with its checkpoint and then each base
 /// checkpoint in chain order (following the `base_run` kept beside each

@@ -62,10 +62,8 @@ use tokio::sync::oneshot;
 use crate::db::{count, map, status_code, status_from, text};
 use crate::writer::{Note, Op, Writer};
 
-/// Links of a checkpoint chain read in one query at most (the shared
-/// builder makes chains of at most 65; a longer one is walked by the
-/// shared restore).
-const MAX_CHAIN: i64 = 80;
+/// Links of a checkpoint chain read in one query at most.
+const MAX_CHAIN: i64 = agui_store::checkpoint::MAX_CHAIN as i64;
 
 /// A run's status and last sequence number, with its checkpoint and each
 /// base's after it, in chain order (no row: no such run; a row without a

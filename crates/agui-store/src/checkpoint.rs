@@ -145,6 +145,11 @@ pub fn usable(blob: &[u8], last_seq: u64) -> Option<String> {
     compose(&[decoded]).ok()
 }
 
+/// The longest chain of delta checkpoints a backend reads or the engine
+/// follows before giving up: the builder makes chains of at most 65 on a
+/// branch of 2^64 runs, so a longer one is damage.
+pub const MAX_CHAIN: usize = 80;
+
 /// Checks a fetched chain (`(run id, blob)`, the run's own first, then each
 /// base) exactly as a restore does, and composes the conversation's text.
 /// `None` when a link is missing, damaged, stale or does not fit: the caller

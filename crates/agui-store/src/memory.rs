@@ -16,10 +16,6 @@ use crate::types::{
 };
 use crate::{Backend, Batch, Channel, CheckpointChain, Commit};
 
-/// Links of a checkpoint chain read in one go at most (the shared builder
-/// makes chains of at most 65).
-const MAX_CHAIN: usize = 80;
-
 /// The in-memory store. Cloning gives another handle on the same data.
 #[derive(Clone, Default)]
 pub struct MemoryStore {
@@ -351,7 +347,7 @@ impl Backend for MemoryStore {
         let mut links = Vec::new();
         let mut next = Some(run_id);
         while let Some(id) = next
-            && links.len() < MAX_CHAIN
+            && links.len() < crate::checkpoint::MAX_CHAIN
             && let Some((blob, base)) = t.checkpoints.get(id)
         {
             links.push((id.to_owned(), blob.clone()));

@@ -39,9 +39,7 @@ use crate::checkpoint::{self, BaseRef, Decoded};
 use crate::error::{Result, StoreError};
 use crate::types::{RunFilter, RunRecord, StoredEvent, Timestamp};
 
-/// The longest chain of delta checkpoints followed before giving up (the
-/// builder makes chains of at most 65 on a branch of 2^64 runs).
-pub(crate) const MAX_CHAIN: usize = 80;
+use crate::checkpoint::MAX_CHAIN;
 
 /// The thread's preamble: the events before its first `RUN_STARTED`.
 pub(crate) async fn preamble(
