@@ -1077,6 +1077,22 @@ async fn a_stop_of_a_run_whose_start_then_fails_is_not_found() {
     g.shutdown().await;
 }
 
+/// True (and disarmed) when `target` is armed for this tenant and thread.
+fn take_target(
+    target: &std::sync::Mutex<Option<(String, String)>>,
+    tenant: &str,
+    thread: &str,
+) -> bool {
+    let mut target = target.lock().unwrap();
+    let fire = target
+        .as_ref()
+        .is_some_and(|(tn, th)| tn == tenant && th == thread);
+    if fire {
+        *target = None;
+    }
+    fire
+}
+
 /// Once armed, the first read of `target` answers `NotFound`, as it does
 /// when the run set aside there joined its thread (its copy deleted) right
 /// after it was found.
@@ -1096,16 +1112,7 @@ impl Hooks for JoinedMeanwhile {
         from_seq: u64,
         limit: usize,
     ) -> agui_store::Result<agui_store::EventPage> {
-        let fire = {
-            let mut target = self.target.lock().unwrap();
-            let fire = target
-                .as_ref()
-                .is_some_and(|(tn, th)| tn == tenant && th == thread);
-            if fire {
-                *target = None;
-            }
-            fire
-        };
+        let fire = take_target(&self.target, tenant, thread);
         if fire {
             self.hit.store(true, Ordering::SeqCst);
             return Err(StoreError::not_found("thread"));
@@ -1161,16 +1168,7 @@ impl Hooks for StallFirstRead {
         from_seq: u64,
         limit: usize,
     ) -> agui_store::Result<agui_store::EventPage> {
-        let fire = {
-            let mut target = self.target.lock().unwrap();
-            let fire = target
-                .as_ref()
-                .is_some_and(|(tn, th)| tn == tenant && th == thread);
-            if fire {
-                *target = None;
-            }
-            fire
-        };
+        let fire = take_target(&self.target, tenant, thread);
         if fire {
             self.entered.store(true, Ordering::SeqCst);
             for _ in 0..1_000 {

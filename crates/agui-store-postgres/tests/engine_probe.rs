@@ -367,16 +367,7 @@ async fn rewritten_while_the_listener_was_down(subscribe_first: bool) {
         None => b.subscribe("t", "x", 1).await.unwrap(),
     };
     drain_to(&mut sub, 3).await;
-    let before = listeners(&schema).await;
-    let session = kill_last_listener(&schema).await;
-    a.delete_thread("t", "x").await.unwrap();
-    a.append(
-        "t",
-        "x",
-        AppendRequest::new((101..=106).map(custom).collect()),
-    )
-    .await
-    .unwrap();
+    let (session, before) = rewrite_while_the_last_listener_is_down(&schema, &a).await;
     wait_for_listener(&schema, session, &before).await;
     match tokio::time::timeout(Duration::from_secs(5), sub.next()).await {
         Ok(None) | Ok(Some(Err(_))) => {}
@@ -387,6 +378,26 @@ async fn rewritten_while_the_listener_was_down(subscribe_first: bool) {
         ),
         Err(_) => panic!("the subscription of a deleted thread neither ended nor failed"),
     }
+}
+
+/// Kills the last replica's listening connection, then replica `a`
+/// deletes thread `x` and writes it again (values 101 to 106): the session
+/// and the listeners before, for [`wait_for_listener`].
+async fn rewrite_while_the_last_listener_is_down(
+    schema: &Schema,
+    a: &Store,
+) -> (i64, Vec<(i64, i32)>) {
+    let before = listeners(schema).await;
+    let session = kill_last_listener(schema).await;
+    a.delete_thread("t", "x").await.unwrap();
+    a.append(
+        "t",
+        "x",
+        AppendRequest::new((101..=106).map(custom).collect()),
+    )
+    .await
+    .unwrap();
+    (session, before)
 }
 
 /// Replica B followed a thread once and stopped; its listening connection
@@ -406,16 +417,7 @@ async fn a_subscription_begun_during_an_outage_after_a_rewrite_goes_on_after_it(
     let mut first = b.subscribe("t", "x", 1).await.unwrap();
     drain_to(&mut first, 3).await;
     drop(first);
-    let before = listeners(&schema).await;
-    let session = kill_last_listener(&schema).await;
-    a.delete_thread("t", "x").await.unwrap();
-    a.append(
-        "t",
-        "x",
-        AppendRequest::new((101..=106).map(custom).collect()),
-    )
-    .await
-    .unwrap();
+    let (session, before) = rewrite_while_the_last_listener_is_down(&schema, &a).await;
     let mut sub = b.subscribe("t", "x", 1).await.unwrap();
     let caught_up = drain_to(&mut sub, 6).await;
     assert_eq!(caught_up.last(), Some(&(6, 106)));
