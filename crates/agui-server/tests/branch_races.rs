@@ -1235,3 +1235,87 @@ async fn the_branch_of_a_run_set_aside_that_joins_while_it_is_read_comes_from_th
     assert!(frames.iter().all(|f| f.id.is_some()), "{text}");
     g.shutdown().await;
 }
+
+/// Once armed, the first listing of thread `t`'s runs is read at once but
+/// answered only on `release`: a listing that raced whatever happened in
+/// between.
+#[derive(Default)]
+struct StaleListing {
+    armed: AtomicBool,
+    entered: AtomicBool,
+    release: AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl Hooks for StaleListing {
+    async fn list_runs(
+        &self,
+        inner: &dyn Backend,
+        tenant: &str,
+        filter: &agui_store::RunFilter,
+    ) -> agui_store::Result<agui_store::RunPage> {
+        let page = inner.list_runs(tenant, filter).await;
+        let ours = tenant == "default" && filter.thread_id.as_deref() == Some("t");
+        if ours && self.armed.swap(false, Ordering::SeqCst) {
+            self.entered.store(true, Ordering::SeqCst);
+            for _ in 0..1_000 {
+                if self.release.load(Ordering::SeqCst) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+        page
+    }
+}
+
+/// `?branch=` of a run set aside that joins its thread between the
+/// listing of the thread's runs (where it is not yet) and the look for it
+/// set aside (where it is no longer): the runs are listed again and the
+/// branch read from the log, not a 404.
+#[tokio::test]
+async fn the_branch_of_a_run_that_joins_between_the_listing_and_the_look_aside_is_found() {
+    let hooked = Arc::new(Hooked::new(MemoryStore::new(), StaleListing::default()));
+    let g = start_with(Store::from_arc(hooked.clone()), GatewayConfig::default()).await;
+    let (_, f1, _) = run(&g.base, "demo", &input("t", "r1", "first")).await;
+    let r2 = spawn_run(&g.base, "demo", slow("t", "r2", 150));
+    wait_thread(&g.base, "t", |v| v["runs"][1]["status"] == "running").await;
+    let (s, f3, body) = run(&g.base, "demo", &branch("t", "r3", "r1", "second")).await;
+    assert_eq!(s, 200, "{body}");
+    hooked.hooks().armed.store(true, Ordering::SeqCst);
+    let base = g.base.clone();
+    let get = tokio::spawn(async move {
+        let resp = client()
+            .get(format!("{base}/threads/t/events?branch=r3"))
+            .send()
+            .await
+            .unwrap();
+        (resp.status().as_u16(), resp.text().await.unwrap())
+    });
+    for _ in 0..500 {
+        if hooked.hooks().entered.load(Ordering::SeqCst) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        hooked.hooks().entered.load(Ordering::SeqCst),
+        "the probe never fired"
+    );
+    assert!(!r2.is_finished(), "r2 ended too early for the probe");
+    r2.await.unwrap();
+    wait_thread(&g.base, "t", |v| {
+        v["runs"].as_array().is_some_and(|r| r.len() == 3)
+            && v["runsAside"].as_array().is_none_or(|a| a.is_empty())
+    })
+    .await;
+    hooked.hooks().release.store(true, Ordering::SeqCst);
+    let (status, text) = get.await.unwrap();
+    assert_eq!(status, 200, "{text}");
+    let frames = parse_sse(&text);
+    assert_eq!(frames.len(), f1.len() + f3.len(), "{text}");
+    for (got, want) in frames.iter().zip(f1.iter().chain(&f3)) {
+        assert_eq!(got.data, want.data);
+    }
+    g.shutdown().await;
+}

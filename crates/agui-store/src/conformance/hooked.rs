@@ -59,6 +59,16 @@ pub trait Hooks: Send + Sync {
         inner.read(tenant, thread, from_seq, limit).await
     }
 
+    /// [`Backend::list_runs`].
+    async fn list_runs(
+        &self,
+        inner: &dyn Backend,
+        tenant: &str,
+        filter: &RunFilter,
+    ) -> Result<RunPage> {
+        inner.list_runs(tenant, filter).await
+    }
+
     /// [`Backend::checkpoint_chain`].
     async fn checkpoint_chain(
         &self,
@@ -118,7 +128,7 @@ impl<H: Hooks> Backend for Hooked<H> {
         self.inner.run(tenant, thread, run_id).await
     }
     async fn list_runs(&self, tenant: &str, filter: &RunFilter) -> Result<RunPage> {
-        self.inner.list_runs(tenant, filter).await
+        self.hooks.list_runs(&*self.inner, tenant, filter).await
     }
     async fn thread(&self, tenant: &str, thread: &str) -> Result<ThreadInfo> {
         self.inner.thread(tenant, thread).await
