@@ -65,7 +65,7 @@ use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use crate::{Event, EventRef, EventType, Member};
+use crate::{Event, EventRef, EventType};
 
 /// Why chunk expansion failed. Messages follow the official client's.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -256,68 +256,23 @@ struct Pending {
 pub struct ChunkExpander {
     /// Open items by lane, in the order the lanes opened.
     lanes: Vec<(Option<String>, Pending)>,
-    /// What [`ChunkExpander::push_into`] synthesizes, before it is moved
-    /// to the caller's vector (kept for its capacity).
-    scratch: Synthesized,
 }
 
-/// The events a [`ChunkExpander`] synthesizes, with the member table each
-/// one's rendering recorded (unless `plain`) (the verifier reads their fields
-/// from these and walks none of them).
-#[derive(Debug, Default, Clone)]
-pub(crate) struct Synthesized {
-    events: Vec<Event>,
-    /// The tables, back to back.
-    members: Vec<Member>,
-    /// Where each event's table ends in `members` (it starts where the
-    /// previous one ends; an empty table means none).
-    ends: Vec<usize>,
-    /// Record no tables (for callers that read no fields).
-    plain: bool,
+/// Takes the events a [`ChunkExpander`] synthesizes, in order.
+///
+/// A list of events renders each one as its JSON text; the verifier keeps
+/// only the fields its rules read, and renders none.
+pub(crate) trait Sink {
+    /// Takes the event `{...first, ...second}` of type `ty` (see
+    /// [`spread`]): `first` holds a chunk's remainder (keys as read, with
+    /// no escapes), `second` the members synthesized (keys of ours, letters
+    /// only).
+    fn put(&mut self, ty: EventType, first: &[(&str, &str)], second: &[(&'static str, &str)]);
 }
 
-impl Synthesized {
-    pub(crate) fn len(&self) -> usize {
-        self.events.len()
-    }
-
-    pub(crate) fn clear(&mut self) {
-        self.events.clear();
-        self.members.clear();
-        self.ends.clear();
-    }
-
-    /// Event `i`, with its table if one was recorded.
-    pub(crate) fn get(&self, i: usize) -> Option<EventRef<'_>> {
-        let event = self.events.get(i)?;
-        let start = match i {
-            0 => 0,
-            _ => *self.ends.get(i - 1)?,
-        };
-        let members = self.members.get(start..*self.ends.get(i)?)?;
-        Some(EventRef::with_rendered_members(
-            event.json(),
-            event.event_type(),
-            members,
-        ))
-    }
-
-    /// Appends the event `{...first, ...second}` of type `ty`.
-    fn put(&mut self, ty: EventType, first: &[(&str, &str)], second: &Obj<'_>) {
-        let second = second.as_slice();
-        let text = if !self.plain {
-            let mark = self.members.len();
-            let text = render(first, second, Some(&mut self.members));
-            // A table only for text it can describe in `u32` offsets.
-            if u32::try_from(text.len()).is_err() {
-                self.members.truncate(mark);
-            }
-            text
-        } else {
-            render(first, second, None)
-        };
-        self.events.push(Event::from_trusted_text(text, ty));
-        self.ends.push(self.members.len());
+impl Sink for Vec<Event> {
+    fn put(&mut self, ty: EventType, first: &[(&str, &str)], second: &[(&'static str, &str)]) {
+        self.push(Event::from_trusted_text(render(first, second), ty));
     }
 }
 
@@ -354,21 +309,14 @@ impl ChunkExpander {
         event: impl Into<EventRef<'e>>,
         out: &mut Vec<Event>,
     ) -> Result<bool, ChunkError> {
-        let mut scratch = std::mem::take(&mut self.scratch);
-        scratch.clear();
-        scratch.plain = true;
-        let result = self.push_synthesized(event.into(), &mut scratch);
-        out.append(&mut scratch.events);
-        self.scratch = scratch;
-        result
+        self.push_to(event.into(), out)
     }
 
-    /// [`ChunkExpander::push_into`], into a list that may record the
-    /// synthesized events' member tables.
-    pub(crate) fn push_synthesized(
+    /// [`ChunkExpander::push_into`], into any [`Sink`].
+    pub(crate) fn push_to(
         &mut self,
         event: EventRef<'_>,
-        out: &mut Synthesized,
+        out: &mut impl Sink,
     ) -> Result<bool, ChunkError> {
         let closes = match event.event_type() {
             EventType::TextMessageChunk => {
@@ -430,21 +378,18 @@ impl ChunkExpander {
     /// **discards** them; [`expand_chunks`] does the same. Use this only when
     /// you deliberately want a stream cut mid-chunk to read as closed.
     pub fn finish(&mut self) -> Vec<Event> {
-        let mut out = Synthesized {
-            plain: true,
-            ..Synthesized::default()
-        };
+        let mut out = Vec::new();
         self.close_all_into(&mut out);
-        out.events
+        out
     }
 
-    fn close_all_into(&mut self, out: &mut Synthesized) {
+    fn close_all_into(&mut self, out: &mut impl Sink) {
         for (_, p) in self.lanes.drain(..) {
             put_end(&p, out);
         }
     }
 
-    fn close_lane(&mut self, lane: Option<&str>, out: &mut Synthesized) {
+    fn close_lane(&mut self, lane: Option<&str>, out: &mut impl Sink) {
         if let Some(i) = self.lanes.iter().position(|(l, _)| l.as_deref() == lane) {
             let (_, p) = self.lanes.remove(i);
             put_end(&p, out);
@@ -509,7 +454,7 @@ impl ChunkExpander {
         &mut self,
         event: EventRef<'_>,
         kind: Kind,
-        events: &mut Synthesized,
+        events: &mut impl Sink,
     ) -> Result<(), ChunkError> {
         let chunk_type = kind.chunk_type();
         let fields = Fields::parse(event);
@@ -704,9 +649,9 @@ impl ChunkExpander {
         let n = out.iter().flatten().count();
         for (k, (ty, obj)) in out.into_iter().flatten().enumerate() {
             if k + 1 == n {
-                events.put(ty, &remainder, &obj);
+                events.put(ty, &remainder, obj.as_slice());
             } else {
-                events.put(ty, &[], &obj);
+                events.put(ty, &[], obj.as_slice());
             }
         }
         Ok(())
@@ -830,16 +775,32 @@ impl<'a> Obj<'a> {
     }
 }
 
-/// Writes `{...first, ...second}` as JavaScript's spread does: the keys of
-/// `first` in order (with `second`'s value where both have the key), then
-/// the other keys of `second`. With `members`, appends the table of the
-/// members written (as [`Event::check_recording`] would); when a key has to
-/// be escaped, it appends none (readers then walk the text).
-fn render(
-    first: &[(&str, &str)],
-    second: &[(&'static str, &str)],
-    mut members: Option<&mut Vec<Member>>,
-) -> String {
+/// The members of `{...first, ...second}`, in the order JavaScript's spread
+/// writes them: the keys of `first` in order (with `second`'s value where
+/// both have the key), then the other keys of `second`. `f` takes each key,
+/// its value, and whether the key is one of `second`'s only (one of ours,
+/// letters only).
+pub(crate) fn spread<'v>(
+    first: &[(&str, &'v str)],
+    second: &[(&'static str, &'v str)],
+    mut f: impl FnMut(&str, &'v str, bool),
+) {
+    for &(k, v) in first {
+        let value = second
+            .iter()
+            .find(|(k2, _)| *k2 == k)
+            .map_or(v, |(_, v2)| *v2);
+        f(k, value, false);
+    }
+    for &(k, v) in second {
+        if !first.iter().any(|(k1, _)| *k1 == k) {
+            f(k, v, true);
+        }
+    }
+}
+
+/// Writes `{...first, ...second}` (see [`spread`]) as JSON text.
+fn render(first: &[(&str, &str)], second: &[(&'static str, &str)]) -> String {
     let len = first
         .iter()
         .chain(second.iter())
@@ -847,60 +808,24 @@ fn render(
         .sum::<usize>();
     let mut text = String::with_capacity(len + 2);
     text.push('{');
-    let mark = members.as_ref().map_or(0, |m| m.len());
     let mut comma = false;
-    // `plain`: the key is one of ours, letters only, written as it is.
-    let mut put = |text: &mut String, key: &str, value: &str, plain: bool| {
+    // `ours`: the key is one of ours, letters only, written as it is.
+    spread(first, second, |key, value, ours| {
         if comma {
             text.push(',');
         }
         comma = true;
-        let key_at = text.len() + 1;
-        if plain {
+        if ours {
             debug_assert!(key.bytes().all(|b| b.is_ascii_alphabetic()), "{key}");
             text.push('"');
             text.push_str(key);
             text.push('"');
         } else {
-            push_quoted(text, key);
+            push_quoted(&mut text, key);
         }
-        let key_end = text.len() - 1;
         text.push(':');
-        let value_at = text.len();
         text.push_str(value);
-        if let Some(table) = members.as_deref_mut() {
-            // The key was written as it is, or escaped (no table then).
-            let plain = key_end - key_at == key.len();
-            let offsets = (
-                u32::try_from(key_at),
-                u32::try_from(key_end),
-                u32::try_from(value_at),
-                u32::try_from(text.len()),
-            );
-            match offsets {
-                (Ok(k0), Ok(k1), Ok(v0), Ok(v1)) if plain => table.push(Member {
-                    key: (k0, k1),
-                    value: (v0, v1),
-                }),
-                _ => {
-                    table.truncate(mark);
-                    members = None;
-                }
-            }
-        }
-    };
-    for &(k, v) in first {
-        let value = second
-            .iter()
-            .find(|(k2, _)| *k2 == k)
-            .map_or(v, |(_, v2)| *v2);
-        put(&mut text, k, value, false);
-    }
-    for &(k, v) in second {
-        if !first.iter().any(|(k1, _)| *k1 == k) {
-            put(&mut text, k, v, true);
-        }
-    }
+    });
     text.push('}');
     text
 }
@@ -1002,7 +927,7 @@ impl<'a> Fields<'a> {
     }
 }
 
-fn put_end(p: &Pending, out: &mut Synthesized) {
+fn put_end(p: &Pending, out: &mut impl Sink) {
     let (ty, key) = match p.kind {
         Kind::Text => ("\"TEXT_MESSAGE_END\"", "messageId"),
         Kind::Tool => ("\"TOOL_CALL_END\"", "toolCallId"),
@@ -1014,7 +939,7 @@ fn put_end(p: &Pending, out: &mut Synthesized) {
     if let Some(t) = &p.tag_json {
         obj.push(("subagentRunId", t));
     }
-    out.put(p.kind.end_type(), &[], &obj);
+    out.put(p.kind.end_type(), &[], obj.as_slice());
 }
 
 /// `subagentRunId` of a non-chunk event, as the closing rules read it.
@@ -1129,7 +1054,6 @@ pub fn expand_chunks(events: &[Event]) -> Result<Vec<Event>, (usize, ChunkError)
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scan;
 
     fn ev(text: &str) -> Event {
         Event::from_json(text).expect("test event")
@@ -1354,52 +1278,6 @@ mod tests {
                 ]
             );
         }
-    }
-
-    /// The synthesized events' tables list what a walk over their text
-    /// finds; a key that had to be escaped leaves its event without one.
-    #[test]
-    fn synthesized_events_carry_the_members_a_walk_finds() {
-        let lines = [
-            r#"{"type":"TEXT_MESSAGE_CHUNK","messageId":"m","delta":"a","subagentRunId":"s","x":[1, {"y":2}]}"#,
-            r#"{"type":"TOOL_CALL_CHUNK","toolCallId":"t","toolCallName":"f","delta":"{}","k\"ey":1}"#,
-            r#"{"type":"RUN_FINISHED","threadId":"t","runId":"r"}"#,
-        ];
-        let mut expander = ChunkExpander::new();
-        let mut out = Synthesized::default();
-        let mut tables = 0;
-        for line in lines {
-            let event = ev(line);
-            out.clear();
-            expander
-                .push_synthesized(event.as_event_ref(), &mut out)
-                .expect("valid chunks");
-            for i in 0..out.len() {
-                let synthesized = out.get(i).expect("each event is there");
-                let mut walked = Vec::new();
-                assert!(
-                    scan::members_of_valid(synthesized.json(), |k, v| { walked.push((k, v)) })
-                        || synthesized.json().contains("k\\\"ey")
-                );
-                match synthesized.members() {
-                    Some(table) => {
-                        tables += 1;
-                        let listed: Vec<_> = table
-                            .iter()
-                            .map(|m| m.of(synthesized.json()).expect("offsets of this text"))
-                            .collect();
-                        assert_eq!(listed, walked, "{synthesized}");
-                    }
-                    None => assert!(
-                        synthesized.json().contains("k\\\"ey"),
-                        "only the escaped key goes without a table: {synthesized}"
-                    ),
-                }
-            }
-        }
-        // START and CONTENT of the text chunk, START of the tool call (its
-        // CONTENT has the escaped key), and the two ENDs at the run's end.
-        assert_eq!(tables, 5);
     }
 
     #[test]

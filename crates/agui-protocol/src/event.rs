@@ -179,35 +179,6 @@ impl<'a> EventRef<'a> {
             },
             "a member table that was not recorded from this text: {json}"
         );
-        EventRef::with_table(json, ty, members)
-    }
-
-    /// An event the chunk expander rendered, with the member table its
-    /// rendering recorded (empty: none). The table lists what a walk over
-    /// the text finds, which debug builds check.
-    pub(crate) fn with_rendered_members(
-        json: &'a str,
-        ty: &'a EventType,
-        members: &'a [Member],
-    ) -> EventRef<'a> {
-        debug_assert!(
-            members.is_empty() || {
-                let mut walked = Vec::new();
-                scan::members_of_valid(json, |key, value| walked.push((key, value)))
-                    && walked.len() == members.len()
-                    && walked
-                        .iter()
-                        .zip(members)
-                        .all(|(&found, m)| m.of(json) == Some(found))
-            },
-            "a member table that does not describe this text: {json}"
-        );
-        EventRef::with_table(json, ty, members)
-    }
-
-    /// [`EventRef::from_checked`] with `members` as its table (an empty
-    /// one: none), once the caller has vouched for both.
-    fn with_table(json: &'a str, ty: &'a EventType, members: &'a [Member]) -> EventRef<'a> {
         EventRef {
             members: (!members.is_empty()).then_some(members),
             ..EventRef::from_checked(json, ty)

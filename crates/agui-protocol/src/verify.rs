@@ -68,7 +68,7 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
-use crate::chunks::{ChunkError, ChunkExpander, Synthesized};
+use crate::chunks::{self, ChunkError, ChunkExpander, Sink};
 use crate::{Event, EventRef, EventType, scan};
 
 /// The kinds of item that open and close by id.
@@ -545,34 +545,7 @@ impl<'a> View<'a> {
     /// with an escaped key). As with the derived reader, a field given
     /// twice makes the whole view empty.
     fn read(event: EventRef<'a>) -> View<'a> {
-        let mut view = View::default();
-        let mut seen = 0u32;
-        let mut duplicate = false;
-        let mut put = |field: u32, value: &'a str| {
-            duplicate |= seen & (1 << field) != 0;
-            seen |= 1 << field;
-            let loose = || Loose::of(value);
-            let raw = || serde_json::from_str::<&RawValue>(value).ok();
-            match field {
-                0 => view.subagent_run_id = loose(),
-                1 => view.message_id = loose(),
-                2 => view.tool_call_id = loose(),
-                3 => view.parent_message_id = loose(),
-                4 => view.step_name = loose(),
-                5 => view.entity_id = loose(),
-                6 => view.subtype = loose(),
-                7 => view.replace = loose(),
-                8 => view.name = loose(),
-                9 => view.message = loose(),
-                10 => view.description = loose(),
-                11 => view.parent_subagent_run_id = loose(),
-                12 => view.parent_tool_call_id = loose(),
-                13 => view.code = loose(),
-                14 => view.outcome = raw(),
-                15 => view.messages = raw(),
-                _ => view.input = raw(),
-            }
-        };
+        let mut filling = Filling::default();
         let json = event.json();
         // From the member table: a key is matched as bytes, and only the
         // value of a key the rules read is sliced out.
@@ -583,28 +556,73 @@ impl<'a> View<'a> {
                     if let Some(field) = key.and_then(field_of)
                         && let Some(value) = json.get(m.value.0 as usize..m.value.1 as usize)
                     {
-                        put(field, value);
+                        filling.put(field, value);
                     }
                 }
                 true
             }
             None => scan::members_of_valid(json, |key, value| {
                 if let Some(field) = field_of(key.as_bytes()) {
-                    put(field, value);
+                    filling.put(field, value);
                 }
             }),
         };
         if !scanned {
             return event.view().unwrap_or_default();
         }
-        if duplicate {
-            return View::default();
-        }
-        view
+        filling.done()
     }
 }
 
-/// The [`View`] field a top-level key fills (its bit in `View::read`), if
+/// A [`View`] filled one member at a time, each given as its field (see
+/// [`field_of`]) and its raw value.
+#[derive(Default)]
+struct Filling<'a> {
+    view: View<'a>,
+    /// The fields given so far, one bit each.
+    seen: u32,
+    duplicate: bool,
+}
+
+impl<'a> Filling<'a> {
+    #[inline(always)]
+    fn put(&mut self, field: u32, value: &'a str) {
+        self.duplicate |= self.seen & (1 << field) != 0;
+        self.seen |= 1 << field;
+        let view = &mut self.view;
+        let loose = || Loose::of(value);
+        let raw = || serde_json::from_str::<&RawValue>(value).ok();
+        match field {
+            0 => view.subagent_run_id = loose(),
+            1 => view.message_id = loose(),
+            2 => view.tool_call_id = loose(),
+            3 => view.parent_message_id = loose(),
+            4 => view.step_name = loose(),
+            5 => view.entity_id = loose(),
+            6 => view.subtype = loose(),
+            7 => view.replace = loose(),
+            8 => view.name = loose(),
+            9 => view.message = loose(),
+            10 => view.description = loose(),
+            11 => view.parent_subagent_run_id = loose(),
+            12 => view.parent_tool_call_id = loose(),
+            13 => view.code = loose(),
+            14 => view.outcome = raw(),
+            15 => view.messages = raw(),
+            _ => view.input = raw(),
+        }
+    }
+
+    /// The view; empty when a field was given twice.
+    fn done(self) -> View<'a> {
+        if self.duplicate {
+            return View::default();
+        }
+        self.view
+    }
+}
+
+/// The [`View`] field a top-level key fills (its bit in [`Filling`]), if
 /// any: dispatched on the key's length, then compared as a whole word.
 #[inline(always)]
 fn field_of(key: &[u8]) -> Option<u32> {
@@ -654,6 +672,61 @@ struct IdView<'a> {
 struct InputView<'a> {
     #[serde(default, borrow, deserialize_with = "raw")]
     messages: Option<&'a RawValue>,
+}
+
+/// The events a chunk expands into, as the rules read them: each one's type
+/// and the members its [`View`] reads, their values copied here. The
+/// expander hands over each event's members (see [`Sink`]), so no event is
+/// rendered as text only to be read back.
+#[derive(Default, Debug)]
+struct Expanded {
+    /// The values, back to back.
+    values: String,
+    /// Each member read: its field (see [`field_of`]) and where its value
+    /// lies in `values`.
+    fields: Vec<(u32, usize, usize)>,
+    /// Each event: its type and where its members end in `fields` (they
+    /// start where the previous event's end).
+    events: Vec<(EventType, usize)>,
+}
+
+impl Expanded {
+    fn len(&self) -> usize {
+        self.events.len()
+    }
+
+    fn clear(&mut self) {
+        self.values.clear();
+        self.fields.clear();
+        self.events.clear();
+    }
+
+    /// Event `i`: its type and its view.
+    fn get(&self, i: usize) -> Option<(&EventType, View<'_>)> {
+        let (ty, end) = self.events.get(i)?;
+        let start = match i {
+            0 => 0,
+            _ => self.events.get(i - 1)?.1,
+        };
+        let mut filling = Filling::default();
+        for &(field, from, to) in self.fields.get(start..*end)? {
+            filling.put(field, self.values.get(from..to)?);
+        }
+        Some((ty, filling.done()))
+    }
+}
+
+impl Sink for Expanded {
+    fn put(&mut self, ty: EventType, first: &[(&str, &str)], second: &[(&'static str, &str)]) {
+        chunks::spread(first, second, |key, value, _| {
+            if let Some(field) = field_of(key.as_bytes()) {
+                let from = self.values.len();
+                self.values.push_str(value);
+                self.fields.push((field, from, self.values.len()));
+            }
+        });
+        self.events.push((ty, self.fields.len()));
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -737,9 +810,9 @@ pub struct Verifier {
     count: usize,
     /// Keep going after an error (see [`verify_all`]).
     lenient: bool,
-    /// The events a chunk expands into, with their member tables (reused,
-    /// so that an event costs no allocation here).
-    expanded: Synthesized,
+    /// The events a chunk expands into, as the rules read them (reused, so
+    /// that an event costs no allocation here).
+    expanded: Expanded,
 }
 
 impl Verifier {
@@ -785,12 +858,12 @@ impl Verifier {
     fn push_expanding(
         &mut self,
         event: EventRef<'_>,
-        expanded: &mut Synthesized,
+        expanded: &mut Expanded,
     ) -> Result<(), VerifyError> {
-        let itself = self.expander.push_synthesized(event, expanded)?;
+        let itself = self.expander.push_to(event, expanded)?;
         for i in 0..expanded.len() {
-            if let Some(e) = expanded.get(i) {
-                self.push_expanded(e)?;
+            if let Some((ty, view)) = expanded.get(i) {
+                self.check(ty, &view)?;
             }
         }
         if itself {
@@ -1565,6 +1638,159 @@ mod tests {
         }
         assert!(recorded > 1000, "{recorded}");
         assert!(texts.len() > 1000, "{}", texts.len());
+    }
+
+    /// Expands `stream` twice, rendering the events and handing them to the
+    /// verifier's [`Expanded`], and checks that each synthesized event reads
+    /// the same both ways (and as the derived reader reads its text).
+    /// Returns how many events were compared.
+    fn expanded_agrees_with_rendered(stream: &[String]) -> usize {
+        let mut rendering = ChunkExpander::new();
+        let mut reading = ChunkExpander::new();
+        let mut expanded = Expanded::default();
+        let mut compared = 0;
+        for text in stream {
+            let event = Event::from_json(text).expect("test event");
+            let mut rendered = Vec::new();
+            let a = rendering.push_into(&event, &mut rendered);
+            expanded.clear();
+            let b = reading.push_to(event.as_event_ref(), &mut expanded);
+            assert_eq!(a, b, "{text}");
+            if a.is_err() {
+                // The stream is over (the expanders' states are unspecified).
+                break;
+            }
+            assert_eq!(rendered.len(), expanded.len(), "{text}");
+            for (i, e) in rendered.iter().enumerate() {
+                let (ty, view) = expanded.get(i).expect("each event is there");
+                assert_eq!(ty, e.event_type(), "{e}");
+                let shown = format!("{view:?}");
+                assert_eq!(shown, format!("{:?}", View::read(e.as_event_ref())), "{e}");
+                let derived: View<'_> = e.view().unwrap_or_default();
+                assert_eq!(shown, format!("{derived:?}"), "{e}");
+                compared += 1;
+            }
+        }
+        compared
+    }
+
+    /// The verifier reads a chunk's expansion without rendering it, and
+    /// reads what it would read from the rendered events: every chunk kind,
+    /// lanes, metadata, raw events, unknown properties (with keys the rules
+    /// read, and escaped ones), escaped ids, and each kind of close.
+    #[test]
+    fn expanded_events_read_as_the_rendered_ones() {
+        let mut compared = 0;
+        for seed in 0..1000 {
+            let stream: Vec<String> = agui_testkit::chunk_soup(seed)
+                .iter()
+                .map(|e| e.json().to_owned())
+                .collect();
+            compared += expanded_agrees_with_rendered(&stream);
+        }
+        let stream = [
+            RS,
+            r#"{"type":"TEXT_MESSAGE_CHUNK","messageId":"m\"\u00e9","delta":"a","metadata":{"k":1},"subagentRunId":"s\u0031"}"#,
+            r#"{"type":"TEXT_MESSAGE_CHUNK","delta":"b","rawEvent":{"p":1},"stepName":"x","outcome":null}"#,
+            r#"{"type":"TEXT_MESSAGE_CHUNK","subagentRunId":"s1","toolCallId":"t","parentMessageId":7}"#,
+            r#"{"type":"TOOL_CALL_CHUNK","toolCallId":"c","toolCallName":"f","parentMessageId":"p","message\u0049d":"q","k\"ey":1}"#,
+            r#"{"type":"TOOL_CALL_CHUNK","delta":"{}","subagentRunId":null,"messages":[1],"input":{"a":2}}"#,
+            r#"{"type":"REASONING_MESSAGE_CHUNK","messageId":"r","role":"x","code":null,"subagent\u0052unId":"z"}"#,
+            r#"{"type":"REASONING_MESSAGE_CHUNK","messageId":"r","metadata":{}}"#,
+            r#"{"type":"TEXT_MESSAGE_CHUNK","messageId":"o","subagentRunId":"s2","replace":false,"entityId":"e"}"#,
+            r#"{"type":"CUSTOM","name":"c","value":1}"#,
+            r#"{"type":"SUBAGENT_FINISHED","subagentRunId":"s2"}"#,
+            r#"{"type":"TOOL_CALL_CHUNK","toolCallId":"d","toolCallName":"g","subagentRunId":"s1","description":"d","name":"n"}"#,
+            RF,
+        ]
+        .map(str::to_owned);
+        let of_the_stream = expanded_agrees_with_rendered(&stream);
+        assert!(of_the_stream >= 14, "{of_the_stream}");
+        compared += of_the_stream;
+        assert!(compared > 2000, "{compared}");
+    }
+
+    /// Chunk texts, mostly ones that expand: every chunk kind, an id from
+    /// a small pool (or none), a tag (absent, `null` or one of two lanes),
+    /// and more members with keys the expansion and the rules read (escaped
+    /// too) or unknown ones, with values of every kind; and events that
+    /// close lanes or not.
+    fn chunk_text() -> proptest::strategy::BoxedStrategy<String> {
+        use proptest::prelude::*;
+        let keys = [
+            "delta",
+            "metadata",
+            "rawEvent",
+            "timestamp",
+            "role",
+            "name",
+            "parentMessageId",
+            "stepName",
+            "outcome",
+            "message\\u0049d",
+            "subagent\\u0052unId",
+            "k\\\"ey",
+        ];
+        let values = [
+            "\"a\"",
+            "\"s1\"",
+            "\"assistant\"",
+            "null",
+            "\"\"",
+            "\"m\\u00e9\"",
+            "\"x\\\"y\"",
+            "12.50",
+            "false",
+            "{\"subagentRunId\":\"inner\",\"a\":[1]}",
+        ];
+        let kind = proptest::sample::select(vec![
+            ("TEXT_MESSAGE_CHUNK", "messageId", ""),
+            ("TOOL_CALL_CHUNK", "toolCallId", r#","toolCallName":"f""#),
+            ("REASONING_MESSAGE_CHUNK", "messageId", ""),
+        ]);
+        let id = proptest::option::weighted(
+            0.7,
+            proptest::sample::select(vec!["a", "b", "c\\\"\\u00e9"]),
+        );
+        let tag = proptest::sample::select(vec![
+            "",
+            "",
+            r#","subagentRunId":null"#,
+            r#","subagentRunId":"s1""#,
+            r#","subagentRunId":"s2""#,
+        ]);
+        let rest = agui_testkit::texts::object_text("X", &keys, &values, 2, 4);
+        let chunk = (kind, id, tag, rest).prop_map(|((ty, id_key, name), id, tag, rest)| {
+            let id = id
+                .map(|id| format!(r#","{id_key}":"{id}""#))
+                .unwrap_or_default();
+            let rest = rest.strip_prefix(r#"{"type":"X""#).unwrap_or("}");
+            format!(r#"{{"type":"{ty}"{id}{name}{tag}{rest}"#)
+        });
+        let closers = proptest::sample::select(vec![
+            RF.to_owned(),
+            r#"{"type":"CUSTOM","name":"c","value":1}"#.to_owned(),
+            r#"{"type":"STEP_STARTED","stepName":"s","subagentRunId":"s1"}"#.to_owned(),
+            r#"{"type":"SUBAGENT_FINISHED","subagentRunId":"s2"}"#.to_owned(),
+            r#"{"type":"RAW","event":{}}"#.to_owned(),
+        ]);
+        prop_oneof![4 => chunk, 1 => closers].boxed()
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig {
+            cases: 512,
+            failure_persistence: None,
+            ..proptest::prelude::ProptestConfig::default()
+        })]
+
+        /// [`expanded_events_read_as_the_rendered_ones`] on generated streams.
+        #[test]
+        fn generated_expansions_read_as_the_rendered_ones(
+            stream in proptest::collection::vec(chunk_text(), 1..12)
+        ) {
+            expanded_agrees_with_rendered(&stream);
+        }
     }
 
     /// Parses a compact test notation: one JSON event per line.
