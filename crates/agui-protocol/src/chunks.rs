@@ -187,32 +187,17 @@ impl Kind {
             Kind::Reasoning => "reasoning message",
         }
     }
-    /// The properties the official chunk schema describes; anything else is
-    /// "remainder" and is carried over.
-    fn described(self, key: &str) -> bool {
-        matches!(
-            key,
-            "type" | "timestamp" | "rawEvent" | "metadata" | "subagentRunId"
-        ) || match self {
-            Kind::Text => matches!(key, "messageId" | "role" | "delta" | "name"),
-            Kind::Tool => matches!(
-                key,
-                "toolCallId" | "toolCallName" | "parentMessageId" | "delta"
-            ),
-            Kind::Reasoning => matches!(key, "messageId" | "delta"),
-        }
-    }
 }
 
-/// A `subagentRunId` as written: absent, `null`, or a value.
+/// A `subagentRunId` as written/// A `subagentRunId` as written: absent, `null`, or a value.
 #[derive(Debug, Clone, PartialEq)]
-enum Tag {
+enum Tag<'a> {
     Absent,
     Null,
-    Id(String),
+    Id(Cow<'a, str>),
 }
 
-impl Tag {
+impl Tag<'_> {
     /// The lane it names (`null` reads as the parent).
     fn lane(&self) -> Option<&str> {
         match self {
@@ -223,14 +208,13 @@ impl Tag {
     fn is_absent(&self) -> bool {
         matches!(self, Tag::Absent)
     }
-    /// The tag as JSON text, when present.
-    fn json(&self) -> Option<String> {
-        match self {
-            Tag::Absent => None,
-            Tag::Null => Some("null".to_owned()),
-            Tag::Id(s) => Some(quote(s)),
-        }
-    }
+}
+
+/// The lane a chunk goes to: one of [`ChunkExpander::lanes`], or a lane
+/// that holds no item (by its name).
+enum LaneOf<'t> {
+    Open(usize),
+    Idle(Option<&'t str>),
 }
 
 /// What the opener of a lane's item established.
@@ -404,19 +388,25 @@ impl ChunkExpander {
     }
 
     /// Which lane a chunk belongs to (upstream's `resolveLane`).
-    fn resolve_lane(
+    fn resolve_lane<'t>(
         &self,
         kind: Kind,
         id: Option<&str>,
-        tag: Option<&str>,
-    ) -> Result<Option<String>, ChunkError> {
+        tag: Option<&'t str>,
+    ) -> Result<LaneOf<'t>, ChunkError> {
+        let named = |lane: Option<&'t str>| {
+            self.lanes
+                .iter()
+                .position(|(l, _)| l.as_deref() == lane)
+                .map_or(LaneOf::Idle(lane), LaneOf::Open)
+        };
         if let Some(id) = id {
             let holder = self
                 .lanes
                 .iter()
-                .find(|(_, p)| p.kind == kind && p.id == id)
-                .map(|(l, _)| l.clone());
-            if let Some(holder) = holder {
+                .position(|(_, p)| p.kind == kind && p.id == id);
+            if let Some(i) = holder {
+                let holder = &self.lanes[i].0;
                 if let Some(tag) = tag
                     && Some(tag) != holder.as_deref()
                 {
@@ -424,29 +414,33 @@ impl ChunkExpander {
                         entity: kind.entity(),
                         id: id.to_owned(),
                         tag: tag.to_owned(),
-                        holder,
+                        holder: holder.clone(),
                     });
                 }
-                return Ok(holder);
+                return Ok(LaneOf::Open(i));
             }
-            return Ok(tag.map(str::to_owned));
+            return Ok(named(tag));
         }
-        if let Some(tag) = tag {
-            return Ok(Some(tag.to_owned()));
+        if tag.is_some() {
+            return Ok(named(tag));
         }
         if self.lane(None).is_some_and(|p| p.kind == kind) {
-            return Ok(None);
+            return Ok(named(None));
         }
-        let mut candidates = self.lanes.iter().filter(|(_, p)| p.kind == kind);
+        let mut candidates = self
+            .lanes
+            .iter()
+            .enumerate()
+            .filter(|(_, (_, p))| p.kind == kind);
         match (candidates.next(), candidates.next()) {
-            (Some((l, _)), None) => Ok(l.clone()),
+            (Some((i, _)), None) => Ok(LaneOf::Open(i)),
             (Some(_), Some(_)) => Err(ChunkError::Ambiguous {
                 chunk: kind.chunk_type(),
                 field: kind.id_field(),
                 lanes: self.lanes.iter().filter(|(_, p)| p.kind == kind).count(),
                 entity: kind.entity(),
             }),
-            _ => Ok(None),
+            _ => Ok(named(None)),
         }
     }
 
@@ -457,34 +451,43 @@ impl ChunkExpander {
         events: &mut impl Sink,
     ) -> Result<(), ChunkError> {
         let chunk_type = kind.chunk_type();
-        let fields = Fields::parse(event);
-        let id = match fields.get(kind.id_field()) {
+        let fields = ChunkFields::parse(event, kind);
+        let id = match fields.id {
             None => None,
             Some(raw) => Some(as_str(raw).ok_or(ChunkError::NotAString {
                 chunk: chunk_type,
                 field: kind.id_field(),
             })?),
         };
-        let tag = match fields.get("subagentRunId") {
-            None => Tag::Absent,
-            Some("null") => Tag::Null,
-            Some(raw) => Tag::Id(as_string(raw).ok_or(ChunkError::NotAString {
-                chunk: chunk_type,
-                field: "subagentRunId",
-            })?),
+        // The tag, and as JSON text: as written unless it has escapes (a
+        // string without any is its own JSON text).
+        let (tag, tag_json) = match fields.tag {
+            None => (Tag::Absent, None),
+            Some("null") => (Tag::Null, Some(Cow::Borrowed("null"))),
+            Some(raw) => match as_str(raw) {
+                Some(Cow::Borrowed(s)) => (Tag::Id(Cow::Borrowed(s)), Some(Cow::Borrowed(raw))),
+                Some(Cow::Owned(s)) => {
+                    let json = quote(&s);
+                    (Tag::Id(Cow::Owned(s)), Some(Cow::Owned(json)))
+                }
+                None => {
+                    return Err(ChunkError::NotAString {
+                        chunk: chunk_type,
+                        field: "subagentRunId",
+                    });
+                }
+            },
         };
-        let tag_json = tag.json();
-        let remainder = fields.remainder(kind);
-        let metadata = fields.get("metadata");
-        let raw_event = fields.get("rawEvent");
-        let delta = fields.get("delta");
+        let remainder = fields.remainder.pairs();
+        let metadata = fields.metadata;
+        let raw_event = fields.raw_event;
+        let delta = fields.delta;
 
-        let lane = self.resolve_lane(kind, id.as_deref(), tag.lane())?;
-        let at = self
-            .lanes
-            .iter()
-            .position(|(l, _)| l.as_deref() == lane.as_deref());
-        let continuing = at.filter(|&i| {
+        let at = match self.resolve_lane(kind, id.as_deref(), tag.lane())? {
+            LaneOf::Open(i) => Ok(i),
+            LaneOf::Idle(lane) => Err(lane),
+        };
+        let continuing = at.ok().filter(|&i| {
             let p = &self.lanes[i].1;
             p.kind == kind && id.as_deref().is_none_or(|id| id == p.id)
         });
@@ -493,20 +496,15 @@ impl ChunkExpander {
                 let open = &self.lanes[i].1;
                 match kind {
                     Kind::Text => {
-                        agree(open, "role", fields.get("role"), Some(&open.role))?;
-                        agree(open, "name", fields.get("name"), open.name.as_deref())?;
+                        agree(open, "role", fields.role, Some(&open.role))?;
+                        agree(open, "name", fields.name, open.name.as_deref())?;
                     }
                     Kind::Tool => {
-                        agree(
-                            open,
-                            "toolCallName",
-                            fields.get("toolCallName"),
-                            open.name.as_deref(),
-                        )?;
+                        agree(open, "toolCallName", fields.name, open.name.as_deref())?;
                         agree(
                             open,
                             "parentMessageId",
-                            fields.get("parentMessageId"),
+                            fields.parent,
                             open.parent.as_deref(),
                         )?;
                     }
@@ -515,10 +513,14 @@ impl ChunkExpander {
                 false
             }
             None => {
-                if let Some(i) = at {
-                    let (_, p) = self.lanes.remove(i);
-                    put_end(&p, events);
-                }
+                let lane = match at {
+                    Ok(i) => {
+                        let (lane, p) = self.lanes.remove(i);
+                        put_end(&p, events);
+                        lane
+                    }
+                    Err(lane) => lane.map(str::to_owned),
+                };
                 let Some(id) = id else {
                     return Err(ChunkError::MissingId {
                         chunk: chunk_type,
@@ -526,8 +528,8 @@ impl ChunkExpander {
                     });
                 };
                 let name = match kind {
-                    Kind::Text => fields.get("name").map(str::to_owned),
-                    Kind::Tool => match fields.get("toolCallName") {
+                    Kind::Text => fields.name.map(str::to_owned),
+                    Kind::Tool => match fields.name {
                         Some(n) => Some(n.to_owned()),
                         None => return Err(ChunkError::MissingToolCallName),
                     },
@@ -538,16 +540,13 @@ impl ChunkExpander {
                     id_json: quote(&id),
                     id: id.into_owned(),
                     role: match kind {
-                        Kind::Text => fields.get("role").unwrap_or("\"assistant\"").to_owned(),
+                        Kind::Text => fields.role.unwrap_or("\"assistant\"").to_owned(),
                         Kind::Tool => String::new(),
                         Kind::Reasoning => "\"reasoning\"".to_owned(),
                     },
                     name,
-                    parent: match kind {
-                        Kind::Tool => fields.get("parentMessageId").map(str::to_owned),
-                        _ => None,
-                    },
-                    tag_json: tag_json.clone(),
+                    parent: fields.parent.map(str::to_owned),
+                    tag_json: tag_json.as_deref().map(str::to_owned),
                 };
                 self.lanes.push((lane, pending));
                 true
@@ -558,8 +557,19 @@ impl ChunkExpander {
             None => &self.lanes[self.lanes.len() - 1].1,
         };
 
-        // At most two events: the opener's START and one content event.
-        let mut out: [Option<(EventType, Obj<'_>)>; 2] = [None, None];
+        // At most two events: the opener's START and one content event. A
+        // continuation that would give nothing but carries something gives
+        // an empty content event to carry it.
+        let content = delta.is_some() || raw_event.is_some();
+        let empty_content = !content
+            && !opened
+            && (metadata.is_some()
+                || raw_event.is_some()
+                || tag == Tag::Null
+                || !remainder.is_empty());
+        // The remainder rides the last event: the content event
+        // (`{...remainder, ...described}`), or when there is none the opener,
+        // whose own fields win a clash (keeping the remainder's position).
         if opened {
             let mut start = Obj::new();
             match kind {
@@ -591,7 +601,8 @@ impl ChunkExpander {
             if let Some(m) = metadata {
                 start.push(("metadata", m));
             }
-            out[0] = Some((kind.start_type(), start));
+            let first: &[(&str, &str)] = if content { &[] } else { &remainder };
+            events.put(kind.start_type(), first, start.as_slice());
         }
 
         let (content_type, id_key) = match kind {
@@ -605,7 +616,7 @@ impl ChunkExpander {
         } else {
             tag_json.as_deref()
         };
-        if delta.is_some() || raw_event.is_some() {
+        if content {
             let mut content = Obj::new();
             content.push(("type", content_type));
             content.push((id_key, &opener.id_json));
@@ -619,14 +630,8 @@ impl ChunkExpander {
             if let Some(r) = raw_event {
                 content.push(("rawEvent", r));
             }
-            out[1] = Some((kind.content_type(), content));
-        }
-        if out.iter().all(Option::is_none)
-            && (metadata.is_some()
-                || raw_event.is_some()
-                || tag == Tag::Null
-                || !remainder.is_empty())
-        {
+            events.put(kind.content_type(), &remainder, content.as_slice());
+        } else if empty_content {
             let mut content = Obj::new();
             content.push(("type", content_type));
             content.push((id_key, &opener.id_json));
@@ -640,19 +645,7 @@ impl ChunkExpander {
             if let Some(o) = owner {
                 content.push(("subagentRunId", o));
             }
-            out[1] = Some((kind.content_type(), content));
-        }
-
-        // The remainder rides the last event: the content event
-        // (`{...remainder, ...described}`), or when there is none the opener,
-        // whose own fields win a clash (keeping the remainder's position).
-        let n = out.iter().flatten().count();
-        for (k, (ty, obj)) in out.into_iter().flatten().enumerate() {
-            if k + 1 == n {
-                events.put(ty, &remainder, obj.as_slice());
-            } else {
-                events.put(ty, &[], obj.as_slice());
-            }
+            events.put(kind.content_type(), &remainder, content.as_slice());
         }
         Ok(())
     }
@@ -830,47 +823,66 @@ fn render(first: &[(&str, &str)], second: &[(&'static str, &str)]) -> String {
     text
 }
 
-/// Objects with more keys than this index them to find repeated keys, so a
-/// wide object is read in linear time.
-const INDEX_KEYS_FROM: usize = 16;
-
-/// The top-level fields of a chunk, as JSON text, in order.
-struct Fields<'a> {
-    entries: Vec<(Cow<'a, str>, &'a str)>,
-    /// Position of each key in `entries`, once the object is wide.
-    positions: Option<HashMap<Cow<'a, str>, usize>>,
+/// The members of a chunk, as JSON text: those the official chunk schema
+/// describes for its kind, each by name (a repeated key gives its last
+/// value, as `JSON.parse` does), and the others (the remainder).
+#[derive(Debug, PartialEq)]
+struct ChunkFields<'a> {
+    kind: Kind,
+    /// `messageId`, or for a tool call `toolCallId`.
+    id: Option<&'a str>,
+    /// `subagentRunId`.
+    tag: Option<&'a str>,
+    metadata: Option<&'a str>,
+    raw_event: Option<&'a str>,
+    delta: Option<&'a str>,
+    /// Text: `role`.
+    role: Option<&'a str>,
+    /// Text: `name`; tool: `toolCallName`.
+    name: Option<&'a str>,
+    /// Tool: `parentMessageId`.
+    parent: Option<&'a str>,
+    /// The properties the schema does not describe, carried over.
+    remainder: Fields<'a>,
 }
 
-impl<'a> Fields<'a> {
-    /// Reads the members of an event: from its recorded member table, or
-    /// in one walk over its text, which is already valid; the JSON library
-    /// reads an object with an escaped key.
-    fn parse(event: EventRef<'a>) -> Fields<'a> {
-        let mut fields = Fields {
-            entries: Vec::with_capacity(8),
-            positions: None,
-        };
-        if event.for_each_member(|key, value| {
-            fields.put(Cow::Borrowed(key), value);
-        }) {
-            return fields;
+impl<'a> ChunkFields<'a> {
+    fn new(kind: Kind) -> ChunkFields<'a> {
+        ChunkFields {
+            kind,
+            id: None,
+            tag: None,
+            metadata: None,
+            raw_event: None,
+            delta: None,
+            role: None,
+            name: None,
+            parent: None,
+            remainder: Fields::default(),
         }
-        Fields::parse_slow(event.json())
     }
 
-    /// [`Fields::parse`] through the JSON library (any object text).
-    fn parse_slow(json: &'a str) -> Fields<'a> {
-        struct V;
+    /// Reads the members of a chunk of `kind`: from its recorded member
+    /// table, or in one walk over its text, which is already valid; the JSON
+    /// library reads an object with an escaped key.
+    fn parse(event: EventRef<'a>, kind: Kind) -> ChunkFields<'a> {
+        let mut fields = ChunkFields::new(kind);
+        if event.for_each_member(|key, value| fields.put(Cow::Borrowed(key), value)) {
+            return fields;
+        }
+        ChunkFields::parse_slow(event.json(), kind)
+    }
+
+    /// [`ChunkFields::parse`] through the JSON library (any object text).
+    fn parse_slow(json: &'a str, kind: Kind) -> ChunkFields<'a> {
+        struct V(Kind);
         impl<'de> Visitor<'de> for V {
-            type Value = Fields<'de>;
+            type Value = ChunkFields<'de>;
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str("a JSON object")
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                let mut fields = Fields {
-                    entries: Vec::with_capacity(8),
-                    positions: None,
-                };
+                let mut fields = ChunkFields::new(self.0);
                 while let Some(crate::ObjectKey(key)) = map.next_key::<crate::ObjectKey<'de>>()? {
                     let value: &'de RawValue = map.next_value()?;
                     fields.put(key, value.get());
@@ -880,12 +892,43 @@ impl<'a> Fields<'a> {
         }
         let mut de = serde_json::Deserializer::from_str(json);
         // An Event always holds a JSON object, so this cannot fail.
-        serde::Deserializer::deserialize_map(&mut de, V).unwrap_or(Fields {
-            entries: Vec::new(),
-            positions: None,
-        })
+        serde::Deserializer::deserialize_map(&mut de, V(kind))
+            .unwrap_or_else(|_| ChunkFields::new(kind))
     }
 
+    /// Adds one member.
+    fn put(&mut self, key: Cow<'a, str>, value: &'a str) {
+        let slot = match (&*key, self.kind) {
+            ("type" | "timestamp", _) => return,
+            ("subagentRunId", _) => &mut self.tag,
+            ("metadata", _) => &mut self.metadata,
+            ("rawEvent", _) => &mut self.raw_event,
+            ("delta", _) => &mut self.delta,
+            ("messageId", Kind::Text | Kind::Reasoning) | ("toolCallId", Kind::Tool) => {
+                &mut self.id
+            }
+            ("role", Kind::Text) => &mut self.role,
+            ("name", Kind::Text) | ("toolCallName", Kind::Tool) => &mut self.name,
+            ("parentMessageId", Kind::Tool) => &mut self.parent,
+            _ => return self.remainder.put(key, value),
+        };
+        *slot = Some(value);
+    }
+}
+
+/// Member lists longer than this index their keys to find repeated ones, so
+/// a wide object is read in linear time.
+const INDEX_KEYS_FROM: usize = 16;
+
+/// Members as JSON text, in order.
+#[derive(Debug, Default, PartialEq)]
+struct Fields<'a> {
+    entries: Vec<(Cow<'a, str>, &'a str)>,
+    /// Position of each key in `entries`, once there are many.
+    positions: Option<HashMap<Cow<'a, str>, usize>>,
+}
+
+impl<'a> Fields<'a> {
     /// Adds one member. A repeated key keeps its first position and last
     /// value, as `JSON.parse` does.
     fn put(&mut self, key: Cow<'a, str>, value: &'a str) {
@@ -913,17 +956,9 @@ impl<'a> Fields<'a> {
         }
     }
 
-    fn get(&self, key: &str) -> Option<&'a str> {
-        self.entries.iter().find(|(k, _)| k == key).map(|(_, v)| *v)
-    }
-
-    /// The properties the chunk schema does not describe, in order.
-    fn remainder(&self, kind: Kind) -> Vec<(&str, &'a str)> {
-        self.entries
-            .iter()
-            .filter(|(k, _)| !kind.described(k))
-            .map(|(k, v)| (k.as_ref(), *v))
-            .collect()
+    /// The members, in order.
+    fn pairs(&self) -> Vec<(&str, &'a str)> {
+        self.entries.iter().map(|(k, v)| (k.as_ref(), *v)).collect()
     }
 }
 
@@ -944,13 +979,13 @@ fn put_end(p: &Pending, out: &mut impl Sink) {
 
 /// `subagentRunId` of a non-chunk event, as the closing rules read it.
 #[derive(Debug, PartialEq)]
-enum TagOf {
-    Tag(Tag),
+enum TagOf<'a> {
+    Tag(Tag<'a>),
     Other,
 }
 
 /// Reads only `subagentRunId` (a repeated one names no lane).
-fn read_tag_of(event: EventRef<'_>) -> TagOf {
+fn read_tag_of(event: EventRef<'_>) -> TagOf<'_> {
     // Most events have no such member. Its name is all letters, so any
     // spelling of it in the text is the name itself or holds a `\u` escape:
     // without either, no member at any depth has that name. An event with
@@ -976,22 +1011,22 @@ fn read_tag_of(event: EventRef<'_>) -> TagOf {
             _ if repeated => TagOf::Other,
             None => TagOf::Tag(Tag::Absent),
             Some("null") => TagOf::Tag(Tag::Null),
-            Some(raw) => as_string(raw).map_or(TagOf::Other, |s| TagOf::Tag(Tag::Id(s))),
+            Some(raw) => as_str(raw).map_or(TagOf::Other, |s| TagOf::Tag(Tag::Id(s))),
         };
     }
     read_tag_slow(event)
 }
 
 /// [`read_tag_of`] through the JSON library (any event text).
-fn read_tag_slow(event: EventRef<'_>) -> TagOf {
+fn read_tag_slow(event: EventRef<'_>) -> TagOf<'static> {
     struct V;
     impl<'de> Visitor<'de> for V {
-        type Value = Tag;
+        type Value = Tag<'static>;
         fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
             f.write_str("an event object")
         }
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Tag, A::Error> {
-            let mut tag: Option<Tag> = None;
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Tag<'static>, A::Error> {
+            let mut tag: Option<Tag<'static>> = None;
             while let Some(crate::ObjectKey(key)) = map.next_key::<crate::ObjectKey<'de>>()? {
                 if key == "subagentRunId" {
                     if tag.is_some() {
@@ -1013,7 +1048,7 @@ fn read_tag_slow(event: EventRef<'_>) -> TagOf {
 }
 
 /// A present `subagentRunId`: `null`, a string, or (an error) anything else.
-struct TagValue(Tag);
+struct TagValue(Tag<'static>);
 
 impl<'de> Deserialize<'de> for TagValue {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -1027,10 +1062,10 @@ impl<'de> Deserialize<'de> for TagValue {
                 Ok(TagValue(Tag::Null))
             }
             fn visit_str<E: de::Error>(self, s: &str) -> Result<TagValue, E> {
-                Ok(TagValue(Tag::Id(s.to_owned())))
+                Ok(TagValue(Tag::Id(Cow::Owned(s.to_owned()))))
             }
             fn visit_string<E: de::Error>(self, s: String) -> Result<TagValue, E> {
-                Ok(TagValue(Tag::Id(s)))
+                Ok(TagValue(Tag::Id(Cow::Owned(s))))
             }
         }
         d.deserialize_any(V)
@@ -1428,17 +1463,26 @@ mod tests {
         ));
     }
 
-    /// Object texts with repeated keys, escaped keys, nested look-alikes,
-    /// odd spacing and wide objects (the key index).
+    /// Object texts with repeated keys (described by the chunk schema or
+    /// not), escaped keys, nested look-alikes, odd spacing and wide objects
+    /// (the key index).
     fn object_text() -> proptest::strategy::BoxedStrategy<String> {
         agui_testkit::texts::object_text(
             "X_TEST",
             &[
                 "subagentRunId",
                 "messageId",
+                "toolCallId",
+                "toolCallName",
+                "parentMessageId",
+                "role",
+                "name",
                 "delta",
                 "metadata",
+                "rawEvent",
+                "timestamp",
                 "subagent\\u0052unId",
+                "tool\\u0043allId",
                 "m\\\\x",
             ],
             &[
@@ -1471,9 +1515,11 @@ mod tests {
             let checked = Event::check_recording(event.json(), &mut members).unwrap();
             proptest::prop_assert_eq!(checked.json(), event.json());
             let recorded = EventRef::from_checked_members(event.json(), event.event_type(), &members);
-            let slow = Fields::parse_slow(event.json()).entries;
-            proptest::prop_assert_eq!(&Fields::parse(event.as_event_ref()).entries, &slow);
-            proptest::prop_assert_eq!(&Fields::parse(recorded).entries, &slow);
+            for kind in [Kind::Text, Kind::Tool, Kind::Reasoning] {
+                let slow = ChunkFields::parse_slow(event.json(), kind);
+                proptest::prop_assert_eq!(&ChunkFields::parse(event.as_event_ref(), kind), &slow);
+                proptest::prop_assert_eq!(&ChunkFields::parse(recorded, kind), &slow);
+            }
             let tag = read_tag_slow(event.as_event_ref());
             proptest::prop_assert_eq!(&read_tag_of(event.as_event_ref()), &tag);
             proptest::prop_assert_eq!(&read_tag_of(recorded), &tag);
