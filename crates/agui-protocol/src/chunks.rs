@@ -189,7 +189,7 @@ impl Kind {
     }
 }
 
-/// A `subagentRunId` as written/// A `subagentRunId` as written: absent, `null`, or a value.
+/// A `subagentRunId` as written: absent, `null`, or a value.
 #[derive(Debug, Clone, PartialEq)]
 enum Tag<'a> {
     Absent,
