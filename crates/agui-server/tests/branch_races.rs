@@ -1149,13 +1149,106 @@ async fn the_branch_of_a_run_set_aside_is_read_again_when_its_parent_joins_meanw
     g.shutdown().await;
 }
 
-/// Once armed, the first read of `target` waits until `release`, then
+/// Holds a hooked store call until opened: `entered` says one is held.
+#[derive(Default)]
+struct Gate {
+    entered: AtomicBool,
+    release: AtomicBool,
+}
+
+impl Gate {
+    /// Marks the call entered and waits (10 s at most) to be opened.
+    async fn hold(&self) {
+        self.entered.store(true, Ordering::SeqCst);
+        for _ in 0..1_000 {
+            if self.release.load(Ordering::SeqCst) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Waits (5 s at most) for a call to be held; fails if none came.
+    async fn wait_entered(&self) {
+        for _ in 0..500 {
+            if self.entered.load(Ordering::SeqCst) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("the probe never fired");
+    }
+
+    fn open(&self) {
+        self.release.store(true, Ordering::SeqCst);
+    }
+}
+
+/// A hook that holds one store call at its [`Gate`] once armed.
+trait Gated: Hooks {
+    fn arm(&self);
+    fn gate(&self) -> &Gate;
+}
+
+/// The race both probes below set up: r1 ends, r2 runs slowly, r3
+/// branches from r1 and is set aside; then `?branch=r3` is asked with the
+/// hook armed, and while the hooked call is held r2 ends and r3 joins the
+/// log (its aside copy deleted). The read must still answer r1 and r3,
+/// whole and in order; gives the frames it answered.
+async fn read_a_branch_across_its_join<H: Gated + 'static>(hooks: H) -> Vec<Frame> {
+    let hooked = Arc::new(Hooked::new(MemoryStore::new(), hooks));
+    let g = start_with(Store::from_arc(hooked.clone()), GatewayConfig::default()).await;
+    let (_, f1, _) = run(&g.base, "demo", &input("t", "r1", "first")).await;
+    let r2 = spawn_run(&g.base, "demo", slow("t", "r2", 150));
+    wait_thread(&g.base, "t", |v| v["runs"][1]["status"] == "running").await;
+    let (s, f3, body) = run(&g.base, "demo", &branch("t", "r3", "r1", "second")).await;
+    assert_eq!(s, 200, "{body}");
+    hooked.hooks().arm();
+    let base = g.base.clone();
+    let get = tokio::spawn(async move {
+        let resp = client()
+            .get(format!("{base}/threads/t/events?branch=r3"))
+            .send()
+            .await
+            .unwrap();
+        (resp.status().as_u16(), resp.text().await.unwrap())
+    });
+    hooked.hooks().gate().wait_entered().await;
+    assert!(!r2.is_finished(), "r2 ended too early for the probe");
+    r2.await.unwrap();
+    wait_thread(&g.base, "t", |v| {
+        v["runs"].as_array().is_some_and(|r| r.len() == 3)
+            && v["runsAside"].as_array().is_none_or(|a| a.is_empty())
+    })
+    .await;
+    hooked.hooks().gate().open();
+    let (status, text) = get.await.unwrap();
+    assert_eq!(status, 200, "{text}");
+    let frames = parse_sse(&text);
+    assert_eq!(frames.len(), f1.len() + f3.len(), "{text}");
+    for (got, want) in frames.iter().zip(f1.iter().chain(&f3)) {
+        assert_eq!(got.data, want.data);
+    }
+    g.shutdown().await;
+    frames
+}
+
+/// Once armed, the first read of r3's aside thread waits at its gate, then
 /// reads: what the store answers then is whatever happened meanwhile.
 #[derive(Default)]
 struct StallFirstRead {
     target: std::sync::Mutex<Option<(String, String)>>,
-    entered: AtomicBool,
-    release: AtomicBool,
+    gate: Gate,
+}
+
+impl Gated for StallFirstRead {
+    fn arm(&self) {
+        *self.target.lock().unwrap() =
+            Some((aside_tenant("default"), aside_thread("t", "r3").unwrap()));
+    }
+    fn gate(&self) -> &Gate {
+        &self.gate
+    }
 }
 
 #[async_trait::async_trait]
@@ -1168,15 +1261,8 @@ impl Hooks for StallFirstRead {
         from_seq: u64,
         limit: usize,
     ) -> agui_store::Result<agui_store::EventPage> {
-        let fire = take_target(&self.target, tenant, thread);
-        if fire {
-            self.entered.store(true, Ordering::SeqCst);
-            for _ in 0..1_000 {
-                if self.release.load(Ordering::SeqCst) {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
+        if take_target(&self.target, tenant, thread) {
+            self.gate.hold().await;
         }
         inner.read(tenant, thread, from_seq, limit).await
     }
@@ -1187,63 +1273,27 @@ impl Hooks for StallFirstRead {
 /// the branch is read from the log, not a 404.
 #[tokio::test]
 async fn the_branch_of_a_run_set_aside_that_joins_while_it_is_read_comes_from_the_log() {
-    let hooked = Arc::new(Hooked::new(MemoryStore::new(), StallFirstRead::default()));
-    let g = start_with(Store::from_arc(hooked.clone()), GatewayConfig::default()).await;
-    let (_, f1, _) = run(&g.base, "demo", &input("t", "r1", "first")).await;
-    let r2 = spawn_run(&g.base, "demo", slow("t", "r2", 150));
-    wait_thread(&g.base, "t", |v| v["runs"][1]["status"] == "running").await;
-    let (s, f3, body) = run(&g.base, "demo", &branch("t", "r3", "r1", "second")).await;
-    assert_eq!(s, 200, "{body}");
-    *hooked.hooks().target.lock().unwrap() =
-        Some((aside_tenant("default"), aside_thread("t", "r3").unwrap()));
-    let base = g.base.clone();
-    let get = tokio::spawn(async move {
-        let resp = client()
-            .get(format!("{base}/threads/t/events?branch=r3"))
-            .send()
-            .await
-            .unwrap();
-        (resp.status().as_u16(), resp.text().await.unwrap())
-    });
-    for _ in 0..500 {
-        if hooked.hooks().entered.load(Ordering::SeqCst) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert!(
-        hooked.hooks().entered.load(Ordering::SeqCst),
-        "the probe never fired"
-    );
-    assert!(!r2.is_finished(), "r2 ended too early for the probe");
-    // r2 ends; r3 joins the log and its aside copy is deleted.
-    r2.await.unwrap();
-    wait_thread(&g.base, "t", |v| {
-        v["runs"].as_array().is_some_and(|r| r.len() == 3)
-            && v["runsAside"].as_array().is_none_or(|a| a.is_empty())
-    })
-    .await;
-    hooked.hooks().release.store(true, Ordering::SeqCst);
-    let (status, text) = get.await.unwrap();
-    assert_eq!(status, 200, "{text}");
-    let frames = parse_sse(&text);
-    assert_eq!(frames.len(), f1.len() + f3.len(), "{text}");
-    for (got, want) in frames.iter().zip(f1.iter().chain(&f3)) {
-        assert_eq!(got.data, want.data);
-    }
+    let frames = read_a_branch_across_its_join(StallFirstRead::default()).await;
     // From the log now: every frame has its sequence number.
-    assert!(frames.iter().all(|f| f.id.is_some()), "{text}");
-    g.shutdown().await;
+    assert!(frames.iter().all(|f| f.id.is_some()));
 }
 
 /// Once armed, the first listing of thread `t`'s runs is read at once but
-/// answered only on `release`: a listing that raced whatever happened in
-/// between.
+/// answered only when its gate opens: a listing that raced whatever
+/// happened in between.
 #[derive(Default)]
 struct StaleListing {
     armed: AtomicBool,
-    entered: AtomicBool,
-    release: AtomicBool,
+    gate: Gate,
+}
+
+impl Gated for StaleListing {
+    fn arm(&self) {
+        self.armed.store(true, Ordering::SeqCst);
+    }
+    fn gate(&self) -> &Gate {
+        &self.gate
+    }
 }
 
 #[async_trait::async_trait]
@@ -1257,13 +1307,7 @@ impl Hooks for StaleListing {
         let page = inner.list_runs(tenant, filter).await;
         let ours = tenant == "default" && filter.thread_id.as_deref() == Some("t");
         if ours && self.armed.swap(false, Ordering::SeqCst) {
-            self.entered.store(true, Ordering::SeqCst);
-            for _ in 0..1_000 {
-                if self.release.load(Ordering::SeqCst) {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
+            self.gate.hold().await;
         }
         page
     }
@@ -1275,47 +1319,5 @@ impl Hooks for StaleListing {
 /// branch read from the log, not a 404.
 #[tokio::test]
 async fn the_branch_of_a_run_that_joins_between_the_listing_and_the_look_aside_is_found() {
-    let hooked = Arc::new(Hooked::new(MemoryStore::new(), StaleListing::default()));
-    let g = start_with(Store::from_arc(hooked.clone()), GatewayConfig::default()).await;
-    let (_, f1, _) = run(&g.base, "demo", &input("t", "r1", "first")).await;
-    let r2 = spawn_run(&g.base, "demo", slow("t", "r2", 150));
-    wait_thread(&g.base, "t", |v| v["runs"][1]["status"] == "running").await;
-    let (s, f3, body) = run(&g.base, "demo", &branch("t", "r3", "r1", "second")).await;
-    assert_eq!(s, 200, "{body}");
-    hooked.hooks().armed.store(true, Ordering::SeqCst);
-    let base = g.base.clone();
-    let get = tokio::spawn(async move {
-        let resp = client()
-            .get(format!("{base}/threads/t/events?branch=r3"))
-            .send()
-            .await
-            .unwrap();
-        (resp.status().as_u16(), resp.text().await.unwrap())
-    });
-    for _ in 0..500 {
-        if hooked.hooks().entered.load(Ordering::SeqCst) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert!(
-        hooked.hooks().entered.load(Ordering::SeqCst),
-        "the probe never fired"
-    );
-    assert!(!r2.is_finished(), "r2 ended too early for the probe");
-    r2.await.unwrap();
-    wait_thread(&g.base, "t", |v| {
-        v["runs"].as_array().is_some_and(|r| r.len() == 3)
-            && v["runsAside"].as_array().is_none_or(|a| a.is_empty())
-    })
-    .await;
-    hooked.hooks().release.store(true, Ordering::SeqCst);
-    let (status, text) = get.await.unwrap();
-    assert_eq!(status, 200, "{text}");
-    let frames = parse_sse(&text);
-    assert_eq!(frames.len(), f1.len() + f3.len(), "{text}");
-    for (got, want) in frames.iter().zip(f1.iter().chain(&f3)) {
-        assert_eq!(got.data, want.data);
-    }
-    g.shutdown().await;
+    read_a_branch_across_its_join(StaleListing::default()).await;
 }
