@@ -381,11 +381,11 @@ async fn compose_chain(
     store: &Store,
     tenant: &str,
     thread: &str,
-    first: Decoded,
+    first: Decoded<'_>,
 ) -> std::result::Result<(), String> {
     let mut chain = vec![first];
     while let Some(base) = chain[chain.len() - 1].base.clone() {
-        if chain.len() > 80 {
+        if chain.len() > checkpoint::MAX_CHAIN {
             return Err("the checkpoint's chain of bases does not end".into());
         }
         let blob = match store.load_checkpoint(tenant, thread, &base.run_id).await {
@@ -399,6 +399,7 @@ async fn compose_chain(
             Err(e) => return Err(format!("the checkpoint's base is unreadable: {e}")),
         };
         let decoded = checkpoint::decode(&blob)
+            .map(Decoded::into_owned)
             .map_err(|e| format!("its base checkpoint (run {:?}): {e}", base.run_id))?;
         if decoded.last_seq != base.last_seq {
             return Err(format!(

@@ -14,31 +14,42 @@
 //! never parses JSON. The composed text is exactly
 //! `serde_json::to_string(&Conversation)`.
 //!
-//! Layout: `b"AGCK"`, a version byte (2), a codec byte (0 plain, 1 zstd), the
-//! CRC-32 of the last sequence number and the uncompressed body (little
-//! endian), the body length (u64, little endian), the sequence number of the
-//! last event the conversation covers (u64, little endian; a checkpoint that
-//! covers fewer events than its run now has is stale), then the (possibly
-//! compressed) body:
+//! Layout (version 3, written today): `b"AGCK"`, a version byte (3), a
+//! codec byte (bit 0: the meta part is zstd, bit 1: the text part is), the
+//! CRC-32 of every other byte of the blob (header fields and stored parts,
+//! little endian), the meta part's length (u32) and stored length (u32), the
+//! text part's length (u64), the sequence number of the last event the
+//! conversation covers (u64; a checkpoint that covers fewer events than its
+//! run now has is stale), then the two parts as stored:
 //!
-//! | field | |
+//! | part | |
 //! | --- | --- |
-//! | kind | u8: 0 full, 1 delta |
-//! | base (delta only) | base last sequence u64, kept messages u64, base run id length u32 + UTF-8 bytes |
-//! | messages | count u32, then the end offset (u32) of each in the text |
-//! | text | length u32, the messages' JSON joined with `,` |
-//! | state | the rest: the state's JSON |
+//! | meta | kind u8 (0 full, 1 delta); for a delta the base's last sequence u64, kept messages u64, base run id length u32 + UTF-8 bytes; the message count u32, then the end offset (u32) of each in the text |
+//! | text | the messages' JSON joined with `,`, then `],"state":`, the state's JSON and `}` |
 //!
-//! Version 1 blobs (the whole conversation's text) are still read as full
-//! checkpoints of their own run; they are never a delta's base. Backends store
-//! blobs as opaque bytes.
+//! The checksum covers the stored bytes, so it is checked before anything is
+//! decompressed, over the compressed size; and the text part is laid out as
+//! the tail of a composed conversation, so a restore decompresses each link
+//! straight into the conversation it composes: no second copy.
+//!
+//! Version 2 blobs (one body: kind, base, count, ends, text length, text,
+//! state; the CRC over the uncompressed body) and version 1 blobs (the whole
+//! conversation's text, read as full checkpoints of their own run, never a
+//! delta's base) are still read. Backends store blobs as opaque bytes.
 
 use crate::error::{Result, StoreError};
 
 const MAGIC: &[u8; 4] = b"AGCK";
-const VERSION: u8 = 2;
+/// The version written.
+const VERSION: u8 = 3;
+const VERSION_2: u8 = 2;
 const VERSION_1: u8 = 1;
-const HEADER: usize = 4 + 1 + 1 + 4 + 8 + 8;
+/// The header of versions 1 and 2.
+const HEADER_2: usize = 4 + 1 + 1 + 4 + 8 + 8;
+/// The header of version 3.
+const HEADER: usize = 4 + 1 + 1 + 4 + 4 + 4 + 8 + 8;
+/// What follows a version 3 text part's messages, before the state.
+const SEPARATOR: &[u8] = b"],\"state\":";
 /// Bodies at least this long are compressed.
 const COMPRESS_FROM: usize = 512;
 /// zstd level of checkpoint bodies.
@@ -80,58 +91,68 @@ fn encode<S: AsRef<str>>(
     state: &str,
     last_seq: u64,
 ) -> Vec<u8> {
-    let text_len: usize = messages.iter().map(|m| m.as_ref().len() + 1).sum();
-    let mut body = Vec::with_capacity(64 + 4 * messages.len() + text_len + state.len());
+    let mut meta = Vec::with_capacity(32 + 4 * messages.len());
     match base {
-        None => body.push(0u8),
+        None => meta.push(0u8),
         Some(b) => {
-            body.push(1u8);
-            body.extend_from_slice(&b.last_seq.to_le_bytes());
-            body.extend_from_slice(&b.keep.to_le_bytes());
-            body.extend_from_slice(&(b.run_id.len() as u32).to_le_bytes());
-            body.extend_from_slice(b.run_id.as_bytes());
+            meta.push(1u8);
+            meta.extend_from_slice(&b.last_seq.to_le_bytes());
+            meta.extend_from_slice(&b.keep.to_le_bytes());
+            meta.extend_from_slice(&(b.run_id.len() as u32).to_le_bytes());
+            meta.extend_from_slice(b.run_id.as_bytes());
         }
     }
-    body.extend_from_slice(&(messages.len() as u32).to_le_bytes());
+    meta.extend_from_slice(&(messages.len() as u32).to_le_bytes());
     let mut end = 0usize;
     for (i, m) in messages.iter().enumerate() {
         end += m.as_ref().len() + usize::from(i > 0);
-        body.extend_from_slice(&(end as u32).to_le_bytes());
+        meta.extend_from_slice(&(end as u32).to_le_bytes());
     }
-    body.extend_from_slice(&(end as u32).to_le_bytes());
+    let mut text = Vec::with_capacity(end + SEPARATOR.len() + state.len() + 1);
     for (i, m) in messages.iter().enumerate() {
         if i > 0 {
-            body.push(b',');
+            text.push(b',');
         }
-        body.extend_from_slice(m.as_ref().as_bytes());
+        text.extend_from_slice(m.as_ref().as_bytes());
     }
-    body.extend_from_slice(state.as_bytes());
-    seal(VERSION, &body, last_seq)
+    text.extend_from_slice(SEPARATOR);
+    text.extend_from_slice(state.as_bytes());
+    text.push(b'}');
+    let (meta_z, meta_stored) = pack(&meta);
+    let (text_z, text_stored) = pack(&text);
+    let mut out = Vec::with_capacity(HEADER + meta_stored.len() + text_stored.len());
+    out.extend_from_slice(MAGIC);
+    out.push(VERSION);
+    out.push(u8::from(meta_z) | u8::from(text_z) << 1);
+    out.extend_from_slice(&[0; 4]);
+    out.extend_from_slice(&(meta.len() as u32).to_le_bytes());
+    out.extend_from_slice(&(meta_stored.len() as u32).to_le_bytes());
+    out.extend_from_slice(&(text.len() as u64).to_le_bytes());
+    out.extend_from_slice(&last_seq.to_le_bytes());
+    out.extend_from_slice(&meta_stored);
+    out.extend_from_slice(&text_stored);
+    let crc = blob_checksum(&out);
+    out[6..10].copy_from_slice(&crc.to_le_bytes());
+    out
 }
 
-fn seal(version: u8, body: &[u8], last_seq: u64) -> Vec<u8> {
-    let crc = checksum(body, last_seq);
-    let compressed = if body.len() >= COMPRESS_FROM {
-        match zstd::bulk::compress(body, LEVEL) {
-            Ok(z) if z.len() < body.len() => Some(z),
-            _ => None,
-        }
-    } else {
-        None
-    };
-    let (codec, stored) = match &compressed {
-        Some(z) => (1u8, z.as_slice()),
-        None => (0u8, body),
-    };
-    let mut out = Vec::with_capacity(HEADER + stored.len());
-    out.extend_from_slice(MAGIC);
-    out.push(version);
-    out.push(codec);
-    out.extend_from_slice(&crc.to_le_bytes());
-    out.extend_from_slice(&(body.len() as u64).to_le_bytes());
-    out.extend_from_slice(&last_seq.to_le_bytes());
-    out.extend_from_slice(stored);
-    out
+/// A part as stored: zstd when that makes it smaller, else as it is.
+fn pack(part: &[u8]) -> (bool, std::borrow::Cow<'_, [u8]>) {
+    if part.len() >= COMPRESS_FROM
+        && let Ok(z) = zstd::bulk::compress(part, LEVEL)
+        && z.len() < part.len()
+    {
+        return (true, z.into());
+    }
+    (false, part.into())
+}
+
+/// The CRC-32 of a version 3 blob: every byte but the checksum's own.
+fn blob_checksum(blob: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&blob[..6]);
+    h.update(&blob[10..]);
+    h.finalize()
 }
 
 /// The JSON text of a *full* checkpoint blob, when intact and covering
@@ -154,20 +175,18 @@ pub const MAX_CHAIN: usize = 80;
 /// base) exactly as a restore does, and composes the conversation's text.
 /// `None` when a link is missing, damaged, stale or does not fit: the caller
 /// then takes the repairing path ([`crate::restore_run`]).
-pub fn compose_links<R: AsRef<[u8]>, B: AsRef<[u8]> + Sync>(
+pub fn compose_links<R: AsRef<[u8]>, B: AsRef<[u8]>>(
     run_id: &str,
     last_seq: u64,
     links: &[(R, B)],
 ) -> Option<String> {
-    let blobs: Vec<&[u8]> = links.iter().map(|(_, b)| b.as_ref()).collect();
-    let mut decoded = decode_all(&blobs).into_iter();
     let mut chain = Vec::with_capacity(links.len());
-    let (mut want_run, mut want_seq) = (run_id.as_bytes().to_vec(), last_seq);
-    for (run, _) in links {
-        if run.as_ref() != want_run.as_slice() {
+    let (mut want_run, mut want_seq) = (run_id.to_owned(), last_seq);
+    for (run, blob) in links {
+        if run.as_ref() != want_run.as_bytes() {
             return None;
         }
-        let d = decoded.next()?.ok()?;
+        let d = decode(blob.as_ref()).ok()?;
         if d.last_seq != want_seq {
             return None;
         }
@@ -177,75 +196,54 @@ pub fn compose_links<R: AsRef<[u8]>, B: AsRef<[u8]> + Sync>(
             None => return compose(&chain).ok(),
             // Bases cover strictly earlier events: no cycle.
             Some((_, s)) if s >= want_seq => return None,
-            Some((r, s)) => (want_run, want_seq) = (r.into_bytes(), s),
+            Some((r, s)) => (want_run, want_seq) = (r, s),
         }
     }
     None
 }
 
-/// Blobs past which [`decode_all`] decodes on two threads (a thread costs
-/// tens of microseconds; decoding a megabyte, about a millisecond).
-const PARALLEL_FROM: usize = 256 * 1024;
+/// Text parts past which [`compose`] decompresses the oldest link (about
+/// half of a Fenwick chain) on a second thread while this one decompresses
+/// the others (a thread costs tens of microseconds; a megabyte, about a
+/// millisecond).
+const PARALLEL_FROM: usize = 1 << 20;
 
-/// Decodes every blob of a chain, in order. Decompressing and checking are
-/// most of a cold restore, and the links are independent: above
-/// [`PARALLEL_FROM`] bytes the largest blob (the oldest base, about half of
-/// a Fenwick chain) is decoded on a second thread while this one decodes
-/// the others.
-fn decode_all(blobs: &[&[u8]]) -> Vec<Result<Decoded>> {
-    let total: usize = blobs.iter().map(|b| b.len()).sum();
-    let largest = (0..blobs.len()).max_by_key(|&i| blobs[i].len());
-    let (Some(largest), true) = (largest, blobs.len() >= 2 && total >= PARALLEL_FROM) else {
-        return blobs.iter().map(|b| decode(b)).collect();
-    };
-    std::thread::scope(|scope| {
-        let big = blobs[largest];
-        // Without a second thread (none could be started), all here.
-        let other = std::thread::Builder::new()
-            .name("agui-checkpoint-decode".into())
-            .spawn_scoped(scope, move || decode(big))
-            .ok();
-        let mut out: Vec<Option<Result<Decoded>>> = blobs
-            .iter()
-            .enumerate()
-            .map(|(i, b)| (i != largest || other.is_none()).then(|| decode(b)))
-            .collect();
-        if let Some(h) = other {
-            out[largest] = Some(h.join().unwrap_or_else(|_| Err(damaged("decoding failed"))));
-        }
-        out.into_iter()
-            .map(|d| d.unwrap_or_else(|| Err(damaged("not decoded"))))
-            .collect()
-    })
-}
-
-/// The base run a delta blob names, read from the start of its body alone
-/// (the rest is neither decompressed nor checked): what a backend keeps
-/// beside a blob to fetch a whole chain in one query. A hint, not a check:
-/// the restore checks every link it composes. `None` for a full or
+/// The base run a delta blob names, read from the start of its meta part
+/// alone (the text is neither decompressed nor checked): what a backend
+/// keeps beside a blob to fetch a whole chain in one query. A hint, not a
+/// check: the restore checks every link it composes. `None` for a full or
 /// unreadable blob.
 pub fn base_run(blob: &[u8]) -> Option<String> {
     use std::io::Read;
-    if blob.len() < HEADER || &blob[..4] != MAGIC || blob[4] != VERSION {
+    if blob.len() < HEADER_2 || &blob[..4] != MAGIC {
         return None;
     }
-    let stored = &blob[HEADER..];
     // kind, base last sequence, kept messages, id length, id.
     let most = (1 + 8 + 8 + 4 + crate::MAX_ID_BYTES) as u64;
-    let mut head = Vec::new();
-    let prefix: &[u8] = match blob[5] {
-        0 => stored,
-        1 => {
-            let mut d = zstd::stream::read::Decoder::with_buffer(stored).ok()?;
-            // The id's length first, then as much of the id as it says.
-            let mut fixed = [0u8; 21];
-            d.read_exact(&mut fixed).ok()?;
-            head.extend_from_slice(&fixed);
-            let n = u32::from_le_bytes([fixed[17], fixed[18], fixed[19], fixed[20]]) as u64;
-            d.take(n.min(most)).read_to_end(&mut head).ok()?;
-            &head
+    let (zstd, stored) = match blob[4] {
+        VERSION if blob.len() >= HEADER => {
+            let stored_len = u32_at(blob, 14)? as usize;
+            (blob[5] & 1 != 0, blob.get(HEADER..HEADER + stored_len)?)
         }
+        VERSION_2 => match blob[5] {
+            0 => (false, &blob[HEADER_2..]),
+            1 => (true, &blob[HEADER_2..]),
+            _ => return None,
+        },
         _ => return None,
+    };
+    let mut head = Vec::new();
+    let prefix: &[u8] = if zstd {
+        let mut d = zstd::stream::read::Decoder::with_buffer(stored).ok()?;
+        // The id's length first, then as much of the id as it says.
+        let mut fixed = [0u8; 21];
+        d.read_exact(&mut fixed).ok()?;
+        head.extend_from_slice(&fixed);
+        let n = u32::from_le_bytes([fixed[17], fixed[18], fixed[19], fixed[20]]) as u64;
+        d.take(n.min(most)).read_to_end(&mut head).ok()?;
+        &head
+    } else {
+        stored
     };
     if prefix.first() != Some(&1) {
         return None;
@@ -255,26 +253,42 @@ pub fn base_run(blob: &[u8]) -> Option<String> {
     String::from_utf8(id.to_vec()).ok()
 }
 
-/// A decoded, checked checkpoint.
+/// A decoded, checked checkpoint (the text of a version 3 blob is checked
+/// by its checksum here, and unpacked and checked as text when composed).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Decoded {
+pub struct Decoded<'a> {
     /// The last sequence number it covers.
     pub last_seq: u64,
     /// `None` for a full checkpoint.
     pub base: Option<BaseRef>,
-    /// The end offset of each message in `text`.
+    /// The end offset of each message in the text.
     ends: Vec<u32>,
-    /// The body, checked UTF-8 once: its binary fields (read into the
-    /// fields above) blanked with spaces, then the messages' text and the
-    /// state's; `text_at`, every end and `state_at` are char boundaries.
-    body: String,
-    text_at: usize,
-    state_at: usize,
-    /// A version 1 blob: `body` is the whole conversation's text.
-    whole: bool,
+    text: Text<'a>,
 }
 
-impl Decoded {
+/// A decoded blob's messages and state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Text<'a> {
+    /// Version 1: the whole conversation's text.
+    Whole(String),
+    /// Version 2: the body, checked UTF-8 once (its binary fields blanked
+    /// with spaces), then the messages' text from `text_at` and the state's
+    /// from `state_at`; every end is a char boundary.
+    Body {
+        body: String,
+        text_at: usize,
+        state_at: usize,
+    },
+    /// Version 3: the text part as stored (checksummed), `len` bytes when
+    /// unpacked.
+    Packed {
+        stored: std::borrow::Cow<'a, [u8]>,
+        len: usize,
+        zstd: bool,
+    },
+}
+
+impl Decoded<'_> {
     /// How many messages the blob itself holds.
     pub fn message_count(&self) -> usize {
         self.ends.len()
@@ -285,29 +299,247 @@ impl Decoded {
         self.base.as_ref().map_or(0, |b| b.keep) + self.ends.len() as u64
     }
 
-    /// The JSON text of its first `n` own messages, joined with `,`.
-    fn first_messages(&self, n: usize) -> &str {
-        match n {
-            0 => "",
-            n => &self.body[self.text_at..self.text_at + self.ends[n - 1] as usize],
+    /// The same checkpoint, owning what it borrowed from its blob.
+    pub fn into_owned(self) -> Decoded<'static> {
+        let text = match self.text {
+            Text::Whole(w) => Text::Whole(w),
+            Text::Body {
+                body,
+                text_at,
+                state_at,
+            } => Text::Body {
+                body,
+                text_at,
+                state_at,
+            },
+            Text::Packed { stored, len, zstd } => Text::Packed {
+                stored: std::borrow::Cow::Owned(stored.into_owned()),
+                len,
+                zstd,
+            },
+        };
+        Decoded {
+            last_seq: self.last_seq,
+            base: self.base,
+            ends: self.ends,
+            text,
         }
     }
 
-    fn state(&self) -> &str {
-        &self.body[self.state_at..]
+    /// The end of its first `n` own messages in its text.
+    fn end_of(&self, n: usize) -> usize {
+        match n {
+            0 => 0,
+            n => self.ends[n - 1] as usize,
+        }
     }
+
+    /// Appends its first `n` own messages (with `,` before them when
+    /// `comma`), or, when `last`, its text through the end of the
+    /// conversation (`n` is then every message of its own), to `out`.
+    fn append(
+        &self,
+        out: &mut Vec<u8>,
+        n: usize,
+        comma: bool,
+        last: bool,
+        unpacker: &mut Option<zstd::bulk::Decompressor<'static>>,
+    ) -> Result<()> {
+        if n == 0 && !last {
+            return Ok(());
+        }
+        let end = self.end_of(n);
+        if comma && n > 0 {
+            out.push(b',');
+        }
+        match &self.text {
+            Text::Whole(_) => return Err(chain_unfit()),
+            Text::Body {
+                body,
+                text_at,
+                state_at,
+            } => {
+                out.extend_from_slice(&body.as_bytes()[*text_at..*text_at + end]);
+                if last {
+                    out.extend_from_slice(SEPARATOR);
+                    out.extend_from_slice(&body.as_bytes()[*state_at..]);
+                    out.push(b'}');
+                }
+            }
+            Text::Packed { stored, len, zstd } => {
+                let at = out.len();
+                unpack(out, stored, *len, *zstd, unpacker)?;
+                let text = &out[at..];
+                // The messages end where the separator starts (the state
+                // follows it and the conversation's `}` ends it), and each
+                // of them where a comma follows.
+                let ok = text.get(end) == Some(if n < self.ends.len() { &b',' } else { &b']' })
+                    && text
+                        .get(self.end_of(self.ends.len())..)
+                        .is_some_and(|t| t.starts_with(SEPARATOR) && t.len() > SEPARATOR.len() + 1)
+                    && text.last() == Some(&b'}')
+                    && self.ends[..self.ends.len().saturating_sub(1)]
+                        .iter()
+                        .all(|&e| text.get(e as usize) == Some(&b','));
+                let keep = if last { text.len() } else { end };
+                if !ok {
+                    return Err(damaged("malformed text"));
+                }
+                out.truncate(at + keep);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Appends a version 3 text part, unpacked, to `out` (exactly `len` bytes,
+/// or damage).
+fn unpack(
+    out: &mut Vec<u8>,
+    stored: &[u8],
+    len: usize,
+    zstd: bool,
+    unpacker: &mut Option<zstd::bulk::Decompressor<'static>>,
+) -> Result<()> {
+    if !zstd {
+        if stored.len() != len {
+            return Err(damaged("length mismatch"));
+        }
+        out.extend_from_slice(stored);
+        return Ok(());
+    }
+    out.reserve(len);
+    let at = out.len();
+    let d = match unpacker {
+        Some(d) => d,
+        None => {
+            unpacker.insert(zstd::bulk::Decompressor::new().map_err(|_| damaged("decompression"))?)
+        }
+    };
+    let mut cursor = std::io::Cursor::new(&mut *out);
+    cursor.set_position(at as u64);
+    let wrote = d
+        .decompress_to_buffer(stored, &mut cursor)
+        .map_err(|_| damaged("decompression"))?;
+    if wrote != len || out.len() != at + len {
+        return Err(damaged("length mismatch"));
+    }
+    Ok(())
 }
 
 /// Decodes a checkpoint blob, checking every byte (the header fields are
 /// covered by the checksum too). Any damage is [`crate::ErrorKind::Corrupt`].
-pub fn decode(blob: &[u8]) -> Result<Decoded> {
-    if blob.len() < HEADER || &blob[..4] != MAGIC {
+/// A version 3 blob's text stays as stored (borrowed) until composed.
+pub fn decode(blob: &[u8]) -> Result<Decoded<'_>> {
+    if blob.len() < HEADER_2 || &blob[..4] != MAGIC {
         return Err(damaged("bad header"));
     }
-    let version = blob[4];
-    if version != VERSION && version != VERSION_1 {
-        return Err(damaged("unknown version"));
+    match blob[4] {
+        VERSION => decode_3(blob),
+        VERSION_2 | VERSION_1 => decode_2(blob),
+        _ => Err(damaged("unknown version")),
     }
+}
+
+fn decode_3(blob: &[u8]) -> Result<Decoded<'_>> {
+    let bad = || damaged("bad header");
+    if blob.len() < HEADER {
+        return Err(bad());
+    }
+    let crc = u32_at(blob, 6).ok_or_else(bad)?;
+    if blob_checksum(blob) != crc {
+        return Err(damaged("checksum mismatch"));
+    }
+    let codec = blob[5];
+    let meta_len = u32_at(blob, 10).ok_or_else(bad)? as usize;
+    let meta_stored = u32_at(blob, 14).ok_or_else(bad)? as usize;
+    let text_len = u64_at(blob, 18).ok_or_else(bad)?;
+    let last_seq = u64_at(blob, 26).ok_or_else(bad)?;
+    if codec > 3 || text_len > MAX_BODY || meta_len as u64 > MAX_BODY {
+        return Err(bad());
+    }
+    let stored = &blob[HEADER..];
+    let (meta, text) = (
+        stored.get(..meta_stored).ok_or_else(bad)?,
+        &stored[meta_stored..],
+    );
+    let meta = if codec & 1 != 0 {
+        zstd::bulk::decompress(meta, meta_len).map_err(|_| damaged("decompression"))?
+    } else {
+        meta.to_vec()
+    };
+    if meta.len() != meta_len {
+        return Err(damaged("length mismatch"));
+    }
+    let mut at = 0;
+    let base = read_base(&meta, &mut at)?;
+    let ends = read_ends(&meta, &mut at, text_len as usize)?;
+    if at != meta.len() {
+        return Err(damaged("malformed meta"));
+    }
+    Ok(Decoded {
+        last_seq,
+        base,
+        ends,
+        text: Text::Packed {
+            stored: text.into(),
+            len: text_len as usize,
+            zstd: codec & 2 != 0,
+        },
+    })
+}
+
+/// The kind and, for a delta, the base, from the start of `meta`.
+fn read_base(meta: &[u8], at: &mut usize) -> Result<Option<BaseRef>> {
+    let bad = || damaged("malformed body");
+    let kind = *meta.first().ok_or_else(bad)?;
+    *at += 1;
+    match kind {
+        0 => Ok(None),
+        1 => {
+            let base_seq = u64_at(meta, *at).ok_or_else(bad)?;
+            let keep = u64_at(meta, *at + 8).ok_or_else(bad)?;
+            let n = u32_at(meta, *at + 16).ok_or_else(bad)? as usize;
+            *at += 20;
+            let id = meta.get(*at..*at + n).ok_or_else(bad)?;
+            let run_id = String::from_utf8(id.to_vec()).map_err(|_| bad())?;
+            *at += n;
+            Ok(Some(BaseRef {
+                run_id,
+                last_seq: base_seq,
+                keep,
+            }))
+        }
+        _ => Err(bad()),
+    }
+}
+
+/// The message count and end offsets at `at`: strictly increasing, each
+/// message non-empty, one comma between two, all within `within` bytes.
+fn read_ends(meta: &[u8], at: &mut usize, within: usize) -> Result<Vec<u32>> {
+    let bad = || damaged("malformed body");
+    let count = u32_at(meta, *at).ok_or_else(bad)? as usize;
+    *at += 4;
+    if count > meta.len() / 4 {
+        return Err(bad());
+    }
+    let mut ends = Vec::with_capacity(count);
+    let mut prev = 0u32;
+    for i in 0..count {
+        let e = u32_at(meta, *at + 4 * i).ok_or_else(bad)?;
+        if e <= prev + u32::from(i > 0) || e as usize > within {
+            return Err(bad());
+        }
+        ends.push(e);
+        prev = e;
+    }
+    *at += 4 * count;
+    Ok(ends)
+}
+
+/// Versions 1 and 2: one body, checksummed uncompressed.
+fn decode_2(blob: &[u8]) -> Result<Decoded<'static>> {
+    let version = blob[4];
     let codec = blob[5];
     let crc = u32::from_le_bytes([blob[6], blob[7], blob[8], blob[9]]);
     let len = u64_at(blob, 10).ok_or_else(|| damaged("bad header"))?;
@@ -315,7 +547,7 @@ pub fn decode(blob: &[u8]) -> Result<Decoded> {
     if len > MAX_BODY {
         return Err(damaged("length out of range"));
     }
-    let stored = &blob[HEADER..];
+    let stored = &blob[HEADER_2..];
     let body = match codec {
         0 => stored.to_vec(),
         1 => zstd::bulk::decompress(stored, len as usize).map_err(|_| damaged("decompression"))?,
@@ -326,60 +558,22 @@ pub fn decode(blob: &[u8]) -> Result<Decoded> {
     }
     if version == VERSION_1 {
         let body = String::from_utf8(body).map_err(|_| damaged("not UTF-8"))?;
-        let state_at = body.len();
         return Ok(Decoded {
             last_seq,
             base: None,
             ends: Vec::new(),
-            body,
-            text_at: 0,
-            state_at,
-            whole: true,
+            text: Text::Whole(body),
         });
     }
     parse_body(body, last_seq)
 }
 
-fn parse_body(mut body: Vec<u8>, last_seq: u64) -> Result<Decoded> {
+fn parse_body(mut body: Vec<u8>, last_seq: u64) -> Result<Decoded<'static>> {
     let bad = || damaged("malformed body");
     let mut at = 0usize;
-    let kind = *body.first().ok_or_else(bad)?;
-    at += 1;
-    let base = match kind {
-        0 => None,
-        1 => {
-            let base_seq = u64_at(&body, at).ok_or_else(bad)?;
-            let keep = u64_at(&body, at + 8).ok_or_else(bad)?;
-            let n = u32_at(&body, at + 16).ok_or_else(bad)? as usize;
-            at += 20;
-            let id = body.get(at..at + n).ok_or_else(bad)?;
-            let run_id = String::from_utf8(id.to_vec()).map_err(|_| bad())?;
-            at += n;
-            Some(BaseRef {
-                run_id,
-                last_seq: base_seq,
-                keep,
-            })
-        }
-        _ => return Err(bad()),
-    };
-    let count = u32_at(&body, at).ok_or_else(bad)? as usize;
-    at += 4;
-    if count > body.len() / 4 {
-        return Err(bad());
-    }
-    let mut ends = Vec::with_capacity(count);
-    let mut prev = 0u32;
-    for i in 0..count {
-        let e = u32_at(&body, at + 4 * i).ok_or_else(bad)?;
-        // Each message is non-empty JSON, separated by one comma.
-        if e <= prev + u32::from(i > 0) {
-            return Err(bad());
-        }
-        ends.push(e);
-        prev = e;
-    }
-    at += 4 * count;
+    let base = read_base(&body, &mut at)?;
+    let ends = read_ends(&body, &mut at, body.len())?;
+    let prev = ends.last().copied().unwrap_or(0);
     let text_len = u32_at(&body, at).ok_or_else(bad)? as usize;
     at += 4;
     if text_len != prev as usize {
@@ -392,7 +586,7 @@ fn parse_body(mut body: Vec<u8>, last_seq: u64) -> Result<Decoded> {
         .ok_or_else(bad)?;
     // Messages start at a comma boundary: the separators are where promised
     // (so each end is a char boundary; `state_at` is checked below).
-    for &e in &ends[..count.saturating_sub(1)] {
+    for &e in &ends[..ends.len().saturating_sub(1)] {
         if body[text_at + e as usize] != b',' {
             return Err(bad());
         }
@@ -408,18 +602,25 @@ fn parse_body(mut body: Vec<u8>, last_seq: u64) -> Result<Decoded> {
         last_seq,
         base,
         ends,
-        body,
-        text_at,
-        state_at,
-        whole: false,
+        text: Text::Body {
+            body,
+            text_at,
+            state_at,
+        },
     })
+}
+
+fn chain_unfit() -> StoreError {
+    damaged("the checkpoint chain does not fit together")
 }
 
 /// Composes the conversation's JSON text from a chain of decoded blobs: the
 /// run's own first, each next one the base of the one before, the last one
-/// full. Fails (`Corrupt`) when the chain does not fit together.
-pub fn compose(chain: &[Decoded]) -> Result<String> {
-    let bad = || damaged("the checkpoint chain does not fit together");
+/// full. Each link's text is unpacked straight into the conversation (the
+/// oldest, when large, on a second thread). Fails (`Corrupt`) when the
+/// chain does not fit together or a link's text is damaged.
+pub fn compose(chain: &[Decoded<'_>]) -> Result<String> {
+    let bad = chain_unfit;
     let (first, last) = match (chain.first(), chain.last()) {
         (Some(f), Some(l)) => (f, l),
         _ => return Err(bad()),
@@ -427,17 +628,17 @@ pub fn compose(chain: &[Decoded]) -> Result<String> {
     if last.base.is_some() {
         return Err(bad());
     }
-    if first.whole {
+    if let Text::Whole(w) = &first.text {
         if chain.len() != 1 {
             return Err(bad());
         }
-        return Ok(first.body.clone());
+        return Ok(w.clone());
     }
     // How many messages each level contributes from its own list.
     let mut take = Vec::with_capacity(chain.len());
     let mut need = first.total_messages();
     for (i, d) in chain.iter().enumerate() {
-        if d.whole || need > d.total_messages() {
+        if matches!(d.text, Text::Whole(_)) || need > d.total_messages() {
             return Err(bad());
         }
         let keep = d.base.as_ref().map_or(0, |b| b.keep);
@@ -449,32 +650,80 @@ pub fn compose(chain: &[Decoded]) -> Result<String> {
             return Err(bad());
         }
     }
-    let state = first.state();
-    let size: usize = chain
-        .iter()
-        .zip(&take)
-        .map(|(d, &n)| d.first_messages(n).len() + 1)
-        .sum::<usize>()
-        + state.len()
-        + 24;
-    // Every piece was checked UTF-8 once, at decode.
-    let mut out = String::with_capacity(size);
-    out.push_str("{\"messages\":[");
-    let mut any = false;
-    for (d, &n) in chain.iter().zip(&take).rev() {
-        if n == 0 {
-            continue;
+    // The room links `levels` (appended in that order from `start`) need
+    // at most: each is unpacked whole where it lands, then cut to the
+    // messages it gives, and the next lands right after them.
+    let room = |levels: &mut dyn Iterator<Item = usize>, start: usize| {
+        let (mut at, mut most) = (start, start);
+        for i in levels {
+            if take[i] == 0 && i != 0 {
+                continue;
+            }
+            let d = &chain[i];
+            let gives = 1 + d.end_of(take[i]);
+            let whole = match &d.text {
+                Text::Packed { len, .. } => 1 + len,
+                Text::Body { body, state_at, .. } if i == 0 => {
+                    gives + SEPARATOR.len() + body.len() - state_at + 1
+                }
+                _ => gives,
+            };
+            most = most.max(at + whole);
+            at += gives;
         }
-        if any {
-            out.push(',');
+        most
+    };
+    const OPEN: &[u8] = b"{\"messages\":[";
+    let mut out = Vec::with_capacity(room(&mut (0..chain.len()).rev(), OPEN.len()));
+    out.extend_from_slice(OPEN);
+    let oldest = chain.len() - 1;
+    let split =
+        chain.len() > 1 && matches!(&last.text, Text::Packed { len, .. } if *len >= PARALLEL_FROM);
+    let mut unpacker = None;
+    // The links after the oldest, newest last, into `into` (`comma`: a
+    // message comes before them).
+    let rest = |into: &mut Vec<u8>, mut comma: bool, unpacker: &mut Option<_>| -> Result<()> {
+        for i in (0..oldest).rev() {
+            chain[i].append(into, take[i], comma, i == 0, unpacker)?;
+            comma |= take[i] > 0;
         }
-        out.push_str(d.first_messages(n));
-        any = true;
+        Ok(())
+    };
+    if split {
+        let oldest_gives = take[oldest] > 0;
+        let (head, tail) = std::thread::scope(|scope| {
+            let other = std::thread::Builder::new()
+                .name("agui-checkpoint-decode".into())
+                .spawn_scoped(scope, || {
+                    let mut u = None;
+                    last.append(&mut out, take[oldest], false, false, &mut u)
+                        .map(|()| out)
+                });
+            let mut tail = Vec::with_capacity(room(&mut (0..oldest).rev(), 0));
+            let tail = rest(&mut tail, oldest_gives, &mut unpacker).map(|()| tail);
+            let head = match other {
+                Ok(h) => h.join().unwrap_or_else(|_| Err(damaged("decoding failed"))),
+                Err(_) => Err(damaged("no thread to decode on")),
+            };
+            (head, tail)
+        });
+        out = head?;
+        out.extend_from_slice(&tail?);
+    } else {
+        for i in (0..chain.len()).rev() {
+            let comma = take[i + 1..].iter().any(|&n| n > 0);
+            chain[i].append(&mut out, take[i], comma, i == 0, &mut unpacker)?;
+        }
     }
-    out.push_str("],\"state\":");
-    out.push_str(state);
-    out.push('}');
-    Ok(out)
+    // One check of the whole text (SIMD: a cold restore checks tens of
+    // megabytes).
+    if simdutf8::basic::from_utf8(&out).is_err() {
+        return Err(damaged("not UTF-8"));
+    }
+    // SAFETY: `out` was checked to be UTF-8 just above, and is not changed
+    // after it. Tested by `a_damaged_text_under_an_intact_checksum_is_refused`
+    // (invalid UTF-8 refused) and every composing test (valid text kept).
+    Ok(unsafe { String::from_utf8_unchecked(out) })
 }
 
 fn damaged(why: &str) -> StoreError {
@@ -520,6 +769,50 @@ mod tests {
         encode_delta(&base, &texts(ms), state, seq)
     }
 
+    /// A version 1 or 2 blob of `body`, as those versions sealed it.
+    fn seal(version: u8, body: &[u8], last_seq: u64) -> Vec<u8> {
+        let crc = checksum(body, last_seq);
+        let z = zstd::bulk::compress(body, LEVEL).unwrap();
+        let (codec, stored) = if body.len() >= COMPRESS_FROM && z.len() < body.len() {
+            (1u8, z.as_slice())
+        } else {
+            (0u8, body)
+        };
+        let mut out = MAGIC.to_vec();
+        out.extend_from_slice(&[version, codec]);
+        out.extend_from_slice(&crc.to_le_bytes());
+        out.extend_from_slice(&(body.len() as u64).to_le_bytes());
+        out.extend_from_slice(&last_seq.to_le_bytes());
+        out.extend_from_slice(stored);
+        out
+    }
+
+    /// The version 2 body of a checkpoint.
+    fn body_2(base: Option<&BaseRef>, ms: &[String], state: &str) -> Vec<u8> {
+        let mut b = Vec::new();
+        match base {
+            None => b.push(0u8),
+            Some(r) => {
+                b.push(1u8);
+                b.extend_from_slice(&r.last_seq.to_le_bytes());
+                b.extend_from_slice(&r.keep.to_le_bytes());
+                b.extend_from_slice(&(r.run_id.len() as u32).to_le_bytes());
+                b.extend_from_slice(r.run_id.as_bytes());
+            }
+        }
+        b.extend_from_slice(&(ms.len() as u32).to_le_bytes());
+        let joined = ms.join(",");
+        let mut end = 0;
+        for (i, m) in ms.iter().enumerate() {
+            end += m.len() + usize::from(i > 0);
+            b.extend_from_slice(&(end as u32).to_le_bytes());
+        }
+        b.extend_from_slice(&(joined.len() as u32).to_le_bytes());
+        b.extend_from_slice(joined.as_bytes());
+        b.extend_from_slice(state.as_bytes());
+        b
+    }
+
     fn conv(ms: &[Value], state: &Value) -> String {
         serde_json::to_string(&json!({"messages": ms, "state": state})).unwrap()
     }
@@ -541,26 +834,27 @@ mod tests {
             b
         };
         // The text is one message, "é" (bytes 22 C3 A9 22).
-        let good = seal(VERSION, &body_with(&[4], "\"é\"", "{}"), 1);
+        let good = seal(VERSION_2, &body_with(&[4], "\"é\"", "{}"), 1);
         assert_eq!(
             compose(&[decode(&good).unwrap()]).unwrap(),
             r#"{"messages":["é"],"state":{}}"#
         );
         // Its only message ends in the middle of the é: the state starts
         // inside a character.
-        let cut = seal(VERSION, &body_with(&[2], "\"é\"", "{}"), 1);
+        let cut = seal(VERSION_2, &body_with(&[2], "\"é\"", "{}"), 1);
         let err = decode(&cut).unwrap_err();
         assert_eq!(err.kind(), crate::ErrorKind::Corrupt);
         // Invalid UTF-8 in the text.
         let mut bad = body_with(&[4], "\"é\"", "{}");
         let at = bad.len() - 4;
         bad[at] = 0xff;
-        assert!(decode(&seal(VERSION, &bad, 1)).is_err());
+        assert!(decode(&seal(VERSION_2, &bad, 1)).is_err());
     }
 
     #[test]
     fn round_trips_small_and_large() {
-        let d = decode(&encode_full::<&str>(&[], "{}", 7)).unwrap();
+        let empty = encode_full::<&str>(&[], "{}", 7);
+        let d = decode(&empty).unwrap();
         assert_eq!(d.last_seq, 7);
         assert_eq!(compose(&[d]).unwrap(), r#"{"messages":[],"state":{}}"#);
         let ms = vec![json!({"id":"m","role":"user","content":"hello ".repeat(2000)})];
@@ -644,14 +938,17 @@ mod tests {
                 .collect()
         };
         let m: Vec<Value> = (0..12)
-            .map(|i| json!({"id": i, "c": noise(40_000)}))
+            .map(|i| json!({"id": i, "c": noise(150_000)}))
             .collect();
         let base = encode_full(&texts(&m[..8]), "1", 10);
         let mid = delta("b", 10, 8, &m[8..11], "2", 20);
         let top = delta("m", 20, 11, &m[11..], "3", 30);
         let links = vec![("t", top.clone()), ("m", mid.clone()), ("b", base.clone())];
-        let total: usize = links.iter().map(|(_, b)| b.len()).sum();
-        assert!(total >= PARALLEL_FROM, "{total} bytes");
+        let oldest = decode(&base).unwrap();
+        assert!(
+            matches!(oldest.text, Text::Packed { len, .. } if len >= PARALLEL_FROM),
+            "the oldest link is unpacked on its own thread"
+        );
         let chain: Vec<Decoded> = [&top, &mid, &base]
             .iter()
             .map(|b| decode(b).unwrap())
@@ -692,5 +989,126 @@ mod tests {
         let mut bad = encode_delta(&base, &big, "{}", 20);
         bad[5] = 9;
         assert_eq!(base_run(&bad), None);
+    }
+
+    /// A link whose own messages all come after the ones its successor
+    /// keeps gives nothing (and is not unpacked): the chain still composes.
+    #[test]
+    fn a_link_that_gives_no_message_is_passed_over() {
+        let m: Vec<Value> = (0..6).map(|i| json!({"id": i})).collect();
+        // base m0 m1 m2; mid keeps all 3, then m3; top keeps 2, then m5.
+        let base = encode_full(&texts(&m[..3]), "1", 10);
+        let mid = delta("b", 10, 3, &m[3..4], "2", 20);
+        let top = delta("m", 20, 2, &m[5..], "3", 30);
+        let links = [("t", &top), ("m", &mid), ("b", &base)];
+        assert_eq!(
+            compose_links("t", 30, &links).unwrap(),
+            conv(&[m[0].clone(), m[1].clone(), m[5].clone()], &json!(3))
+        );
+        // And a top that keeps nothing at all.
+        let bare = delta("m", 20, 0, &m[5..], "4", 31);
+        let links = [("t", &bare), ("m", &mid), ("b", &base)];
+        assert_eq!(
+            compose_links("t", 31, &links).unwrap(),
+            conv(&m[5..], &json!(4))
+        );
+    }
+
+    /// Blobs of versions 1 and 2 (stores written before version 3) still
+    /// compose, alone and in chains mixed with version 3 links, exactly as
+    /// the same chain written today.
+    #[test]
+    fn blobs_of_earlier_versions_compose_as_before() {
+        let m: Vec<String> = (0..6)
+            .map(|i| json!({"id": i, "c": format!("x,y] é {}", "w ".repeat(300 * i))}).to_string())
+            .collect();
+        let r = |id: &str, seq, keep| BaseRef {
+            run_id: id.into(),
+            last_seq: seq,
+            keep,
+        };
+        let (b, mid, top) = (r("b", 10, 0), r("b", 10, 2), r("m", 20, 3));
+        let new = [
+            encode_full(&m[..3], "1", 10),
+            encode_delta(&mid, &m[3..5], "2", 20),
+            encode_delta(&top, &m[5..], "{\"s\":3}", 30),
+        ];
+        let _ = b;
+        let old = [
+            seal(VERSION_2, &body_2(None, &m[..3], "1"), 10),
+            seal(VERSION_2, &body_2(Some(&mid), &m[3..5], "2"), 20),
+            seal(VERSION_2, &body_2(Some(&top), &m[5..], "{\"s\":3}"), 30),
+        ];
+        let want =
+            compose_links("t", 30, &[("t", &new[2]), ("m", &new[1]), ("b", &new[0])]).unwrap();
+        assert_eq!(
+            want,
+            format!(
+                "{{\"messages\":[{},{},{},{}],\"state\":{{\"s\":3}}}}",
+                m[0], m[1], m[3], m[5]
+            )
+        );
+        for mask in 0..8u8 {
+            let pick = |i: usize| if mask >> i & 1 == 1 { &old[i] } else { &new[i] };
+            let links = [("t", pick(2)), ("m", pick(1)), ("b", pick(0))];
+            assert_eq!(
+                compose_links("t", 30, &links).as_deref(),
+                Some(&*want),
+                "mask {mask}"
+            );
+            assert_eq!(base_run(pick(2)).as_deref(), Some("m"));
+            assert_eq!(base_run(pick(1)).as_deref(), Some("b"));
+            assert_eq!(base_run(pick(0)), None);
+        }
+        assert_eq!(usable(&old[0], 10), usable(&new[0], 10));
+    }
+
+    /// A version 3 blob re-sealed (its checksum made to hold) around a
+    /// text that is not what its meta says, or not UTF-8: refused as
+    /// damage when composed, never a panic or a wrong conversation.
+    #[test]
+    fn a_damaged_text_under_an_intact_checksum_is_refused() {
+        let m = [r#"{"a":"é"}"#.to_string(), r#"{"b":2}"#.to_string()];
+        let good = encode_full(&m, "{}", 4);
+        assert_eq!(
+            usable(&good, 4).unwrap(),
+            r#"{"messages":[{"a":"é"},{"b":2}],"state":{}}"#
+        );
+        // The stored text, changed, the length and checksum made to hold.
+        let with_text = |text: &[u8]| {
+            let meta_stored = u32_at(&good, 14).unwrap() as usize;
+            let mut b = good[..HEADER + meta_stored].to_vec();
+            b[18..26].copy_from_slice(&(text.len() as u64).to_le_bytes());
+            b.extend_from_slice(text);
+            let crc = blob_checksum(&b);
+            b[6..10].copy_from_slice(&crc.to_le_bytes());
+            b
+        };
+        let text = r#"{"a":"é"},{"b":2}],"state":{}}"#.as_bytes();
+        assert_eq!(usable(&with_text(text), 4), usable(&good, 4));
+        let mut not_utf8 = text.to_vec();
+        not_utf8[7] = 0xff;
+        let mut no_comma = text.to_vec();
+        no_comma[10] = b' ';
+        let mut no_separator = text.to_vec();
+        no_separator[18] = b'x';
+        for (what, bad) in [
+            ("not UTF-8", &not_utf8[..]),
+            ("no comma", &no_comma[..]),
+            ("no separator", &no_separator[..]),
+            ("no closing brace", &text[..text.len() - 2]),
+            ("cut", &text[..12]),
+            ("no state", r#"{"a":"é"},{"b":2}],"state":}"#.as_bytes()),
+        ] {
+            let blob = with_text(bad);
+            let d = decode(&blob).map(|d| compose(&[d]));
+            assert!(matches!(d, Err(_) | Ok(Err(_))), "{what} was composed");
+        }
+        // A length that does not match what the text unpacks to.
+        let mut long = good.clone();
+        long[18..26].copy_from_slice(&999u64.to_le_bytes());
+        let crc = blob_checksum(&long);
+        long[6..10].copy_from_slice(&crc.to_le_bytes());
+        assert!(usable(&long, 4).is_none());
     }
 }

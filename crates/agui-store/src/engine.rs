@@ -1117,7 +1117,8 @@ mod tests {
         let mut deltas = 0;
         for run in &runs {
             let blob = store.load_checkpoint(T, "th", run).await.unwrap();
-            let decoded = checkpoint::decode(&blob.expect("a checkpoint")).unwrap();
+            let blob = blob.expect("a checkpoint");
+            let decoded = checkpoint::decode(&blob).unwrap();
             deltas += usize::from(decoded.base.is_some());
         }
         assert_eq!(deltas, runs.len() - 1, "a full checkpoint, then deltas");

@@ -526,7 +526,7 @@ async fn compose_run(
     run_id: &str,
     last_seq: u64,
 ) -> Result<std::result::Result<String, Broken>> {
-    let mut chain: Vec<Decoded> = Vec::new();
+    let mut chain: Vec<Decoded<'static>> = Vec::new();
     let (mut want_run, mut want_seq) = (run_id.to_owned(), last_seq);
     loop {
         let broken = || {
@@ -543,7 +543,8 @@ async fn compose_run(
             .backend()
             .load_checkpoint(tenant, thread, &want_run)
             .await?;
-        let Some(d) = blob.and_then(|b| checkpoint::decode(&b).ok()) else {
+        let Some(d) = blob.and_then(|b| checkpoint::decode(&b).ok().map(Decoded::into_owned))
+        else {
             return Ok(Err(broken()));
         };
         if d.last_seq != want_seq {
