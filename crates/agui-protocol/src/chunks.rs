@@ -302,6 +302,18 @@ impl ChunkExpander {
         event: EventRef<'_>,
         out: &mut impl Sink,
     ) -> Result<bool, ChunkError> {
+        self.push_to_known(event, KnownTag::Unread, out)
+    }
+
+    /// [`ChunkExpander::push_to`], for a caller that may already have read
+    /// the event's `subagentRunId` (`tag`, as [`KnownTag::Read`] says), so
+    /// that an event that closes its lane is not walked again for it.
+    pub(crate) fn push_to_known(
+        &mut self,
+        event: EventRef<'_>,
+        tag: KnownTag<'_>,
+        out: &mut impl Sink,
+    ) -> Result<bool, ChunkError> {
         let closes = match event.event_type() {
             EventType::TextMessageChunk => {
                 return self.chunk(event, Kind::Text, out).map(|()| false);
@@ -345,7 +357,7 @@ impl ChunkExpander {
         match closes {
             Closes::All => self.close_all_into(out),
             Closes::Nothing => {}
-            Closes::OwnLane | Closes::OwnLaneIfTagged => match read_tag_of(event) {
+            Closes::OwnLane | Closes::OwnLaneIfTagged => match tag.or_read(event) {
                 // A non-string tag names no lane that can exist.
                 TagOf::Other => {}
                 TagOf::Tag(Tag::Id(lane)) => self.close_lane(Some(&lane), out),
@@ -984,6 +996,49 @@ enum TagOf<'a> {
     Other,
 }
 
+/// An event's `subagentRunId`, when its reader already found it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum KnownTag<'a> {
+    /// Not read: [`ChunkExpander::push_to_known`] reads it.
+    Unread,
+    /// Read by one walk over the event's top-level members (its member
+    /// table, or its text; not the JSON library's reader): the raw value
+    /// of the last `subagentRunId` member (`None`: there is none), and
+    /// whether there were several.
+    Read {
+        raw: Option<&'a str>,
+        repeated: bool,
+    },
+}
+
+impl<'a> KnownTag<'a> {
+    /// The tag as [`read_tag_of`] reads it.
+    fn or_read(self, event: EventRef<'a>) -> TagOf<'a> {
+        match self {
+            KnownTag::Unread => read_tag_of(event),
+            KnownTag::Read { raw, repeated } => tag_of(raw, repeated),
+        }
+    }
+}
+
+/// True when `known`, what a reader found of `event`'s tag, reads as the
+/// expander reads the event itself (a check for the readers' tests).
+#[cfg(test)]
+pub(crate) fn known_tag_agrees(event: EventRef<'_>, known: KnownTag<'_>) -> bool {
+    known.or_read(event) == read_tag_of(event)
+}
+
+/// The tag of an event whose last `subagentRunId` member has the raw value
+/// `found` (repeated: there were several).
+fn tag_of(found: Option<&str>, repeated: bool) -> TagOf<'_> {
+    match found {
+        _ if repeated => TagOf::Other,
+        None => TagOf::Tag(Tag::Absent),
+        Some("null") => TagOf::Tag(Tag::Null),
+        Some(raw) => as_str(raw).map_or(TagOf::Other, |s| TagOf::Tag(Tag::Id(s))),
+    }
+}
+
 /// Reads only `subagentRunId` (a repeated one names no lane).
 fn read_tag_of(event: EventRef<'_>) -> TagOf<'_> {
     // Most events have no such member. Its name is all letters, so any
@@ -1007,12 +1062,7 @@ fn read_tag_of(event: EventRef<'_>) -> TagOf<'_> {
             found = Some(value);
         }
     }) {
-        return match found {
-            _ if repeated => TagOf::Other,
-            None => TagOf::Tag(Tag::Absent),
-            Some("null") => TagOf::Tag(Tag::Null),
-            Some(raw) => as_str(raw).map_or(TagOf::Other, |s| TagOf::Tag(Tag::Id(s))),
-        };
+        return tag_of(found, repeated);
     }
     read_tag_slow(event)
 }

@@ -68,7 +68,7 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
-use crate::chunks::{self, ChunkError, ChunkExpander, Sink};
+use crate::chunks::{self, ChunkError, ChunkExpander, KnownTag, Sink};
 use crate::{Event, EventRef, EventType, scan};
 
 /// The kinds of item that open and close by id.
@@ -499,38 +499,94 @@ fn raw<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Erro
     <&RawValue>::deserialize(d).map(Some)
 }
 
-/// Every field the rules read, borrowed from the event's text.
-#[derive(Deserialize, Default, Debug)]
-#[serde(rename_all = "camelCase")]
+/// How many fields a [`View`] holds (see [`field_of`]).
+const FIELDS: usize = 17;
+
+/// Every field the rules read, each as its raw JSON value borrowed from the
+/// event's text (`None`: absent), numbered as [`field_of`] numbers them.
+/// A value is read (see [`Loose::of`]) only when a rule asks for it.
+#[derive(Default, Debug, Clone, Copy)]
 struct View<'a> {
-    #[serde(default, borrow)]
-    subagent_run_id: Loose<'a>,
-    #[serde(default, borrow)]
-    message_id: Loose<'a>,
-    #[serde(default, borrow)]
-    tool_call_id: Loose<'a>,
-    #[serde(default, borrow)]
-    parent_message_id: Loose<'a>,
-    #[serde(default, borrow)]
-    step_name: Loose<'a>,
-    #[serde(default, borrow)]
-    entity_id: Loose<'a>,
-    #[serde(default, borrow)]
-    subtype: Loose<'a>,
-    #[serde(default, borrow)]
-    replace: Loose<'a>,
-    #[serde(default, borrow)]
-    name: Loose<'a>,
-    #[serde(default, borrow)]
-    message: Loose<'a>,
-    #[serde(default, borrow)]
-    description: Loose<'a>,
-    #[serde(default, borrow)]
-    parent_subagent_run_id: Loose<'a>,
-    #[serde(default, borrow)]
-    parent_tool_call_id: Loose<'a>,
-    #[serde(default, borrow)]
-    code: Loose<'a>,
+    raw: [Option<&'a str>; FIELDS],
+}
+
+/// Accessors of [`View`], one per field, named after it.
+macro_rules! view_fields {
+    ($($loose:ident = $n:literal),+ ; $($raw:ident = $m:literal),+ $(,)?) => {
+        impl<'a> View<'a> {
+            $(
+                #[inline(always)]
+                fn $loose(&self) -> Loose<'a> {
+                    self.raw[$n].map_or(Loose::Absent, Loose::of)
+                }
+            )+
+            $(
+                #[inline(always)]
+                fn $raw(&self) -> Option<&'a RawValue> {
+                    self.raw[$m].and_then(|value| serde_json::from_str::<&RawValue>(value).ok())
+                }
+            )+
+        }
+    };
+}
+
+view_fields!(
+    subagent_run_id = 0,
+    message_id = 1,
+    tool_call_id = 2,
+    parent_message_id = 3,
+    step_name = 4,
+    entity_id = 5,
+    subtype = 6,
+    replace = 7,
+    name = 8,
+    message = 9,
+    description = 10,
+    parent_subagent_run_id = 11,
+    parent_tool_call_id = 12,
+    code = 13;
+    outcome = 14,
+    messages = 15,
+    input = 16,
+);
+
+/// The field number of `subagentRunId`.
+const SUBAGENT_RUN_ID: usize = 0;
+
+/// Every field [`View`] holds, as the JSON library reads them: the
+/// reader of an event with an escaped key. A field given twice is an
+/// error (so the whole view is empty).
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct DerivedView<'a> {
+    #[serde(default, borrow, deserialize_with = "raw")]
+    subagent_run_id: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "raw")]
+    message_id: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "raw")]
+    tool_call_id: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "raw")]
+    parent_message_id: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "raw")]
+    step_name: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "raw")]
+    entity_id: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "raw")]
+    subtype: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "raw")]
+    replace: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "raw")]
+    name: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "raw")]
+    message: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "raw")]
+    description: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "raw")]
+    parent_subagent_run_id: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "raw")]
+    parent_tool_call_id: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "raw")]
+    code: Option<&'a RawValue>,
     #[serde(default, borrow, deserialize_with = "raw")]
     outcome: Option<&'a RawValue>,
     #[serde(default, borrow, deserialize_with = "raw")]
@@ -539,12 +595,54 @@ struct View<'a> {
     input: Option<&'a RawValue>,
 }
 
+impl<'a> From<DerivedView<'a>> for View<'a> {
+    fn from(d: DerivedView<'a>) -> View<'a> {
+        View {
+            raw: [
+                d.subagent_run_id,
+                d.message_id,
+                d.tool_call_id,
+                d.parent_message_id,
+                d.step_name,
+                d.entity_id,
+                d.subtype,
+                d.replace,
+                d.name,
+                d.message,
+                d.description,
+                d.parent_subagent_run_id,
+                d.parent_tool_call_id,
+                d.code,
+                d.outcome,
+                d.messages,
+                d.input,
+            ]
+            .map(|value| value.map(RawValue::get)),
+        }
+    }
+}
+
+/// An event's [`View`], and its `subagentRunId` as the chunk expander's
+/// closing rules read it.
+struct Read<'a> {
+    view: View<'a>,
+    tag: KnownTag<'a>,
+}
+
 impl<'a> View<'a> {
     /// The fields of `event`, read from its member table when it has one,
     /// else in one walk over its members (the JSON library reads an event
     /// with an escaped key). As with the derived reader, a field given
     /// twice makes the whole view empty.
+    #[cfg(test)]
     fn read(event: EventRef<'a>) -> View<'a> {
+        View::read_tagged(event).view
+    }
+
+    /// [`View::read`], with the event's `subagentRunId` as the walk found
+    /// it (unread when the JSON library read the event).
+    #[inline]
+    fn read_tagged(event: EventRef<'a>) -> Read<'a> {
         let mut filling = Filling::default();
         let json = event.json();
         // From the member table: a key is matched as bytes, and only the
@@ -568,9 +666,22 @@ impl<'a> View<'a> {
             }),
         };
         if !scanned {
-            return event.view().unwrap_or_default();
+            return Read {
+                view: event
+                    .view::<DerivedView<'a>>()
+                    .map(View::from)
+                    .unwrap_or_default(),
+                tag: KnownTag::Unread,
+            };
         }
-        filling.done()
+        let tag = KnownTag::Read {
+            raw: filling.view.raw[SUBAGENT_RUN_ID],
+            repeated: filling.repeated & (1 << SUBAGENT_RUN_ID) != 0,
+        };
+        Read {
+            view: filling.done(),
+            tag,
+        }
     }
 }
 
@@ -581,41 +692,25 @@ struct Filling<'a> {
     view: View<'a>,
     /// The fields given so far, one bit each.
     seen: u32,
-    duplicate: bool,
+    /// The fields given more than once, one bit each.
+    repeated: u32,
 }
 
 impl<'a> Filling<'a> {
     #[inline(always)]
     fn put(&mut self, field: u32, value: &'a str) {
-        self.duplicate |= self.seen & (1 << field) != 0;
-        self.seen |= 1 << field;
-        let view = &mut self.view;
-        let loose = || Loose::of(value);
-        let raw = || serde_json::from_str::<&RawValue>(value).ok();
-        match field {
-            0 => view.subagent_run_id = loose(),
-            1 => view.message_id = loose(),
-            2 => view.tool_call_id = loose(),
-            3 => view.parent_message_id = loose(),
-            4 => view.step_name = loose(),
-            5 => view.entity_id = loose(),
-            6 => view.subtype = loose(),
-            7 => view.replace = loose(),
-            8 => view.name = loose(),
-            9 => view.message = loose(),
-            10 => view.description = loose(),
-            11 => view.parent_subagent_run_id = loose(),
-            12 => view.parent_tool_call_id = loose(),
-            13 => view.code = loose(),
-            14 => view.outcome = raw(),
-            15 => view.messages = raw(),
-            _ => view.input = raw(),
+        let bit = 1 << field;
+        self.repeated |= self.seen & bit;
+        self.seen |= bit;
+        if let Some(slot) = self.view.raw.get_mut(field as usize) {
+            *slot = Some(value);
         }
     }
 
     /// The view; empty when a field was given twice.
+    #[inline(always)]
     fn done(self) -> View<'a> {
-        if self.duplicate {
+        if self.repeated != 0 {
             return View::default();
         }
         self.view
@@ -792,6 +887,16 @@ impl Owners {
 #[derive(Default, Debug)]
 pub struct Verifier {
     expander: ChunkExpander,
+    /// The events a chunk expands into, as the rules read them (reused, so
+    /// that an event costs no allocation here).
+    expanded: Expanded,
+    count: usize,
+    rules: Rules,
+}
+
+/// The state of the sequence rules (everything but chunk expansion).
+#[derive(Default, Debug)]
+struct Rules {
     texts: OrderedSet,
     tools: OrderedSet,
     spans: OrderedSet,
@@ -807,12 +912,8 @@ pub struct Verifier {
     run_finished: bool,
     run_error: bool,
     first_seen: bool,
-    count: usize,
     /// Keep going after an error (see [`verify_all`]).
     lenient: bool,
-    /// The events a chunk expands into, as the rules read them (reused, so
-    /// that an event costs no allocation here).
-    expanded: Expanded,
 }
 
 impl Verifier {
@@ -825,7 +926,10 @@ impl Verifier {
     /// (see the module docs for how a rejected event is treated).
     pub fn collecting() -> Verifier {
         Verifier {
-            lenient: true,
+            rules: Rules {
+                lenient: true,
+                ..Rules::default()
+            },
             ..Verifier::default()
         }
     }
@@ -844,30 +948,46 @@ impl Verifier {
             self.count += 1;
             return Ok(());
         }
-        let mut expanded = std::mem::take(&mut self.expanded);
-        expanded.clear();
-        let result = self.push_expanding(event, &mut expanded);
-        expanded.clear();
-        self.expanded = expanded;
+        // `expanded` is empty between pushes.
+        let result = self.push_expanding(event);
+        self.expanded.clear();
         result?;
         self.count += 1;
         Ok(())
     }
 
-    /// Expands `event` into `expanded` and verifies each event it stands for.
-    fn push_expanding(
-        &mut self,
-        event: EventRef<'_>,
-        expanded: &mut Expanded,
-    ) -> Result<(), VerifyError> {
-        let itself = self.expander.push_to(event, expanded)?;
-        for i in 0..expanded.len() {
-            if let Some((ty, view)) = expanded.get(i) {
-                self.check(ty, &view)?;
-            }
+    /// Expands `event` into `self.expanded` and verifies each event it
+    /// stands for.
+    fn push_expanding(&mut self, event: EventRef<'_>) -> Result<(), VerifyError> {
+        let ty = event.event_type();
+        if matches!(
+            ty,
+            EventType::TextMessageChunk
+                | EventType::ToolCallChunk
+                | EventType::ReasoningMessageChunk
+        ) {
+            // A chunk stands for the events it expands into, never itself.
+            self.expander.push_to(event, &mut self.expanded)?;
+            return self.check_expanded();
         }
+        // The view is read first: the expander's closing rules read its tag.
+        let Read { view, tag } = View::read_tagged(event);
+        let itself = self
+            .expander
+            .push_to_known(event, tag, &mut self.expanded)?;
+        self.check_expanded()?;
         if itself {
-            self.push_expanded(event)?;
+            self.rules.check(ty, &view)?;
+        }
+        Ok(())
+    }
+
+    /// Verifies the events in `self.expanded`, in order.
+    fn check_expanded(&mut self) -> Result<(), VerifyError> {
+        for i in 0..self.expanded.len() {
+            if let Some((ty, view)) = self.expanded.get(i) {
+                self.rules.check(ty, &view)?;
+            }
         }
         Ok(())
     }
@@ -880,10 +1000,12 @@ impl Verifier {
         if !ty.is_known() {
             return Ok(());
         }
-        let view = View::read(event);
-        self.check(ty, &view)
+        let view = View::read_tagged(event).view;
+        self.rules.check(ty, &view)
     }
+}
 
+impl Rules {
     fn reset_run(&mut self) {
         self.texts.clear();
         self.tools.clear();
@@ -930,7 +1052,8 @@ impl Verifier {
             }
         }
 
-        if v.subagent_run_id.is_null() {
+        let sub = v.subagent_run_id();
+        if sub.is_null() {
             return Err(VerifyError::NullSubagentRunId {
                 event_type: name.to_owned(),
             });
@@ -943,12 +1066,12 @@ impl Verifier {
             self.check_lifecycle_nulls(ty, v)?;
         }
         if *ty == EventType::RunFinished
-            && let Some(outcome) = v.outcome
+            && let Some(outcome) = v.outcome()
         {
             check_interrupts(outcome)?;
         }
 
-        let tag: Option<&str> = match &v.subagent_run_id {
+        let tag: Option<&str> = match &sub {
             Loose::Absent => None,
             Loose::Str(s) => Some(s),
             // A non-string tag on a lifecycle event is reported by its own
@@ -982,7 +1105,7 @@ impl Verifier {
 
         match ty {
             EventType::TextMessageStart => {
-                let id = field(&v.message_id, "messageId")?;
+                let id = field(&v.message_id(), "messageId")?;
                 if self.texts.contains(&id) {
                     return Err(VerifyError::AlreadyOpen {
                         kind: ItemKind::TextMessage,
@@ -1000,7 +1123,8 @@ impl Verifier {
                 }
             }
             EventType::TextMessageContent | EventType::TextMessageEnd => {
-                let id = str_field(name, &v.message_id, "messageId")?;
+                let raw_id = v.message_id();
+                let id = str_field(name, &raw_id, "messageId")?;
                 if !self.texts.contains(id) {
                     return Err(VerifyError::NotOpen {
                         event_type: name.to_owned(),
@@ -1016,14 +1140,15 @@ impl Verifier {
                 }
             }
             EventType::ToolCallStart => {
-                let id = field(&v.tool_call_id, "toolCallId")?;
+                let id = field(&v.tool_call_id(), "toolCallId")?;
                 if self.tools.contains(&id) {
                     return Err(VerifyError::AlreadyOpen {
                         kind: ItemKind::ToolCall,
                         id,
                     });
                 }
-                let parent = v.parent_message_id.str();
+                let parent = v.parent_message_id();
+                let parent = parent.str();
                 let mut inherited: Option<Owner> = None;
                 if let Some(parent) = parent
                     && let Some(parent_owner) = self.owners.message.get(parent)
@@ -1064,7 +1189,8 @@ impl Verifier {
                 }
             }
             EventType::ToolCallArgs | EventType::ToolCallEnd => {
-                let id = str_field(name, &v.tool_call_id, "toolCallId")?;
+                let raw_id = v.tool_call_id();
+                let id = str_field(name, &raw_id, "toolCallId")?;
                 if !self.tools.contains(id) {
                     return Err(VerifyError::NotOpen {
                         event_type: name.to_owned(),
@@ -1080,14 +1206,14 @@ impl Verifier {
                 }
             }
             EventType::ToolCallResult => {
-                if let Some(mid) = v.message_id.str() {
+                if let Some(mid) = v.message_id().str() {
                     self.owners
                         .message
                         .insert(mid.to_owned(), tag.map(str::to_owned));
                 }
             }
             EventType::StepStarted => {
-                let step = field(&v.step_name, "stepName")?;
+                let step = field(&v.step_name(), "stepName")?;
                 let owner: Owner = tag.map(str::to_owned);
                 self.touch_step_owner(&owner);
                 let key = (owner, step);
@@ -1101,7 +1227,7 @@ impl Verifier {
                 self.steps.insert(key, self.step_seq);
             }
             EventType::StepFinished => {
-                let step = field(&v.step_name, "stepName")?;
+                let step = field(&v.step_name(), "stepName")?;
                 let owner: Owner = tag.map(str::to_owned);
                 self.touch_step_owner(&owner);
                 let key = (owner, step);
@@ -1124,20 +1250,21 @@ impl Verifier {
                 }
             }
             EventType::ActivitySnapshot => {
-                let id = field(&v.message_id, "messageId")?;
+                let id = field(&v.message_id(), "messageId")?;
                 let is_new = !self.owners.activity.contains_key(&id);
-                if is_new || !matches!(v.replace, Loose::False) {
+                if is_new || !matches!(v.replace(), Loose::False) {
                     self.owners.activity.insert(id, tag.map(str::to_owned));
                 }
             }
             EventType::ActivityDelta => {
-                let id = str_field(name, &v.message_id, "messageId")?;
+                let raw_id = v.message_id();
+                let id = str_field(name, &raw_id, "messageId")?;
                 if let Some(owner) = self.owners.activity.get(id) {
                     tag_agrees(name, tag, owner, "activity", id)?;
                 }
             }
             EventType::ReasoningStart | EventType::ReasoningMessageStart => {
-                let id = field(&v.message_id, "messageId")?;
+                let id = field(&v.message_id(), "messageId")?;
                 let span = *ty == EventType::ReasoningStart;
                 let (open, kind) = if span {
                     (&mut self.spans, ItemKind::ReasoningSpan)
@@ -1160,7 +1287,8 @@ impl Verifier {
             EventType::ReasoningMessageContent
             | EventType::ReasoningMessageEnd
             | EventType::ReasoningEnd => {
-                let id = str_field(name, &v.message_id, "messageId")?;
+                let raw_id = v.message_id();
+                let id = str_field(name, &raw_id, "messageId")?;
                 let span = *ty == EventType::ReasoningEnd;
                 let (open, kind) = if span {
                     (&mut self.spans, ItemKind::ReasoningSpan)
@@ -1182,8 +1310,8 @@ impl Verifier {
                 }
             }
             EventType::ReasoningEncryptedValue => {
-                let id = field(&v.entity_id, "entityId")?;
-                let (owner, label) = match v.subtype.str() {
+                let id = field(&v.entity_id(), "entityId")?;
+                let (owner, label) = match v.subtype().str() {
                     Some("tool-call") => (self.owners.tool_call.get(&id), "tool call"),
                     Some("message") => (
                         self.owners
@@ -1199,12 +1327,12 @@ impl Verifier {
                 }
             }
             EventType::SubagentStarted => {
-                let Some(id) = v.subagent_run_id.str() else {
+                let Some(id) = sub.str() else {
                     return Err(VerifyError::SubagentWithoutId {
                         event_type: name.to_owned(),
                     });
                 };
-                if v.name.str().is_none() {
+                if v.name().str().is_none() {
                     return Err(VerifyError::SubagentWithoutName);
                 }
                 if self.subagents.contains(id) {
@@ -1213,7 +1341,7 @@ impl Verifier {
                 if self.closed_subagents.contains_key(id) {
                     return Err(VerifyError::SubagentReused { id: id.to_owned() });
                 }
-                match &v.parent_subagent_run_id {
+                match &v.parent_subagent_run_id() {
                     Loose::Absent => {}
                     Loose::Str(p)
                         if self.subagents.contains(p)
@@ -1230,12 +1358,12 @@ impl Verifier {
                 self.subagents.insert(id);
             }
             EventType::SubagentFinished | EventType::SubagentError => {
-                let Some(id) = v.subagent_run_id.str() else {
+                let Some(id) = sub.str() else {
                     return Err(VerifyError::SubagentWithoutId {
                         event_type: name.to_owned(),
                     });
                 };
-                if *ty == EventType::SubagentError && v.message.str().is_none() {
+                if *ty == EventType::SubagentError && v.message().str().is_none() {
                     return Err(VerifyError::SubagentErrorWithoutMessage);
                 }
                 if !self.subagents.remove(id) {
@@ -1247,13 +1375,13 @@ impl Verifier {
                 self.closed_subagents.insert(id.to_owned(), ());
             }
             EventType::MessagesSnapshot => {
-                if let Some(messages) = v.messages {
+                if let Some(messages) = v.messages() {
                     self.seed(messages, true)?;
                 }
             }
             EventType::RunStarted => {
                 self.run_started = true;
-                if let Some(input) = v.input
+                if let Some(input) = v.input()
                     && let Ok(InputView {
                         messages: Some(messages),
                     }) = serde_json::from_str::<InputView<'_>>(input.get())
@@ -1287,16 +1415,16 @@ impl Verifier {
 
     fn check_lifecycle_nulls(&self, ty: &EventType, v: &View<'_>) -> Result<(), VerifyError> {
         let name = ty.as_str();
-        let outcome_null = v.outcome.is_some_and(|o| o.get() == "null");
+        let outcome_null = v.outcome().is_some_and(|o| o.get() == "null");
         let optionals: &[(&'static str, bool)] = match ty {
             EventType::SubagentStarted => &[
-                ("description", v.description.is_null()),
-                ("parentSubagentRunId", v.parent_subagent_run_id.is_null()),
-                ("parentToolCallId", v.parent_tool_call_id.is_null()),
-                ("parentMessageId", v.parent_message_id.is_null()),
+                ("description", v.description().is_null()),
+                ("parentSubagentRunId", v.parent_subagent_run_id().is_null()),
+                ("parentToolCallId", v.parent_tool_call_id().is_null()),
+                ("parentMessageId", v.parent_message_id().is_null()),
             ],
             EventType::SubagentFinished => &[("outcome", outcome_null)],
-            _ => &[("code", v.code.is_null())],
+            _ => &[("code", v.code().is_null())],
         };
         for (field, is_null) in optionals {
             if *is_null {
@@ -1306,7 +1434,7 @@ impl Verifier {
                 });
             }
         }
-        let Some(outcome) = v.outcome else {
+        let Some(outcome) = v.outcome() else {
             return Ok(());
         };
         if outcome_null {
@@ -1520,6 +1648,80 @@ where
 mod tests {
     use super::*;
 
+    /// The reader the views were first written as (every field decoded by
+    /// the JSON library as the rules read it): the reference the views are
+    /// tested against.
+    #[derive(Deserialize, Default, Debug)]
+    #[serde(rename_all = "camelCase")]
+    struct LooseView<'a> {
+        #[serde(default, borrow)]
+        subagent_run_id: Loose<'a>,
+        #[serde(default, borrow)]
+        message_id: Loose<'a>,
+        #[serde(default, borrow)]
+        tool_call_id: Loose<'a>,
+        #[serde(default, borrow)]
+        parent_message_id: Loose<'a>,
+        #[serde(default, borrow)]
+        step_name: Loose<'a>,
+        #[serde(default, borrow)]
+        entity_id: Loose<'a>,
+        #[serde(default, borrow)]
+        subtype: Loose<'a>,
+        #[serde(default, borrow)]
+        replace: Loose<'a>,
+        #[serde(default, borrow)]
+        name: Loose<'a>,
+        #[serde(default, borrow)]
+        message: Loose<'a>,
+        #[serde(default, borrow)]
+        description: Loose<'a>,
+        #[serde(default, borrow)]
+        parent_subagent_run_id: Loose<'a>,
+        #[serde(default, borrow)]
+        parent_tool_call_id: Loose<'a>,
+        #[serde(default, borrow)]
+        code: Loose<'a>,
+        #[serde(default, borrow, deserialize_with = "raw")]
+        outcome: Option<&'a RawValue>,
+        #[serde(default, borrow, deserialize_with = "raw")]
+        messages: Option<&'a RawValue>,
+        #[serde(default, borrow, deserialize_with = "raw")]
+        input: Option<&'a RawValue>,
+    }
+
+    /// `v` as the reference reader shows it.
+    fn shown(v: &View<'_>) -> String {
+        format!(
+            "{:?}",
+            LooseView {
+                subagent_run_id: v.subagent_run_id(),
+                message_id: v.message_id(),
+                tool_call_id: v.tool_call_id(),
+                parent_message_id: v.parent_message_id(),
+                step_name: v.step_name(),
+                entity_id: v.entity_id(),
+                subtype: v.subtype(),
+                replace: v.replace(),
+                name: v.name(),
+                message: v.message(),
+                description: v.description(),
+                parent_subagent_run_id: v.parent_subagent_run_id(),
+                parent_tool_call_id: v.parent_tool_call_id(),
+                code: v.code(),
+                outcome: v.outcome(),
+                messages: v.messages(),
+                input: v.input(),
+            }
+        )
+    }
+
+    /// The reference reader's view of `text`, shown.
+    fn derived(text: &str) -> String {
+        let view: LooseView<'_> = serde_json::from_str(text).unwrap_or_default();
+        format!("{view:?}")
+    }
+
     /// The escape check finds a backslash wherever it stands, on either side
     /// of the sixteen- and eight-byte steps of the string skip.
     #[test]
@@ -1558,19 +1760,19 @@ mod tests {
         ] {
             let v = View::read(event);
             let strs = [
-                &v.subagent_run_id,
-                &v.message_id,
-                &v.tool_call_id,
-                &v.parent_message_id,
-                &v.step_name,
-                &v.entity_id,
-                &v.subtype,
-                &v.name,
-                &v.message,
-                &v.description,
-                &v.parent_subagent_run_id,
-                &v.parent_tool_call_id,
-                &v.code,
+                v.subagent_run_id(),
+                v.message_id(),
+                v.tool_call_id(),
+                v.parent_message_id(),
+                v.step_name(),
+                v.entity_id(),
+                v.subtype(),
+                v.name(),
+                v.message(),
+                v.description(),
+                v.parent_subagent_run_id(),
+                v.parent_tool_call_id(),
+                v.code(),
             ]
             .map(|l| l.str().map(str::to_owned));
             let want = [
@@ -1578,17 +1780,17 @@ mod tests {
             ]
             .map(|s| Some(s.to_owned()));
             assert_eq!(strs, want);
-            assert!(matches!(v.replace, Loose::False));
-            assert_eq!(v.outcome.map(RawValue::get), Some(r#"{"o":1}"#));
-            assert_eq!(v.messages.map(RawValue::get), Some("[2]"));
-            assert_eq!(v.input.map(RawValue::get), Some(r#"{"p":3}"#));
+            assert!(matches!(v.replace(), Loose::False));
+            assert_eq!(v.outcome().map(RawValue::get), Some(r#"{"o":1}"#));
+            assert_eq!(v.messages().map(RawValue::get), Some("[2]"));
+            assert_eq!(v.input().map(RawValue::get), Some(r#"{"p":3}"#));
         }
         // A field given twice empties the view, as the derived reader does.
         let twice = r#"{"type":"CUSTOM","messageId":"b","messageId":"c"}"#;
         let mut table = Vec::new();
         Event::check_recording(twice, &mut table).unwrap();
         let v = View::read(EventRef::from_checked_members(twice, &ty, &table));
-        assert!(matches!(v.message_id, Loose::Absent));
+        assert!(matches!(v.message_id(), Loose::Absent));
     }
 
     /// The one-pass view reads what the derived reader reads, on every
@@ -1618,26 +1820,69 @@ mod tests {
         let mut recorded = 0;
         for text in &texts {
             let event = Event::from_json(text).unwrap();
-            let derived: View<'_> = event.view().unwrap_or_default();
-            assert_eq!(
-                format!("{:?}", View::read(event.as_event_ref())),
-                format!("{derived:?}"),
-                "{text}"
-            );
+            let derived = derived(text);
+            assert_eq!(shown(&View::read(event.as_event_ref())), derived, "{text}");
             // The same view from the member table the envelope scan records.
             let mut members = Vec::new();
             Event::check_recording(event.json(), &mut members).unwrap();
             recorded += usize::from(!members.is_empty());
             let from_table =
                 EventRef::from_checked_members(event.json(), event.event_type(), &members);
-            assert_eq!(
-                format!("{:?}", View::read(from_table)),
-                format!("{derived:?}"),
-                "{text}"
-            );
+            assert_eq!(shown(&View::read(from_table)), derived, "{text}");
         }
         assert!(recorded > 1000, "{recorded}");
         assert!(texts.len() > 1000, "{}", texts.len());
+    }
+
+    /// The tag a view's walk finds reads as the chunk expander's own read
+    /// of it, on every event of the generated profiles and on tags written
+    /// every way (repeated, `null`, escaped, not strings, escaped keys).
+    #[test]
+    fn the_tag_found_by_the_view_is_the_one_the_expander_reads() {
+        let mut texts: Vec<String> = Vec::new();
+        for &profile in agui_testkit::Profile::ALL {
+            for seed in 0..2 {
+                texts.extend(
+                    agui_testkit::stream(profile, seed)
+                        .iter()
+                        .map(|e| e.json().to_owned()),
+                );
+            }
+        }
+        for tag in [
+            r#""sa""#,
+            r#""s\u0061""#,
+            "null",
+            "7",
+            "{}",
+            r#""a","subagentRunId":"b""#,
+            r#""a","subagentRunId":null"#,
+            r#""a","subagent\u0052unId":"b""#,
+        ] {
+            for ty in ["TEXT_MESSAGE_CONTENT", "SUBAGENT_FINISHED", "CUSTOM"] {
+                texts.push(format!(
+                    r#"{{"type":"{ty}","messageId":"m","subagentRunId":{tag},"delta":"x"}}"#
+                ));
+            }
+        }
+        let (mut read, mut unread) = (0, 0);
+        for text in &texts {
+            let event = Event::from_json(text).unwrap();
+            let mut members = Vec::new();
+            Event::check_recording(event.json(), &mut members).unwrap();
+            for event in [
+                event.as_event_ref(),
+                EventRef::from_checked_members(event.json(), event.event_type(), &members),
+            ] {
+                let tag = View::read_tagged(event).tag;
+                match tag {
+                    KnownTag::Read { .. } => read += 1,
+                    KnownTag::Unread => unread += 1,
+                }
+                assert!(chunks::known_tag_agrees(event, tag), "{text}");
+            }
+        }
+        assert!(read > 1000 && unread >= 6, "{read} {unread}");
     }
 
     /// Expands `stream` twice, rendering the events and handing them to the
@@ -1664,10 +1909,9 @@ mod tests {
             for (i, e) in rendered.iter().enumerate() {
                 let (ty, view) = expanded.get(i).expect("each event is there");
                 assert_eq!(ty, e.event_type(), "{e}");
-                let shown = format!("{view:?}");
-                assert_eq!(shown, format!("{:?}", View::read(e.as_event_ref())), "{e}");
-                let derived: View<'_> = e.view().unwrap_or_default();
-                assert_eq!(shown, format!("{derived:?}"), "{e}");
+                let read = shown(&view);
+                assert_eq!(read, shown(&View::read(e.as_event_ref())), "{e}");
+                assert_eq!(read, derived(e.json()), "{e}");
                 compared += 1;
             }
         }
