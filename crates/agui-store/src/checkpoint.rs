@@ -1130,4 +1130,82 @@ mod tests {
         long[6..10].copy_from_slice(&crc.to_le_bytes());
         assert!(usable(&long, 4).is_none());
     }
+
+    /// A version 3 blob of any meta and text bytes (each part stored as it
+    /// is or compressed), its checksum made to hold.
+    fn sealed_3(meta: &[u8], text: &[u8], codec: u8, last_seq: u64) -> Vec<u8> {
+        let part = |p: &[u8], z: bool| {
+            if z {
+                zstd::bulk::compress(p, 1).unwrap()
+            } else {
+                p.to_vec()
+            }
+        };
+        let (m, t) = (part(meta, codec & 1 != 0), part(text, codec & 2 != 0));
+        let mut b = MAGIC.to_vec();
+        b.extend_from_slice(&[VERSION, codec, 0, 0, 0, 0]);
+        b.extend_from_slice(&(meta.len() as u32).to_le_bytes());
+        b.extend_from_slice(&(m.len() as u32).to_le_bytes());
+        b.extend_from_slice(&(text.len() as u64).to_le_bytes());
+        b.extend_from_slice(&last_seq.to_le_bytes());
+        b.extend_from_slice(&m);
+        b.extend_from_slice(&t);
+        let crc = blob_checksum(&b);
+        b[6..10].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    proptest::proptest! {
+        /// Any meta and text under a good checksum (so that the parts are
+        /// what is read), alone or as a link under an intact delta: refused
+        /// or composed, never a panic; what composes is the text itself.
+        #[test]
+        fn any_checksummed_blob_never_panics(
+            meta in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..40),
+            text in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..60),
+            codec in 0u8..4,
+            keep in 0u64..4,
+        ) {
+            let blob = sealed_3(&meta, &text, codec, 9);
+            let _ = base_run(&blob);
+            if let Ok(d) = decode(&blob) {
+                let _ = d.message_count();
+                let _ = compose(&[d]);
+            }
+            let top = encode_delta(
+                &BaseRef { run_id: "b".into(), last_seq: 9, keep },
+                &["{}"],
+                "0",
+                10,
+            );
+            let links = [("t", top), ("b", blob)];
+            if let Some(json) = compose_links("t", 10, &links) {
+                proptest::prop_assert!(json.starts_with(r#"{"messages":["#), "{}", json);
+            }
+        }
+
+        /// Any messages and state written today compose to exactly what
+        /// `serde_json` writes of the conversation, however they are split
+        /// between a full base and a delta.
+        #[test]
+        fn written_chains_compose_as_serde_writes(
+            words in proptest::collection::vec("[a-zé,\\]\"{}]{0,12}", 0..8),
+            split in 0usize..8,
+            keep in 0usize..8,
+        ) {
+            let ms: Vec<Value> = words.iter().map(|w| json!({"c": w})).collect();
+            let split = split.min(ms.len());
+            let keep = keep.min(split);
+            let base = encode_full(&texts(&ms[..split]), "{\"s\":1}", 5);
+            let base_ref = BaseRef { run_id: "b".into(), last_seq: 5, keep: keep as u64 };
+            let top = encode_delta(&base_ref, &texts(&ms[split..]), "[1,\"é\"]", 7);
+            let links = [("t", top), ("b", base.clone())];
+            let want: Vec<Value> = ms[..keep].iter().chain(&ms[split..]).cloned().collect();
+            proptest::prop_assert_eq!(
+                compose_links("t", 7, &links).unwrap(),
+                conv(&want, &json!([1, "é"]))
+            );
+            proptest::prop_assert_eq!(usable(&base, 5).unwrap(), conv(&ms[..split], &json!({"s": 1})));
+        }
+    }
 }
