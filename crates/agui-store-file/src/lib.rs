@@ -1205,7 +1205,7 @@ impl Backend for FileStore {
         let (tenant, thread, run_id) = (tenant.to_owned(), thread.to_owned(), run_id.to_owned());
         let links = self
             .blocking(move |i| {
-                let mut links: Vec<(String, Vec<u8>)> = Vec::new();
+                let mut links: Vec<(String, bytes::Bytes)> = Vec::new();
                 let mut next = Some(run_id);
                 while let Some(id) = next.take()
                     && links.len() < agui_store::checkpoint::MAX_CHAIN
@@ -1225,7 +1225,7 @@ impl Backend for FileStore {
                         Frame::Incomplete => break,
                     };
                     next = agui_store::checkpoint::base_run(&blob);
-                    links.push((id, blob));
+                    links.push((id, blob.into()));
                 }
                 Ok(links)
             })

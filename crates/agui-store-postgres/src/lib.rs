@@ -1825,7 +1825,7 @@ impl Backend for PgStore {
             if let (Some(run), Some(blob)) =
                 (get::<Option<&[u8]>>(row, 2)?, get::<Option<&[u8]>>(row, 3)?)
             {
-                links.push((text(run.to_vec())?, blob.to_vec()));
+                links.push((text(run.to_vec())?, blob.to_vec().into()));
             }
         }
         Ok(CheckpointChain {

@@ -840,7 +840,7 @@ impl Backend for SqliteStore {
         let mut links = Vec::with_capacity(rows.len());
         for (_, _, link) in rows {
             if let Some((id, blob)) = link {
-                links.push((text(id)?, blob));
+                links.push((text(id)?, blob.into()));
             }
         }
         Ok(CheckpointChain {

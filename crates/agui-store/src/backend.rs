@@ -235,7 +235,7 @@ pub trait Backend: Send + Sync {
     ) -> Result<CheckpointChain> {
         let run = self.run(tenant, thread, run_id).await?;
         let links = match self.load_checkpoint(tenant, thread, run_id).await? {
-            Some(blob) => vec![(run.run_id, blob)],
+            Some(blob) => vec![(run.run_id, blob.into())],
             None => Vec::new(),
         };
         Ok(CheckpointChain {
@@ -253,8 +253,9 @@ pub struct CheckpointChain {
     pub status: RunStatus,
     /// The run's last sequence number.
     pub last_seq: u64,
-    /// `(run id, blob)`, the run's own first, then each base.
-    pub links: Vec<(String, Vec<u8>)>,
+    /// `(run id, blob)`, the run's own first, then each base (`Bytes`: a
+    /// backend that keeps blobs in memory hands them over without a copy).
+    pub links: Vec<(String, bytes::Bytes)>,
 }
 
 /// A batch the engine planned, for [`Backend::commit`].

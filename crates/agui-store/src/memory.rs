@@ -47,7 +47,7 @@ struct Thread {
     runs: RunTable,
     /// Each run's checkpoint blob, with the base run a delta names
     /// ([`crate::checkpoint::base_run`]), so a chain is read in one go.
-    checkpoints: HashMap<String, (Vec<u8>, Option<String>)>,
+    checkpoints: HashMap<String, (bytes::Bytes, Option<String>)>,
     channels: BTreeMap<String, Channel>,
     agent: Option<String>,
     created_at: Timestamp,
@@ -307,7 +307,7 @@ impl Backend for MemoryStore {
             .threads
             .get(&key(tenant, thread))
             .ok_or_else(|| StoreError::not_found("thread"))?;
-        Ok(t.checkpoints.get(run_id).map(|(blob, _)| blob.clone()))
+        Ok(t.checkpoints.get(run_id).map(|(blob, _)| blob.to_vec()))
     }
 
     async fn save_checkpoint(
@@ -326,7 +326,7 @@ impl Backend for MemoryStore {
             return Err(StoreError::not_found("run"));
         }
         let base = crate::checkpoint::base_run(&blob);
-        t.checkpoints.insert(run_id.to_owned(), (blob, base));
+        t.checkpoints.insert(run_id.to_owned(), (blob.into(), base));
         Ok(())
     }
 
