@@ -677,8 +677,7 @@ pub fn compose(chain: &[Decoded<'_>]) -> Result<String> {
         most
     };
     const OPEN: &[u8] = b"{\"messages\":[";
-    let mut out = Vec::with_capacity(room(&mut (0..chain.len()).rev(), OPEN.len()));
-    out.extend_from_slice(OPEN);
+    let capacity = room(&mut (0..chain.len()).rev(), OPEN.len());
     let oldest = chain.len() - 1;
     let split =
         chain.len() > 1 && matches!(&last.text, Text::Packed { len, .. } if *len >= PARALLEL_FROM);
@@ -692,32 +691,46 @@ pub fn compose(chain: &[Decoded<'_>]) -> Result<String> {
         }
         Ok(())
     };
-    if split {
-        let oldest_gives = take[oldest] > 0;
-        let (head, tail) = std::thread::scope(|scope| {
+    let open = || {
+        let mut out = Vec::with_capacity(capacity);
+        out.extend_from_slice(OPEN);
+        out
+    };
+    // Split: the oldest link on another thread, the rest on this one; `None`
+    // when no thread could be started.
+    let split = split.then(|| {
+        std::thread::scope(|scope| {
             let other = std::thread::Builder::new()
                 .name("agui-checkpoint-decode".into())
                 .spawn_scoped(scope, || {
-                    let mut u = None;
-                    last.append(&mut out, take[oldest], false, false, &mut u)
-                        .map(|()| out)
-                });
+                    let mut head = open();
+                    last.append(&mut head, take[oldest], false, false, &mut None)
+                        .map(|()| head)
+                })
+                .ok()?;
             let mut tail = Vec::with_capacity(room(&mut (0..oldest).rev(), 0));
-            let tail = rest(&mut tail, oldest_gives, &mut unpacker).map(|()| tail);
-            let head = match other {
-                Ok(h) => h.join().unwrap_or_else(|_| Err(damaged("decoding failed"))),
-                Err(_) => Err(damaged("no thread to decode on")),
-            };
-            (head, tail)
-        });
-        out = head?;
-        out.extend_from_slice(&tail?);
-    } else {
-        for i in (0..chain.len()).rev() {
-            let comma = take[i + 1..].iter().any(|&n| n > 0);
-            chain[i].append(&mut out, take[i], comma, i == 0, &mut unpacker)?;
+            let tail = rest(&mut tail, take[oldest] > 0, &mut unpacker).map(|()| tail);
+            let head = other
+                .join()
+                .unwrap_or_else(|_| Err(damaged("decoding failed")));
+            Some((head, tail))
+        })
+    });
+    let out = match split.flatten() {
+        Some((head, tail)) => {
+            let mut out = head?;
+            out.extend_from_slice(&tail?);
+            out
         }
-    }
+        None => {
+            let mut out = open();
+            for i in (0..chain.len()).rev() {
+                let comma = take[i + 1..].iter().any(|&n| n > 0);
+                chain[i].append(&mut out, take[i], comma, i == 0, &mut unpacker)?;
+            }
+            out
+        }
+    };
     // SAFETY: `out` is UTF-8: the ASCII `{"messages":[`, then pieces each
     // checked UTF-8 where it was appended (a version 2 piece is a slice of
     // a checked `String` at char boundaries, a version 3 piece is checked
