@@ -863,22 +863,140 @@ impl OrderedSet {
     }
 }
 
-#[derive(Default, Debug)]
-struct Owners {
-    message: HashMap<String, Owner>,
-    tool_call: HashMap<String, Owner>,
-    activity: HashMap<String, Owner>,
-    reasoning: HashMap<String, Owner>,
+/// One id an entity kind has seen in the current run: its owner and, for
+/// each of the kind's open sets (see [`Entities`]), where it was opened
+/// among that set's open items (`0`: not open).
+#[derive(Debug)]
+struct Entity {
+    owner: Owner,
+    opened: [u64; 2],
 }
 
-impl Owners {
+/// The ids of one entity kind (message, tool call, activity, reasoning)
+/// seen in the current run: each one's owner and whether it is open, in
+/// one map, so that an event continuing an open item costs one lookup.
+///
+/// A kind has up to two open sets (reasoning: spans `0`, messages `1`;
+/// the others use set `0` only). Every open id has an entry, so the open
+/// sets are the entries marked open; they are kept in the order opened.
+#[derive(Default, Debug)]
+struct Entities {
+    items: HashMap<String, Entity>,
+    /// The order given to the last item opened.
+    seq: u64,
+    /// How many items each set holds open.
+    open: [usize; 2],
+}
+
+impl Entities {
+    fn owner(&self, id: &str) -> Option<&Owner> {
+        self.items.get(id).map(|e| &e.owner)
+    }
+
+    fn contains_key(&self, id: &str) -> bool {
+        self.items.contains_key(id)
+    }
+
+    /// Records `owner` as `id`'s, keeping whether it is open.
+    fn set_owner(&mut self, id: &str, owner: Owner) {
+        match self.items.get_mut(id) {
+            Some(e) => e.owner = owner,
+            None => {
+                self.items.insert(
+                    id.to_owned(),
+                    Entity {
+                        owner,
+                        opened: [0; 2],
+                    },
+                );
+            }
+        }
+    }
+
+    /// Opens `id` in `set`: `Ok(false)` (nothing changed) when it is open
+    /// there already; else `agree` checks an existing owner (an error
+    /// changes nothing), and a new id is recorded as owned by `owner`.
+    fn open(
+        &mut self,
+        set: usize,
+        id: &str,
+        agree: impl FnOnce(&Owner) -> Result<(), VerifyError>,
+        owner: impl FnOnce() -> Owner,
+    ) -> Result<bool, VerifyError> {
+        match self.items.get_mut(id) {
+            Some(e) => {
+                if e.opened[set] != 0 {
+                    return Ok(false);
+                }
+                agree(&e.owner)?;
+                self.seq += 1;
+                e.opened[set] = self.seq;
+            }
+            None => {
+                self.seq += 1;
+                let mut opened = [0; 2];
+                opened[set] = self.seq;
+                self.items.insert(
+                    id.to_owned(),
+                    Entity {
+                        owner: owner(),
+                        opened,
+                    },
+                );
+            }
+        }
+        self.open[set] += 1;
+        Ok(true)
+    }
+
+    /// Continues `id`'s open item in `set`: `Ok(false)` when it is not open
+    /// there; else `agree` checks its owner, and when that holds and
+    /// `close` is set, the item is closed.
+    fn carry_on(
+        &mut self,
+        set: usize,
+        id: &str,
+        close: bool,
+        agree: impl FnOnce(&Owner) -> Result<(), VerifyError>,
+    ) -> Result<bool, VerifyError> {
+        let Some(e) = self.items.get_mut(id).filter(|e| e.opened[set] != 0) else {
+            return Ok(false);
+        };
+        agree(&e.owner)?;
+        if close {
+            e.opened[set] = 0;
+            self.open[set] -= 1;
+        }
+        Ok(true)
+    }
+
+    fn any_open(&self, set: usize) -> bool {
+        self.open[set] != 0
+    }
+
+    /// The ids open in `set`, in the order they were opened.
+    fn open_in_order(&self, set: usize) -> Vec<String> {
+        let mut v: Vec<(&String, u64)> = self
+            .items
+            .iter()
+            .filter(|(_, e)| e.opened[set] != 0)
+            .map(|(k, e)| (k, e.opened[set]))
+            .collect();
+        v.sort_by_key(|(_, s)| *s);
+        v.into_iter().map(|(k, _)| k.clone()).collect()
+    }
+
     fn clear(&mut self) {
-        self.message.clear();
-        self.tool_call.clear();
-        self.activity.clear();
-        self.reasoning.clear();
+        self.items.clear();
+        self.open = [0; 2];
     }
 }
+
+/// The open set of text messages (in [`Rules::messages`]), tool calls
+/// ([`Rules::tool_calls`]) and reasoning spans ([`Rules::reasoning`]).
+const OPEN: usize = 0;
+/// The open set of reasoning messages (in [`Rules::reasoning`]).
+const OPEN_MESSAGES: usize = 1;
 
 /// Verifies a stream one event at a time (see the module docs).
 ///
@@ -897,11 +1015,14 @@ pub struct Verifier {
 /// The state of the sequence rules (everything but chunk expansion).
 #[derive(Default, Debug)]
 struct Rules {
-    texts: OrderedSet,
-    tools: OrderedSet,
-    spans: OrderedSet,
-    reasonings: OrderedSet,
-    owners: Owners,
+    /// Message owners; open text messages.
+    messages: Entities,
+    /// Tool call owners; open tool calls.
+    tool_calls: Entities,
+    /// Activity owners.
+    activities: Entities,
+    /// Reasoning owners; open reasoning spans and messages.
+    reasoning: Entities,
     /// Open steps: (owner, name) -> order; owners in the order first seen.
     steps: HashMap<(Owner, String), u64>,
     step_owner_order: HashMap<Owner, u64>,
@@ -1007,11 +1128,10 @@ impl Verifier {
 
 impl Rules {
     fn reset_run(&mut self) {
-        self.texts.clear();
-        self.tools.clear();
-        self.spans.clear();
-        self.reasonings.clear();
-        self.owners.clear();
+        self.messages.clear();
+        self.tool_calls.clear();
+        self.activities.clear();
+        self.reasoning.clear();
         self.steps.clear();
         self.step_owner_order.clear();
         self.subagents.clear();
@@ -1105,53 +1225,52 @@ impl Rules {
 
         match ty {
             EventType::TextMessageStart => {
-                let id = field(&v.message_id(), "messageId")?;
-                if self.texts.contains(&id) {
+                let raw_id = v.message_id();
+                let id = str_field(name, &raw_id, "messageId")?;
+                let opened = self.messages.open(
+                    OPEN,
+                    id,
+                    |owner| tag_agrees(name, tag, owner, "message", id),
+                    || tag.map(str::to_owned),
+                )?;
+                if !opened {
                     return Err(VerifyError::AlreadyOpen {
                         kind: ItemKind::TextMessage,
-                        id,
+                        id: id.to_owned(),
                     });
-                }
-                let existing = self.owners.message.get(&id);
-                if let Some(owner) = existing {
-                    tag_agrees(name, tag, owner, "message", &id)?;
-                }
-                let known = existing.is_some();
-                self.texts.insert(&id);
-                if !known {
-                    self.owners.message.insert(id, tag.map(str::to_owned));
                 }
             }
             EventType::TextMessageContent | EventType::TextMessageEnd => {
                 let raw_id = v.message_id();
                 let id = str_field(name, &raw_id, "messageId")?;
-                if !self.texts.contains(id) {
+                let close = *ty == EventType::TextMessageEnd;
+                let open = self.messages.carry_on(OPEN, id, close, |owner| {
+                    tag_agrees(name, tag, owner, "message", id)
+                })?;
+                if !open {
                     return Err(VerifyError::NotOpen {
                         event_type: name.to_owned(),
                         kind: ItemKind::TextMessage,
                         id: id.to_owned(),
                     });
                 }
-                if let Some(owner) = self.owners.message.get(id) {
-                    tag_agrees(name, tag, owner, "message", id)?;
-                }
-                if *ty == EventType::TextMessageEnd {
-                    self.texts.remove(id);
-                }
             }
             EventType::ToolCallStart => {
-                let id = field(&v.tool_call_id(), "toolCallId")?;
-                if self.tools.contains(&id) {
+                let raw_id = v.tool_call_id();
+                let id = str_field(name, &raw_id, "toolCallId")?;
+                let tools = &mut self.tool_calls;
+                let existing = tools.items.get_mut(id);
+                if existing.as_ref().is_some_and(|e| e.opened[OPEN] != 0) {
                     return Err(VerifyError::AlreadyOpen {
                         kind: ItemKind::ToolCall,
-                        id,
+                        id: id.to_owned(),
                     });
                 }
                 let parent = v.parent_message_id();
                 let parent = parent.str();
-                let mut inherited: Option<Owner> = None;
+                let mut inherited: Option<&Owner> = None;
                 if let Some(parent) = parent
-                    && let Some(parent_owner) = self.owners.message.get(parent)
+                    && let Some(parent_owner) = self.messages.owner(parent)
                 {
                     if let Some(t) = tag
                         && Some(t) != parent_owner.as_deref()
@@ -1162,54 +1281,56 @@ impl Rules {
                             owner: parent_owner.clone(),
                         });
                     }
-                    inherited = Some(parent_owner.clone());
+                    inherited = Some(parent_owner);
                 }
-                let existing = self.owners.tool_call.get(&id).cloned();
-                if let Some(owner) = &existing {
-                    tag_agrees(name, tag, owner, "tool call", &id)?;
-                    if tag.is_none()
-                        && let Some(inh) = &inherited
-                        && inh != owner
-                    {
-                        return Err(VerifyError::ToolReopenMismatch {
-                            id,
-                            owner: owner.clone(),
-                            parent: parent.unwrap_or_default().to_owned(),
-                            parent_owner: inh.clone(),
-                        });
+                match existing {
+                    Some(e) => {
+                        tag_agrees(name, tag, &e.owner, "tool call", id)?;
+                        if tag.is_none()
+                            && let Some(inh) = inherited
+                            && *inh != e.owner
+                        {
+                            return Err(VerifyError::ToolReopenMismatch {
+                                id: id.to_owned(),
+                                owner: e.owner.clone(),
+                                parent: parent.unwrap_or_default().to_owned(),
+                                parent_owner: inh.clone(),
+                            });
+                        }
+                        tools.seq += 1;
+                        e.opened[OPEN] = tools.seq;
+                    }
+                    None => {
+                        let owner = match tag {
+                            Some(t) => Some(t.to_owned()),
+                            None => inherited.cloned().unwrap_or(None),
+                        };
+                        tools.seq += 1;
+                        let mut opened = [0; 2];
+                        opened[OPEN] = tools.seq;
+                        tools.items.insert(id.to_owned(), Entity { owner, opened });
                     }
                 }
-                self.tools.insert(&id);
-                if existing.is_none() {
-                    let owner = match tag {
-                        Some(t) => Some(t.to_owned()),
-                        None => inherited.unwrap_or(None),
-                    };
-                    self.owners.tool_call.insert(id, owner);
-                }
+                tools.open[OPEN] += 1;
             }
             EventType::ToolCallArgs | EventType::ToolCallEnd => {
                 let raw_id = v.tool_call_id();
                 let id = str_field(name, &raw_id, "toolCallId")?;
-                if !self.tools.contains(id) {
+                let close = *ty == EventType::ToolCallEnd;
+                let open = self.tool_calls.carry_on(OPEN, id, close, |owner| {
+                    tag_agrees(name, tag, owner, "tool call", id)
+                })?;
+                if !open {
                     return Err(VerifyError::NotOpen {
                         event_type: name.to_owned(),
                         kind: ItemKind::ToolCall,
                         id: id.to_owned(),
                     });
                 }
-                if let Some(owner) = self.owners.tool_call.get(id) {
-                    tag_agrees(name, tag, owner, "tool call", id)?;
-                }
-                if *ty == EventType::ToolCallEnd {
-                    self.tools.remove(id);
-                }
             }
             EventType::ToolCallResult => {
                 if let Some(mid) = v.message_id().str() {
-                    self.owners
-                        .message
-                        .insert(mid.to_owned(), tag.map(str::to_owned));
+                    self.messages.set_owner(mid, tag.map(str::to_owned));
                 }
             }
             EventType::StepStarted => {
@@ -1250,38 +1371,38 @@ impl Rules {
                 }
             }
             EventType::ActivitySnapshot => {
-                let id = field(&v.message_id(), "messageId")?;
-                let is_new = !self.owners.activity.contains_key(&id);
+                let raw_id = v.message_id();
+                let id = str_field(name, &raw_id, "messageId")?;
+                let is_new = !self.activities.contains_key(id);
                 if is_new || !matches!(v.replace(), Loose::False) {
-                    self.owners.activity.insert(id, tag.map(str::to_owned));
+                    self.activities.set_owner(id, tag.map(str::to_owned));
                 }
             }
             EventType::ActivityDelta => {
                 let raw_id = v.message_id();
                 let id = str_field(name, &raw_id, "messageId")?;
-                if let Some(owner) = self.owners.activity.get(id) {
+                if let Some(owner) = self.activities.owner(id) {
                     tag_agrees(name, tag, owner, "activity", id)?;
                 }
             }
             EventType::ReasoningStart | EventType::ReasoningMessageStart => {
-                let id = field(&v.message_id(), "messageId")?;
-                let span = *ty == EventType::ReasoningStart;
-                let (open, kind) = if span {
-                    (&mut self.spans, ItemKind::ReasoningSpan)
-                } else {
-                    (&mut self.reasonings, ItemKind::ReasoningMessage)
+                let raw_id = v.message_id();
+                let id = str_field(name, &raw_id, "messageId")?;
+                let (set, kind) = match ty {
+                    EventType::ReasoningStart => (OPEN, ItemKind::ReasoningSpan),
+                    _ => (OPEN_MESSAGES, ItemKind::ReasoningMessage),
                 };
-                if open.contains(&id) {
-                    return Err(VerifyError::AlreadyOpen { kind, id });
-                }
-                let existing = self.owners.reasoning.get(&id);
-                if let Some(owner) = existing {
-                    tag_agrees(name, tag, owner, "reasoning message", &id)?;
-                }
-                let known = existing.is_some();
-                open.insert(&id);
-                if !known {
-                    self.owners.reasoning.insert(id, tag.map(str::to_owned));
+                let opened = self.reasoning.open(
+                    set,
+                    id,
+                    |owner| tag_agrees(name, tag, owner, "reasoning message", id),
+                    || tag.map(str::to_owned),
+                )?;
+                if !opened {
+                    return Err(VerifyError::AlreadyOpen {
+                        kind,
+                        id: id.to_owned(),
+                    });
                 }
             }
             EventType::ReasoningMessageContent
@@ -1289,41 +1410,35 @@ impl Rules {
             | EventType::ReasoningEnd => {
                 let raw_id = v.message_id();
                 let id = str_field(name, &raw_id, "messageId")?;
-                let span = *ty == EventType::ReasoningEnd;
-                let (open, kind) = if span {
-                    (&mut self.spans, ItemKind::ReasoningSpan)
-                } else {
-                    (&mut self.reasonings, ItemKind::ReasoningMessage)
+                let (set, kind) = match ty {
+                    EventType::ReasoningEnd => (OPEN, ItemKind::ReasoningSpan),
+                    _ => (OPEN_MESSAGES, ItemKind::ReasoningMessage),
                 };
-                if !open.contains(id) {
+                let close = *ty != EventType::ReasoningMessageContent;
+                let open = self.reasoning.carry_on(set, id, close, |owner| {
+                    tag_agrees(name, tag, owner, "reasoning message", id)
+                })?;
+                if !open {
                     return Err(VerifyError::NotOpen {
                         event_type: name.to_owned(),
                         kind,
                         id: id.to_owned(),
                     });
                 }
-                if let Some(owner) = self.owners.reasoning.get(id) {
-                    tag_agrees(name, tag, owner, "reasoning message", id)?;
-                }
-                if *ty != EventType::ReasoningMessageContent {
-                    open.remove(id);
-                }
             }
             EventType::ReasoningEncryptedValue => {
-                let id = field(&v.entity_id(), "entityId")?;
+                let raw_id = v.entity_id();
+                let id = str_field(name, &raw_id, "entityId")?;
                 let (owner, label) = match v.subtype().str() {
-                    Some("tool-call") => (self.owners.tool_call.get(&id), "tool call"),
+                    Some("tool-call") => (self.tool_calls.owner(id), "tool call"),
                     Some("message") => (
-                        self.owners
-                            .message
-                            .get(&id)
-                            .or_else(|| self.owners.reasoning.get(&id)),
+                        self.messages.owner(id).or_else(|| self.reasoning.owner(id)),
                         "message",
                     ),
-                    _ => (self.owners.reasoning.get(&id), "reasoning message"),
+                    _ => (self.reasoning.owner(id), "reasoning message"),
                 };
                 if let Some(owner) = owner {
-                    tag_agrees(name, tag, owner, label, &id)?;
+                    tag_agrees(name, tag, owner, label, id)?;
                 }
             }
             EventType::SubagentStarted => {
@@ -1479,12 +1594,12 @@ impl Rules {
             }
             let owner: Owner = m.subagent_run_id.str().map(str::to_owned);
             let bucket = match m.role.str() {
-                Some("reasoning") => &mut self.owners.reasoning,
-                Some("activity") => &mut self.owners.activity,
-                _ => &mut self.owners.message,
+                Some("reasoning") => &mut self.reasoning,
+                Some("activity") => &mut self.activities,
+                _ => &mut self.messages,
             };
             if authoritative || !bucket.contains_key(id) {
-                bucket.insert(id.to_owned(), owner.clone());
+                bucket.set_owner(id, owner.clone());
             }
             if let Some(calls) = m.tool_calls
                 && let Ok(calls) = serde_json::from_str::<Vec<&RawValue>>(calls.get())
@@ -1493,11 +1608,9 @@ impl Rules {
                     if let Ok(IdView {
                         id: Loose::Str(cid),
                     }) = serde_json::from_str::<IdView<'_>>(call.get())
-                        && (authoritative || !self.owners.tool_call.contains_key(&*cid))
+                        && (authoritative || !self.tool_calls.contains_key(&cid))
                     {
-                        self.owners
-                            .tool_call
-                            .insert(cid.into_owned(), owner.clone());
+                        self.tool_calls.set_owner(&cid, owner.clone());
                     }
                 }
             }
@@ -1523,19 +1636,24 @@ impl Rules {
                 open,
             });
         }
-        for (what, set) in [
-            ("text messages", &self.texts),
-            ("reasoning messages", &self.reasonings),
-            ("reasoning spans", &self.spans),
-            ("tool calls", &self.tools),
-            ("subagents", &self.subagents),
+        for (what, items, set) in [
+            ("text messages", &self.messages, OPEN),
+            ("reasoning messages", &self.reasoning, OPEN_MESSAGES),
+            ("reasoning spans", &self.reasoning, OPEN),
+            ("tool calls", &self.tool_calls, OPEN),
         ] {
-            if !set.is_empty() {
+            if items.any_open(set) {
                 return Some(VerifyError::OpenAtRunFinished {
                     what,
-                    open: set.in_order(),
+                    open: items.open_in_order(set),
                 });
             }
+        }
+        if !self.subagents.is_empty() {
+            return Some(VerifyError::OpenAtRunFinished {
+                what: "subagents",
+                open: self.subagents.in_order(),
+            });
         }
         None
     }
@@ -2586,5 +2704,79 @@ mod tests {
             v.push(&e).unwrap();
         }
         assert_eq!(v.count(), 3);
+    }
+
+    fn no_check(_: &Owner) -> Result<(), VerifyError> {
+        Ok(())
+    }
+
+    #[test]
+    fn entities_keep_owners_and_open_sets_in_one_map() {
+        let mut e = Entities::default();
+        let a = || Some("a".to_owned());
+        // Opening records the owner of a new id; a second open is refused.
+        assert!(e.open(OPEN, "x", no_check, a).unwrap());
+        assert!(!e.open(OPEN, "x", no_check, || None).unwrap());
+        assert_eq!(e.owner("x"), Some(&a()));
+        // The other set is separate, and the owner is checked, not replaced.
+        let refuse = |_: &Owner| Err(VerifyError::SubagentWithoutName);
+        assert!(e.open(OPEN_MESSAGES, "x", refuse, || None).is_err());
+        assert!(!e.any_open(OPEN_MESSAGES));
+        assert!(e.open(OPEN_MESSAGES, "x", no_check, || None).unwrap());
+        assert_eq!(e.owner("x"), Some(&a()));
+        // A known id that is not open opens with its owner kept.
+        e.set_owner("y", None);
+        assert!(!e.carry_on(OPEN, "y", false, no_check).unwrap());
+        assert!(e.open(OPEN, "y", no_check, a).unwrap());
+        assert_eq!(e.owner("y"), Some(&None));
+        assert!(e.open(OPEN, "w", no_check, a).unwrap());
+        assert_eq!(e.open_in_order(OPEN), ["x", "y", "w"]);
+        // Setting an owner keeps an item open.
+        e.set_owner("y", a());
+        assert_eq!(e.owner("y"), Some(&a()));
+        // A refused continuation closes nothing; an agreeing close does.
+        assert!(e.carry_on(OPEN, "y", true, refuse).is_err());
+        assert!(e.carry_on(OPEN, "y", false, no_check).unwrap());
+        assert!(e.carry_on(OPEN, "y", true, no_check).unwrap());
+        assert!(!e.carry_on(OPEN, "y", true, no_check).unwrap());
+        assert!(e.contains_key("y"));
+        assert_eq!(e.open_in_order(OPEN), ["x", "w"]);
+        assert_eq!(e.open_in_order(OPEN_MESSAGES), ["x"]);
+        // Reopened, an item goes last.
+        assert!(e.open(OPEN, "y", no_check, || None).unwrap());
+        assert_eq!(e.open_in_order(OPEN), ["x", "w", "y"]);
+        for id in ["x", "w", "y"] {
+            assert!(e.carry_on(OPEN, id, true, no_check).unwrap());
+        }
+        assert!(!e.any_open(OPEN));
+        assert!(e.any_open(OPEN_MESSAGES));
+        e.clear();
+        assert!(!e.any_open(OPEN_MESSAGES) && !e.contains_key("x"));
+    }
+
+    #[test]
+    fn an_item_reopened_after_its_close_keeps_its_first_owner() {
+        let stream = events(&s(&[
+            RS,
+            r#"{"type":"TEXT_MESSAGE_START","messageId":"m","subagentRunId":"a"}"#,
+            r#"{"type":"TEXT_MESSAGE_END","messageId":"m"}"#,
+            r#"{"type":"TEXT_MESSAGE_START","messageId":"m","subagentRunId":"b"}"#,
+        ]));
+        let (at, err) = verify_events(&stream).unwrap_err();
+        assert_eq!(at, 3);
+        assert!(matches!(err, VerifyError::OwnerMismatch { .. }), "{err:?}");
+        let stream = events(&s(&[
+            RS,
+            r#"{"type":"REASONING_START","messageId":"r"}"#,
+            r#"{"type":"REASONING_MESSAGE_START","messageId":"r"}"#,
+            r#"{"type":"REASONING_END","messageId":"r"}"#,
+            RF,
+        ]));
+        let (at, err) = verify_events(&stream).unwrap_err();
+        assert_eq!(at, 4);
+        assert!(
+            matches!(&err, VerifyError::OpenAtRunFinished { what: "reasoning messages", open } if open == &["r"]),
+            "{err:?}"
+        );
     }
 }
