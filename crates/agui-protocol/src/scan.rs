@@ -25,7 +25,8 @@ use crate::MAX_DEPTH;
 /// Where one top-level member of an event's text lies, as the envelope scan
 /// found it: the byte range of its key's body (between the quotes; the scan
 /// records only keys written without escapes) and of its raw value, both
-/// counted from the start of the event's text.
+/// counted from the start of the event's text; and whether the value is a
+/// string written without escapes (its body is then the string itself).
 ///
 /// [`Event::check_recording`] records a table of these for each event it
 /// accepts on its fast path, so that readers of the event's fields
@@ -40,6 +41,8 @@ pub struct Member {
     pub(crate) key: (u32, u32),
     /// Start and end (exclusive) of the raw value.
     pub(crate) value: (u32, u32),
+    /// The value is a string with no escape.
+    pub(crate) plain: bool,
 }
 
 impl Member {
@@ -243,6 +246,7 @@ pub(crate) fn scan<S: Sink>(text: &[u8], sink: &mut S) -> Option<Scanned> {
             }
             State::Value | State::ArrayFirst => {
                 let start = i;
+                let mut plain = false;
                 match c {
                     b'{' | b'[' => {
                         if key_is_type {
@@ -253,6 +257,7 @@ pub(crate) fn scan<S: Sink>(text: &[u8], sink: &mut S) -> Option<Scanned> {
                     b'"' => {
                         let (end, escaped) = string(text, i + 1)?;
                         i = end + 1;
+                        plain = !escaped;
                         if key_is_type {
                             if escaped || ty.is_some() {
                                 return None;
@@ -269,7 +274,7 @@ pub(crate) fn scan<S: Sink>(text: &[u8], sink: &mut S) -> Option<Scanned> {
                 if key_is_type && c != b'"' {
                     return None;
                 }
-                sink.member(member(key, (start, i)));
+                sink.member(member(key, (start, i), plain));
                 state = State::After;
             }
             State::After => match c {
@@ -407,11 +412,12 @@ fn is_reserved(body: &[u8]) -> bool {
             .any(|key| body == key.as_bytes())
 }
 
-fn member(key: (usize, usize), value: (usize, usize)) -> Member {
+fn member(key: (usize, usize), value: (usize, usize), plain: bool) -> Member {
     // `scan` refuses text longer than u32::MAX bytes, so these fit.
     Member {
         key: (key.0 as u32, key.1 as u32),
         value: (value.0 as u32, value.1 as u32),
+        plain,
     }
 }
 
@@ -815,6 +821,32 @@ mod tests {
             Some("B")
         );
         assert_eq!(ty(r#"{"type":"A","x":[],"y":{},"z":""}"#), Some("A"));
+    }
+
+    #[test]
+    fn marks_the_string_values_written_without_escapes() {
+        let text = r#"{"type":"A","a":"x","b":"x\"y","c":"\u00e9","d":1,"e":"","f":["s"],"g":{"h":"s"},"i":null,"j":"café\/"}"#;
+        let mut members = Vec::new();
+        scan(text.as_bytes(), &mut members).unwrap();
+        let plain: Vec<(&str, bool)> = members
+            .iter()
+            .map(|m| (&text[m.key.0 as usize..m.key.1 as usize], m.plain))
+            .collect();
+        assert_eq!(
+            plain,
+            [
+                ("type", true),
+                ("a", true),
+                ("b", false),
+                ("c", false),
+                ("d", false),
+                ("e", true),
+                ("f", false),
+                ("g", false),
+                ("i", false),
+                ("j", false),
+            ]
+        );
     }
 
     #[test]

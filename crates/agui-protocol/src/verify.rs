@@ -422,6 +422,19 @@ fn has_escape(raw: &str) -> bool {
 }
 
 impl<'a> Loose<'a> {
+    /// [`Loose::of`], told whether `raw` is known to be a string without
+    /// escapes (`plain`; its body is then the string, read unchecked).
+    #[inline(always)]
+    fn of_known(raw: &'a str, plain: bool) -> Loose<'a> {
+        if plain
+            && raw.starts_with('"')
+            && let Some(body) = raw.get(1..raw.len() - 1)
+        {
+            return Loose::Str(Cow::Borrowed(body));
+        }
+        Loose::of(raw)
+    }
+
     /// Reads a raw JSON value (valid: it comes from an event).
     fn of(raw: &'a str) -> Loose<'a> {
         match raw.as_bytes().first() {
@@ -508,6 +521,9 @@ const FIELDS: usize = 17;
 #[derive(Default, Debug, Clone, Copy)]
 struct View<'a> {
     raw: [Option<&'a str>; FIELDS],
+    /// The fields known to be strings without escapes, one bit each (as
+    /// the envelope scan recorded them; a clear bit tells nothing).
+    plain: u32,
 }
 
 /// Accessors of [`View`], one per field, named after it.
@@ -517,7 +533,8 @@ macro_rules! view_fields {
             $(
                 #[inline(always)]
                 fn $loose(&self) -> Loose<'a> {
-                    self.raw[$n].map_or(Loose::Absent, Loose::of)
+                    let plain = self.plain & (1 << $n) != 0;
+                    self.raw[$n].map_or(Loose::Absent, |raw| Loose::of_known(raw, plain))
                 }
             )+
             $(
@@ -618,6 +635,7 @@ impl<'a> From<DerivedView<'a>> for View<'a> {
                 d.input,
             ]
             .map(|value| value.map(RawValue::get)),
+            plain: 0,
         }
     }
 }
@@ -654,14 +672,14 @@ impl<'a> View<'a> {
                     if let Some(field) = key.and_then(field_of)
                         && let Some(value) = json.get(m.value.0 as usize..m.value.1 as usize)
                     {
-                        filling.put(field, value);
+                        filling.put(field, value, m.plain);
                     }
                 }
                 true
             }
             None => scan::members_of_valid(json, |key, value| {
                 if let Some(field) = field_of(key.as_bytes()) {
-                    filling.put(field, value);
+                    filling.put(field, value, false);
                 }
             }),
         };
@@ -697,11 +715,13 @@ struct Filling<'a> {
 }
 
 impl<'a> Filling<'a> {
+    /// `plain`: `value` is known to be a string without escapes.
     #[inline(always)]
-    fn put(&mut self, field: u32, value: &'a str) {
+    fn put(&mut self, field: u32, value: &'a str, plain: bool) {
         let bit = 1 << field;
         self.repeated |= self.seen & bit;
         self.seen |= bit;
+        self.view.plain = (self.view.plain & !bit) | if plain { bit } else { 0 };
         if let Some(slot) = self.view.raw.get_mut(field as usize) {
             *slot = Some(value);
         }
@@ -805,7 +825,7 @@ impl Expanded {
         };
         let mut filling = Filling::default();
         for &(field, from, to) in self.fields.get(start..*end)? {
-            filling.put(field, self.values.get(from..to)?);
+            filling.put(field, self.values.get(from..to)?, false);
         }
         Some((ty, filling.done()))
     }
@@ -1768,7 +1788,8 @@ mod tests {
 
     /// The reader the views were first written as (every field decoded by
     /// the JSON library as the rules read it): the reference the views are
-    /// tested against.
+    /// tested against. Its fields are read only through `Debug`.
+    #[allow(dead_code)]
     #[derive(Deserialize, Default, Debug)]
     #[serde(rename_all = "camelCase")]
     struct LooseView<'a> {
