@@ -547,9 +547,14 @@ impl ChunkExpander {
                     },
                     Kind::Reasoning => None,
                 };
+                // A borrowed id had no escape: its text is its JSON text.
+                let id_json = match (&id, fields.id) {
+                    (Cow::Borrowed(_), Some(raw)) => raw.to_owned(),
+                    _ => quote(&id),
+                };
                 let pending = Pending {
                     kind,
-                    id_json: quote(&id),
+                    id_json,
                     id: id.into_owned(),
                     role: match kind {
                         Kind::Text => fields.role.unwrap_or("\"assistant\"").to_owned(),
@@ -1168,6 +1173,38 @@ mod tests {
                 r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"hi"}"#.into(),
                 r#"{"type":"TEXT_MESSAGE_END","messageId":"m"}"#.into(),
                 RF.to_owned(),
+            ]
+        );
+    }
+
+    #[test]
+    fn an_id_without_escapes_is_its_own_json_text_and_an_escaped_one_is_rewritten() {
+        for raw in [
+            r#""m""#,
+            r#""""#,
+            r#""café 🚀 /<>'""#,
+            r#""a\u00e9""#,
+            r#""a\/b""#,
+        ] {
+            let id = as_str(raw).unwrap();
+            if let Cow::Borrowed(_) = id {
+                assert_eq!(quote(&id), raw);
+            }
+        }
+        let out = run(&[
+            RS,
+            r#"{"type":"TEXT_MESSAGE_CHUNK","messageId":"m\u00e9\/","delta":"a"}"#,
+            r#"{"type":"TOOL_CALL_CHUNK","toolCallId":"café","toolCallName":"t","delta":"b"}"#,
+        ])
+        .unwrap();
+        assert_eq!(
+            out[1..],
+            [
+                r#"{"type":"TEXT_MESSAGE_START","messageId":"mé/","role":"assistant"}"#,
+                r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"mé/","delta":"a"}"#,
+                r#"{"type":"TEXT_MESSAGE_END","messageId":"mé/"}"#,
+                r#"{"type":"TOOL_CALL_START","toolCallId":"café","toolCallName":"t"}"#,
+                r#"{"type":"TOOL_CALL_ARGS","toolCallId":"café","delta":"b"}"#,
             ]
         );
     }
