@@ -1932,13 +1932,12 @@ mod tests {
         assert!(matches!(v.message_id(), Loose::Absent));
     }
 
-    /// The one-pass view reads what the derived reader reads, on every
-    /// event of the generated profiles and on spellings the scanner defers.
-    #[test]
-    fn the_scanned_view_equals_the_derived_one() {
-        let mut texts: Vec<String> = Vec::new();
+    /// The text of every event of the generator's profiles, seeds
+    /// `0..seeds`.
+    fn profile_texts(seeds: u64) -> Vec<String> {
+        let mut texts = Vec::new();
         for &profile in agui_testkit::Profile::ALL {
-            for seed in 0..4 {
+            for seed in 0..seeds {
                 texts.extend(
                     agui_testkit::stream(profile, seed)
                         .iter()
@@ -1946,6 +1945,14 @@ mod tests {
                 );
             }
         }
+        texts
+    }
+
+    /// The one-pass view reads what the derived reader reads, on every
+    /// event of the generated profiles and on spellings the scanner defers.
+    #[test]
+    fn the_scanned_view_equals_the_derived_one() {
+        let mut texts = profile_texts(4);
         texts.extend(
             [
                 r#"{"type":"TEXT_MESSAGE_START","messageId":"m\u00e9","name":null,"code":false,"replace":true}"#,
@@ -1978,16 +1985,7 @@ mod tests {
     /// every way (repeated, `null`, escaped, not strings, escaped keys).
     #[test]
     fn the_tag_found_by_the_view_is_the_one_the_expander_reads() {
-        let mut texts: Vec<String> = Vec::new();
-        for &profile in agui_testkit::Profile::ALL {
-            for seed in 0..2 {
-                texts.extend(
-                    agui_testkit::stream(profile, seed)
-                        .iter()
-                        .map(|e| e.json().to_owned()),
-                );
-            }
-        }
+        let mut texts = profile_texts(2);
         for tag in [
             r#""sa""#,
             r#""s\u0061""#,
