@@ -5,7 +5,8 @@
 //! gives: the same events, the same errors at the same positions, in the
 //! same order, ending at the same place. Every borrowed event also equals
 //! its owned copy, its recorded member table (if any) reads what the walk
-//! over its text reads, and no chunk is empty.
+//! over its text reads (each plain bit set exactly when the value is a
+//! string without escapes), and no chunk is empty.
 //!
 //! The first input byte switches a 64-byte maximum event size on and off;
 //! the rest is the stream.
@@ -41,6 +42,11 @@ pub fn check(data: &[u8]) {
                     let walked_all =
                         agui_protocol::members_of_valid(event.json(), |k, v| walked.push((k, v)));
                     assert_eq!((read_all, read), (walked_all, walked), "{}", event.json());
+                    for m in event.members().unwrap_or_default() {
+                        let (_, value) = m.of(event.json()).unwrap();
+                        let plain = value.starts_with('"') && !value.contains('\\');
+                        assert_eq!(m.is_plain(), plain, "plain bit of {value:?}");
+                    }
                     got.push(Ok(event.json().to_owned()));
                 }
             }

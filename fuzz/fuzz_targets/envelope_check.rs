@@ -5,7 +5,8 @@
 //! path) must agree with the reference path on every input: the same
 //! verdict, the same text and type, the same error. No panic on either.
 //! Recording the members (`Event::check_recording`) gives the same verdict
-//! and a table equal to the walk over the accepted text. And on every event
+//! and a table equal to the walk over the accepted text, each member's plain
+//! bit set exactly when its value is a string without escapes. And on every event
 //! it accepts, the schema check's walk
 //! (`model::check_event`) gives the full parse's verdict and error.
 
@@ -17,6 +18,12 @@ fn outcome(
     result
         .map(|e| (e.json().to_owned(), e.type_name().to_owned()))
         .map_err(|e| format!("{e:?}"))
+}
+
+/// Whether a raw JSON value is a string written without escapes: what a
+/// member's plain bit must say.
+fn plain(value: &str) -> bool {
+    value.starts_with('"') && !value.contains('\\')
 }
 
 /// Panics when the property does not hold for `data`.
@@ -46,6 +53,13 @@ pub fn check(data: &[u8]) {
         let mut walked = Vec::new();
         assert!(agui_protocol::members_of_valid(json, |k, v| walked.push((k, v))));
         assert_eq!(table, walked, "members of {text:?}");
+        for (m, (_, value)) in members.iter().zip(&table) {
+            assert_eq!(
+                m.is_plain(),
+                plain(value),
+                "plain bit of {value:?} in {text:?}"
+            );
+        }
     }
     if let Ok(event) = Event::from_json(text) {
         let walked = agui_protocol::model::check_event(&event).map_err(|e| e.to_string());

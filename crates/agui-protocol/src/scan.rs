@@ -56,6 +56,13 @@ impl Member {
             text.get(self.value.0 as usize..self.value.1 as usize)?,
         ))
     }
+
+    /// Whether the value is a string written without escapes (its body, the
+    /// text between the quotes, is then the string itself).
+    #[inline]
+    pub fn is_plain(&self) -> bool {
+        self.plain
+    }
 }
 
 /// What a successful [`scan`] found.
