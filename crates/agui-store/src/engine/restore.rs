@@ -108,6 +108,13 @@ pub(crate) struct Composed {
 }
 
 impl Composed {
+    /// What the text holds in memory, and what the cache charges for it:
+    /// its allocation, not its length (a composed conversation may carry up
+    /// to one checkpoint link's unused text as spare capacity).
+    fn held(&self) -> usize {
+        self.json.capacity()
+    }
+
     /// True when it was composed for `run` as it is now.
     pub(crate) fn matches(&self, run: &RunRecord) -> bool {
         is_run(
@@ -226,8 +233,9 @@ impl ConversationCache {
     }
 
     fn put(&self, tenant: &str, thread: &str, mut tip: Tip) {
-        tip.bytes = tip.texts.iter().map(|t| t.len() + 48).sum::<usize>()
-            + tip.state.len()
+        // Charged by allocation, as kept texts are.
+        tip.bytes = tip.texts.iter().map(|t| t.capacity() + 48).sum::<usize>()
+            + tip.state.capacity()
             + 64 * tip.path.len();
         let key = (tenant.to_owned(), thread.to_owned());
         let mut e = self.lock();
@@ -264,13 +272,14 @@ impl ConversationCache {
         let key = (tenant.to_owned(), thread.to_owned());
         let mut e = self.lock();
         if let Some(old) = e.composed.remove(&key) {
-            e.bytes -= old.json.len();
+            e.bytes -= old.held();
         }
-        if json.len() > e.max_bytes {
+        let held = json.capacity();
+        if held > e.max_bytes {
             return;
         }
-        e.make_room(json.len(), false);
-        e.bytes += json.len();
+        e.make_room(held, false);
+        e.bytes += held;
         e.tick += 1;
         let used = e.tick;
         e.composed.insert(
@@ -324,7 +333,7 @@ impl ConversationCache {
             e.bytes -= old.bytes;
         }
         if let Some(old) = e.composed.remove(&key) {
-            e.bytes -= old.json.len();
+            e.bytes -= old.held();
         }
     }
 }
@@ -341,7 +350,7 @@ impl Entries {
             let Some(c) = take_least_recent(&mut self.composed, |c| c.used) else {
                 break;
             };
-            self.bytes -= c.json.len();
+            self.bytes -= c.held();
         }
         while self.bytes + bytes > self.max_bytes || (tip && self.map.len() >= self.max_threads) {
             let Some(t) = take_least_recent(&mut self.map, |t| t.used) else {
@@ -764,6 +773,30 @@ mod tests {
         keep(&cache, "a");
         cache.remember("t", "big", &run("big"), &Arc::new("x".repeat(151)));
         assert!(kept(&cache, "a") && !kept(&cache, "big"));
+    }
+
+    #[test]
+    fn a_kept_text_is_charged_its_allocation_not_its_length() {
+        let cache = ConversationCache::with_limits(1_000, 8);
+        let mut text = String::with_capacity(400);
+        text.push_str(&"a".repeat(100));
+        cache.remember("t", "a", &run("a"), &Arc::new(text));
+        assert_eq!(cache.lock().bytes, 400);
+        // Two more such texts do not fit beside it: the oldest goes.
+        for id in ["b", "c"] {
+            let mut text = String::with_capacity(400);
+            text.push_str(id);
+            cache.remember("t", id, &run(id), &Arc::new(text));
+        }
+        assert_eq!(cache.lock().bytes, 800);
+        assert!(!kept(&cache, "a"));
+        cache.forget("t", "c");
+        assert_eq!(cache.lock().bytes, 400);
+        // One whose allocation is over the whole budget is not kept.
+        let mut text = String::with_capacity(1_001);
+        text.push('x');
+        cache.remember("t", "d", &run("d"), &Arc::new(text));
+        assert!(!kept(&cache, "d"));
     }
 
     fn tip(id: &str) -> Tip {
