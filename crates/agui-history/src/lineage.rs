@@ -53,7 +53,7 @@ use agui_protocol::Event;
 use crate::reduce::{Conversation, ReduceError, Reducer};
 
 pub use index::{Divergence, RunIndex, RunNode, RunStatus};
-pub use provenance::{Owner, Provenance, without_foreign};
+pub use provenance::{Owner, Provenance, restated_message_ids, without_foreign};
 pub use view::{MAX_TIMESTAMP, RunStart, Timestamp, timestamp};
 
 /// A fault in the lineage of a log's runs.
@@ -288,7 +288,7 @@ impl<'e> Lineage<'e> {
                     continue;
                 };
                 let (event, removed) = provenance::without_foreign(event, |id| {
-                    self.provenance.is_foreign(id, on_path)
+                    self.provenance.is_foreign(id, |&o| on_path(o))
                 })
                 .map_err(|error| LineageError::Rewrite {
                     event_index: i,

@@ -56,6 +56,7 @@ use crate::types::{
 };
 use crate::{Channel, Conversation};
 
+mod provenance;
 pub mod restore;
 
 use restore::ConversationCache;
@@ -128,6 +129,8 @@ struct Inner {
     /// a commit over a head that moved writes nothing (see
     /// [`Backend::commit`]).
     heads: Mutex<Heads>,
+    /// Each thread's lineage provenance, as far as checkpoints needed it.
+    provenance: provenance::Provenances,
 }
 
 /// The engine's cache of thread heads, by tenant then thread: found and
@@ -307,6 +310,7 @@ impl Store {
                 done: watch::channel(0).0,
                 buffers: Mutex::new(Buffers::default()),
                 heads: Mutex::new(Heads::default()),
+                provenance: provenance::Provenances::default(),
             }),
         }
     }
@@ -333,6 +337,7 @@ impl Store {
     /// full one. For memory pressure, and for measuring cold restores.
     pub fn clear_cache(&self) {
         self.inner.cache.clear();
+        self.inner.provenance.clear();
     }
 
     fn queue(&self) -> std::sync::MutexGuard<'_, Queue> {

@@ -278,7 +278,7 @@ where
     }
     let filter = PathFilter { ranges, on_path };
     let foreign = |id: &str| {
-        scan.provenance.is_foreign(id, |o| match o {
+        scan.provenance.is_foreign(id, |&o| match o {
             Owner::Preamble => true,
             Owner::Run(p) => filter.on_path.get(p).copied().unwrap_or(false),
         })

@@ -33,10 +33,19 @@ pub enum Owner {
     Run(usize),
 }
 
-#[derive(Debug, Default, Clone)]
-struct Origin {
+#[derive(Debug, Clone)]
+struct Origin<O> {
     sent_first: bool,
-    owners: Vec<Owner>,
+    owners: Vec<O>,
+}
+
+impl<O> Default for Origin<O> {
+    fn default() -> Self {
+        Origin {
+            sent_first: false,
+            owners: Vec::new(),
+        }
+    }
 }
 
 /// The origin of every message id of a log.
@@ -44,17 +53,23 @@ struct Origin {
 /// Build it for a whole log with the run index, or feed it one event at a
 /// time with [`Provenance::observe`] (a store appending runs), then ask
 /// [`Provenance::is_foreign`] or clean events with [`without_foreign`].
-#[derive(Debug, Default, Clone)]
-pub struct Provenance {
-    ids: HashMap<String, Origin>,
+///
+/// Owners are [`Owner`]s (positions in a [`RunIndex`]) by default; a store
+/// that knows its runs by id may name them so (`O` = the run id, say).
+#[derive(Debug, Clone)]
+pub struct Provenance<O = Owner> {
+    ids: HashMap<String, Origin<O>>,
+}
+
+impl<O> Default for Provenance<O> {
+    fn default() -> Self {
+        Provenance {
+            ids: HashMap::new(),
+        }
+    }
 }
 
 impl Provenance {
-    /// Nothing observed yet.
-    pub fn new() -> Provenance {
-        Provenance::default()
-    }
-
     /// The provenance of a whole indexed log.
     pub fn build(events: &[Event], index: &RunIndex) -> Provenance {
         let mut prov = Provenance::default();
@@ -72,10 +87,17 @@ impl Provenance {
         }
         prov
     }
+}
+
+impl<O: Clone + PartialEq> Provenance<O> {
+    /// Nothing observed yet.
+    pub fn new() -> Provenance<O> {
+        Provenance::default()
+    }
 
     /// Records the message ids `event` mentions; `owner` is who produced it.
     /// Events must be observed in log order.
-    pub fn observe(&mut self, event: &Event, owner: Owner) {
+    pub fn observe(&mut self, event: &Event, owner: O) {
         match event.event_type() {
             EventType::RunStarted | EventType::MessagesSnapshot => {
                 let sent = *event.event_type() == EventType::RunStarted;
@@ -83,7 +105,11 @@ impl Provenance {
                 for id in restated_ids(&value) {
                     self.ids.entry(id.to_owned()).or_insert_with(|| Origin {
                         sent_first: sent,
-                        owners: if sent { Vec::new() } else { vec![owner] },
+                        owners: if sent {
+                            Vec::new()
+                        } else {
+                            vec![owner.clone()]
+                        },
                     });
                 }
             }
@@ -100,12 +126,22 @@ impl Provenance {
 
     /// True when restating `id` on a branch whose runs satisfy `on_path`
     /// would bring in a message generated only elsewhere.
-    pub fn is_foreign(&self, id: &str, on_path: impl Fn(Owner) -> bool) -> bool {
+    pub fn is_foreign(&self, id: &str, on_path: impl Fn(&O) -> bool) -> bool {
         match self.ids.get(id) {
             None => false,
             Some(origin) if origin.sent_first => false,
-            Some(origin) => !origin.owners.iter().any(|&o| on_path(o)),
+            Some(origin) => !origin.owners.iter().any(on_path),
         }
+    }
+
+    /// How many message ids have been observed.
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// True when no message id has been observed.
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
     }
 }
 
@@ -139,6 +175,20 @@ fn restated_ids(value: &Value) -> impl Iterator<Item = &str> {
         .into_iter()
         .flatten()
         .filter_map(|m| m.get("id").and_then(Value::as_str))
+}
+
+/// The ids of the messages `event` restates: those of
+/// `RUN_STARTED.input.messages` or `MESSAGES_SNAPSHOT.messages` (string ids
+/// only, in order); none for any other event.
+pub fn restated_message_ids(event: &Event) -> Vec<String> {
+    if !matches!(
+        event.event_type(),
+        EventType::RunStarted | EventType::MessagesSnapshot
+    ) {
+        return Vec::new();
+    }
+    let value = value_of(event);
+    restated_ids(&value).map(str::to_owned).collect()
 }
 
 /// `event` without the restated messages `foreign` rejects, and the ids
@@ -215,7 +265,7 @@ mod tests {
         .collect();
         let index = RunIndex::build(&events).unwrap();
         let prov = Provenance::build(&events, &index);
-        let only_r1 = |o: Owner| o == Owner::Run(0) || o == Owner::Preamble;
+        let only_r1 = |o: &Owner| *o == Owner::Run(0) || *o == Owner::Preamble;
         assert!(
             !prov.is_foreign("u1", only_r1),
             "sent first: the client's word"
@@ -225,7 +275,7 @@ mod tests {
             prov.is_foreign("s2", only_r1),
             "first listed by r2's snapshot"
         );
-        assert!(prov.is_foreign("a1", |o| o == Owner::Run(1)));
+        assert!(prov.is_foreign("a1", |o| *o == Owner::Run(1)));
         assert!(!prov.is_foreign("never-seen", |_| false));
 
         // Observed one event at a time, as a store would, it answers alike.
@@ -238,7 +288,7 @@ mod tests {
             inc.observe(e, Owner::Run(runs - 1));
         }
         for id in ["u1", "a1", "s2"] {
-            for branch in [only_r1, |o: Owner| o == Owner::Run(1)] {
+            for branch in [only_r1, |o: &Owner| *o == Owner::Run(1)] {
                 assert_eq!(
                     inc.is_foreign(id, branch),
                     prov.is_foreign(id, branch),

@@ -1296,6 +1296,79 @@ pub async fn branches_read_and_restore_their_own_lineage<B: Harness>(b: &B) {
     assert!(text.contains("left branch") && !text.contains("right branch"));
 }
 
+/// A branch whose `RUN_STARTED.input.messages` restates a message that
+/// another branch generated does not take that message in (lineage
+/// provenance): the store restores, reads and checkpoints each run exactly
+/// as the history core's `conversation_at` gives it, before and after a
+/// reopen, whether the runs come in one batch each or all at once.
+pub async fn a_message_restated_from_another_branch_does_not_leak_into_this_one<B: Harness>(
+    b: &B,
+) {
+    let s = open(b).await;
+    let th = "restated";
+    let mut log = Vec::new();
+    let root = full_run(th, "root", None, "root says hi");
+    let left = full_run(th, "left", Some("root"), "left branch");
+    // The client went back to `root` but sent everything it had seen,
+    // the left branch's answer included, plus a new question.
+    let mut right = vec![event(json!({
+        "type": "RUN_STARTED", "threadId": th, "runId": "right", "parentRunId": "root",
+        "input": {"threadId": th, "runId": "right", "state": {}, "tools": [], "context": [],
+          "forwardedProps": {}, "messages": [
+            {"id": "root-msg", "role": "assistant", "content": "root says hi"},
+            {"id": "left-msg", "role": "assistant", "content": "left branch"},
+            {"id": "u-right", "role": "user", "content": "and on the right?"}
+        ]}
+    }))];
+    right.extend(text_message("right-msg", "right branch", 2));
+    right.push(run_finished(th, "right"));
+    // A later run on the right branch that restates the left message in a
+    // snapshot as well.
+    let mut right2 = vec![run_started(th, "right2", None)];
+    right2.push(event(json!({"type":"MESSAGES_SNAPSHOT","messages":[
+        {"id": "root-msg", "role": "assistant", "content": "root says hi"},
+        {"id": "left-msg", "role": "assistant", "content": "left branch"},
+        {"id": "right-msg", "role": "assistant", "content": "right branch"}
+    ]})));
+    right2.push(run_finished(th, "right2"));
+    for batch in [root, left, right, right2] {
+        log.extend(batch.iter().cloned());
+        append(&s, T, th, batch).await;
+    }
+    let runs: Vec<String> = ["root", "left", "right", "right2"]
+        .map(String::from)
+        .to_vec();
+    let want = lineage_conversations(&log, &runs);
+    assert!(
+        !want[2].contains("left branch") && !want[3].contains("left branch"),
+        "the history core drops the restated message: {want:?}"
+    );
+    for (r, w) in runs.iter().zip(&want) {
+        assert_eq!(&*s.restore(T, th, r).await.unwrap().json, w, "run {r}");
+    }
+    // The same log in one batch, on another thread.
+    let one = "restated-at-once";
+    let relabeled: Vec<Event> = log
+        .iter()
+        .map(|e| {
+            let mut v = e.to_value();
+            if v.get("threadId").is_some() {
+                v["threadId"] = json!(one);
+            }
+            event(v)
+        })
+        .collect();
+    append(&s, T, one, relabeled).await;
+    for (r, w) in runs.iter().zip(&want) {
+        assert_eq!(&*s.restore(T, one, r).await.unwrap().json, w, "run {r} (one batch)");
+    }
+    s.close().await.unwrap();
+    let s = open(b).await;
+    for (r, w) in runs.iter().zip(&want).rev() {
+        assert_eq!(&*s.restore(T, th, r).await.unwrap().json, w, "run {r} after reopen");
+    }
+}
+
 /// Nothing of one tenant is visible to another, even with equal thread ids.
 pub async fn tenants_are_isolated<B: Harness>(b: &B) {
     let s = open(b).await;

@@ -99,6 +99,7 @@ macro_rules! conformance_tests {
             damaged_or_missing_delta_bases_are_rebuilt,
             deferred_checkpoints_are_built_by_the_first_restore,
             branches_read_and_restore_their_own_lineage,
+            a_message_restated_from_another_branch_does_not_leak_into_this_one,
             tenants_are_isolated,
             delete_removes_everything,
             rename_moves_everything,

@@ -33,7 +33,7 @@ use std::sync::{Arc, Mutex};
 use agui_history::reduce::Reducer;
 use agui_protocol::Event;
 
-use super::{Restored, Store, checkpointable, reduce_failed};
+use super::{Restored, Store, checkpointable, provenance, reduce_failed};
 use crate::Conversation;
 use crate::checkpoint::{self, BaseRef, Decoded};
 use crate::error::{Result, StoreError};
@@ -441,15 +441,25 @@ async fn extend(
     // On the worker's task, not a blocking thread: measured on 2 cores, the
     // extra thread cost 15% of append throughput (memory store, 1M events)
     // and did not lower the gateway's added latency.
-    let mark = match events {
-        Some(events) => tip.step(events.iter())?,
-        None => {
-            let stored = store
-                .read_range(tenant, thread, run.first_seq, run.last_seq)
-                .await?;
-            tip.step(stored.iter().map(|e| &e.event))?
-        }
+    let events = match events {
+        Some(events) => events,
+        None => store
+            .read_range(tenant, thread, run.first_seq, run.last_seq)
+            .await?
+            .into_iter()
+            .map(|e| e.event)
+            .collect(),
     };
+    let foreign = provenance::foreign_ids(
+        store,
+        tenant,
+        thread,
+        run,
+        &events,
+        tip.reducer.conversation(),
+    )
+    .await?;
+    let mark = tip.step(provenance::clean(&events, &foreign)?.iter())?;
     let state = to_json(&tip.reducer.conversation().state)?;
     let blob = tip.push(run, mark, &state);
     store
@@ -668,10 +678,22 @@ pub async fn restore_run(
     // checkpointable are replayed but get no entry).
     let mut pending = usize::MAX;
     for run in chain.iter().rev() {
-        let events = store
+        let events: Vec<Event> = store
             .read_range(tenant, thread, run.first_seq, run.last_seq)
-            .await?;
-        pending = pending.min(tip.step(events.iter().map(|e| &e.event))?);
+            .await?
+            .into_iter()
+            .map(|e| e.event)
+            .collect();
+        let foreign = provenance::foreign_ids(
+            store,
+            tenant,
+            thread,
+            run,
+            &events,
+            tip.reducer.conversation(),
+        )
+        .await?;
+        pending = pending.min(tip.step(provenance::clean(&events, &foreign)?.iter())?);
         state = to_json(&tip.reducer.conversation().state)?;
         if checkpointable(run.status) {
             let blob = tip.push(run, pending, &state);

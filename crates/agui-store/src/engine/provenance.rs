@@ -1,0 +1,266 @@
+//! Lineage provenance in the engine: a checkpoint of a run never takes in a
+//! message that a client (or a snapshot) restated from a branch the run is
+//! not on.
+//!
+//! The rule is the history core's ([`agui_history::lineage::Provenance`]):
+//! a restated message is *foreign* on a branch when its first mention in
+//! the thread's log was not a sending and none of the runs that own it
+//! (generated it, or first listed it in a snapshot) is on the branch. With
+//! the whole log's provenance, whether an id is foreign depends on the id
+//! and the branch only, so a run's foreign ids are one set, found before
+//! its events are reduced, and [`agui_history::lineage::conversation_at`]
+//! is what the engine's checkpoints hold.
+//!
+//! The engine keeps each thread's provenance (runs named by id; `None` for
+//! the preamble) and brings it up to date from the log when a run needs it
+//! (only its new events are read; a run whose events the caller holds is
+//! observed without a read). Most runs never need it: an id a run
+//! restates that is already in the conversation at the run's start came
+//! from the run's own branch (every message there did), so it cannot be
+//! foreign; only the other restated ids are looked up, and the branch is
+//! walked only for an id that some run owns and this run does not.
+
+use std::borrow::Cow;
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+
+use agui_history::lineage::{Provenance, restated_message_ids};
+use agui_protocol::{Event, EventType};
+use serde::Deserialize;
+
+use crate::error::Result;
+use crate::types::RunRecord;
+use crate::Conversation;
+
+use super::Store;
+
+/// How many threads' provenance the engine keeps (least recently used
+/// first out; a thread dropped is read again from its log when needed).
+const THREADS: usize = 64;
+
+/// A thread's provenance, observed up to a sequence number.
+struct ThreadProvenance {
+    /// The thread instance it was read from (a thread deleted and written
+    /// again starts over).
+    instance: u64,
+    /// The last sequence number observed.
+    through: u64,
+    /// The run whose events come next (the last `RUN_STARTED` observed).
+    run: Option<String>,
+    ids: Provenance<Option<String>>,
+    used: u64,
+}
+
+impl ThreadProvenance {
+    fn new(instance: u64) -> ThreadProvenance {
+        ThreadProvenance {
+            instance,
+            through: 0,
+            run: None,
+            ids: Provenance::new(),
+            used: 0,
+        }
+    }
+
+    fn observe(&mut self, seq: u64, event: &Event) {
+        if *event.event_type() == EventType::RunStarted {
+            self.run = run_id_of(event);
+        }
+        self.ids.observe(event, self.run.clone());
+        self.through = seq;
+    }
+}
+
+/// The engine's per-thread provenance (see the module docs).
+#[derive(Default)]
+pub(crate) struct Provenances {
+    threads: Mutex<(HashMap<(String, String), ThreadProvenance>, u64)>,
+}
+
+impl Provenances {
+    /// Takes a thread's provenance out (the caller puts it back), or a new
+    /// one when none is kept for this instance.
+    fn take(&self, tenant: &str, thread: &str, instance: u64) -> ThreadProvenance {
+        let mut guard = self.threads.lock().unwrap_or_else(|p| p.into_inner());
+        match guard.0.remove(&(tenant.to_owned(), thread.to_owned())) {
+            Some(p) if p.instance == instance => p,
+            _ => ThreadProvenance::new(instance),
+        }
+    }
+
+    fn put(&self, tenant: &str, thread: &str, mut p: ThreadProvenance) {
+        let mut guard = self.threads.lock().unwrap_or_else(|p| p.into_inner());
+        let (map, clock) = &mut *guard;
+        *clock += 1;
+        p.used = *clock;
+        map.insert((tenant.to_owned(), thread.to_owned()), p);
+        while map.len() > THREADS {
+            let Some(oldest) = map
+                .iter()
+                .min_by_key(|(_, v)| v.used)
+                .map(|(k, _)| k.clone())
+            else {
+                break;
+            };
+            map.remove(&oldest);
+        }
+    }
+
+    /// Forgets everything (the engine's caches are cleared).
+    pub(crate) fn clear(&self) {
+        self.threads
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .0
+            .clear();
+    }
+}
+
+/// The message ids `run`'s events restate from branches the run is not
+/// on. `events` are the run's events (`held`: the caller holds them as
+/// stored, so they are observed without a read when the thread's
+/// provenance has reached the run); `start` is the conversation at the
+/// run's start.
+pub(crate) async fn foreign_ids(
+    store: &Store,
+    tenant: &str,
+    thread: &str,
+    run: &RunRecord,
+    events: &[Event],
+    start: &Conversation,
+) -> Result<HashSet<String>> {
+    let restated: Vec<String> = events.iter().flat_map(restated_message_ids).collect();
+    if restated.is_empty() {
+        return Ok(HashSet::new());
+    }
+    // Ids restated and not in the conversation already: the only ones that
+    // can be foreign.
+    let known: HashSet<&str> = start
+        .messages
+        .iter()
+        .filter_map(|m| m.get("id").and_then(serde_json::Value::as_str))
+        .collect();
+    let unknown: HashSet<String> = restated
+        .into_iter()
+        .filter(|id| !known.contains(id.as_str()))
+        .collect();
+    if unknown.is_empty() {
+        return Ok(HashSet::new());
+    }
+    let cache = &store.inner.provenance;
+    let mut p = cache.take(tenant, thread, run.thread_instance);
+    let caught_up = catch_up(store, tenant, thread, run, events, &mut p).await;
+    let judged = match caught_up {
+        Ok(()) => judge(store, tenant, thread, run, &p, unknown).await,
+        Err(e) => Err(e),
+    };
+    if caught_up_ok(&p, run) {
+        cache.put(tenant, thread, p);
+    }
+    judged
+}
+
+/// True when `p` has observed `run` whole (worth keeping).
+fn caught_up_ok(p: &ThreadProvenance, run: &RunRecord) -> bool {
+    p.through >= run.last_seq
+}
+
+/// Observes the log up to `run`'s last event.
+async fn catch_up(
+    store: &Store,
+    tenant: &str,
+    thread: &str,
+    run: &RunRecord,
+    held: &[Event],
+    p: &mut ThreadProvenance,
+) -> Result<()> {
+    if p.through >= run.last_seq {
+        return Ok(());
+    }
+    if p.through + 1 == run.first_seq && held.len() as u64 == run.last_seq + 1 - run.first_seq {
+        for (seq, e) in (run.first_seq..).zip(held) {
+            p.observe(seq, e);
+        }
+        return Ok(());
+    }
+    // Pages of the log, so that a long thread is never held at once.
+    const PAGE: u64 = 4096;
+    while p.through < run.last_seq {
+        let from = p.through + 1;
+        let to = run.last_seq.min(from + PAGE - 1);
+        let stored = store.read_range(tenant, thread, from, to).await?;
+        if stored.is_empty() {
+            break;
+        }
+        for e in &stored {
+            p.observe(e.seq, &e.event);
+        }
+        if p.through < to {
+            // A gap the log does not fill: go on after it.
+            p.through = to;
+        }
+    }
+    Ok(())
+}
+
+/// The ids of `unknown` that are foreign on `run`'s branch.
+async fn judge(
+    store: &Store,
+    tenant: &str,
+    thread: &str,
+    run: &RunRecord,
+    p: &ThreadProvenance,
+    unknown: HashSet<String>,
+) -> Result<HashSet<String>> {
+    let own = Some(run.run_id.clone());
+    // Owned by some run, and not by this one: the branch decides.
+    let suspects: Vec<String> = unknown
+        .into_iter()
+        .filter(|id| p.ids.is_foreign(id, |o| *o == own))
+        .collect();
+    if suspects.is_empty() {
+        return Ok(HashSet::new());
+    }
+    let path: HashSet<String> = store
+        .branch(tenant, thread, &run.run_id)
+        .await?
+        .into_iter()
+        .map(|r| r.run_id)
+        .collect();
+    let on_path = |o: &Option<String>| o.as_ref().is_none_or(|r| path.contains(r));
+    Ok(suspects
+        .into_iter()
+        .filter(|id| p.ids.is_foreign(id, on_path))
+        .collect())
+}
+
+/// `events` without the messages in `foreign` they restate (borrowed when
+/// none is).
+pub(crate) fn clean<'e>(events: &'e [Event], foreign: &HashSet<String>) -> Result<Cow<'e, [Event]>> {
+    if foreign.is_empty() {
+        return Ok(Cow::Borrowed(events));
+    }
+    let mut out = Vec::with_capacity(events.len());
+    for e in events {
+        let (e, _) = agui_history::lineage::without_foreign(e, |id| foreign.contains(id))
+            .map_err(|e| {
+                crate::StoreError::internal("a restated message cannot be removed").with_source(e)
+            })?;
+        out.push(e.into_owned());
+    }
+    Ok(Cow::Owned(out))
+}
+
+/// A `RUN_STARTED`'s `runId`, when it is a string.
+fn run_id_of(event: &Event) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Started<'a> {
+        #[serde(rename = "runId", borrow, default)]
+        run_id: Option<Cow<'a, str>>,
+    }
+    event
+        .view::<Started>()
+        .ok()
+        .and_then(|s| s.run_id)
+        .map(Cow::into_owned)
+}
