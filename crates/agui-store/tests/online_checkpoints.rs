@@ -3,10 +3,11 @@
 //! by its first restore. Both must give the same conversation for every run,
 //! on every profile of the generator, however the log is cut into batches,
 //! and so must the stored checkpoints read by a fresh engine (a restart,
-//! nothing cached).
+//! nothing cached); and each run's conversation is its branch's as the
+//! history core's lineage gives it (lineage provenance included).
 
 use agui_protocol::Event;
-use agui_store::{AppendRequest, Checkpoints, MemoryStore, RunFilter, Store};
+use agui_store::{AppendRequest, Checkpoints, Conversation, MemoryStore, RunFilter, Store};
 use agui_testkit::r#gen::{Profile, stream};
 use proptest::prelude::*;
 
@@ -88,13 +89,40 @@ fn check(profile: Profile, seed: u64, sizes: Vec<usize>) -> Result<(), TestCaseE
         let fresh = Store::new(online_mem.clone());
         let stored = restores(&fresh, &ids).await;
         prop_assert_eq!(&built, &stored, "{} seed {}: stored", profile.name(), seed);
+        // Every run restores to its branch's conversation as the history
+        // core's lineage gives it (messages restated from other branches
+        // left out), wherever the whole log was taken.
+        if a.iter().all(|ok| *ok) {
+            let lineage = agui_history::lineage::Lineage::new(&events);
+            if let Ok(lineage) = lineage {
+                for (id, got) in ids.iter().zip(&built) {
+                    let want = lineage
+                        .conversation_at(id, None, Conversation::default())
+                        .map(|c| serde_json::to_string(&c).expect("serializes"));
+                    if let (Ok(want), Ok(got)) = (want, got) {
+                        prop_assert_eq!(
+                            got,
+                            &want,
+                            "{} seed {}: run {} against lineage",
+                            profile.name(),
+                            seed,
+                            id
+                        );
+                    }
+                }
+            }
+        }
         Ok(())
     })
 }
 
 proptest! {
+    // 512 cases by default: a restatement from another branch is rare in
+    // the generator's streams (at 512, an engine that did not apply
+    // lineage provenance failed 4 runs of 4; the fixed profile test below
+    // never meets one).
     #![proptest_config(ProptestConfig::with_cases(
-        std::env::var("PROPTEST_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(64)
+        std::env::var("PROPTEST_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(512)
     ))]
 
     #[test]
