@@ -1301,9 +1301,7 @@ pub async fn branches_read_and_restore_their_own_lineage<B: Harness>(b: &B) {
 /// provenance): the store restores, reads and checkpoints each run exactly
 /// as the history core's `conversation_at` gives it, before and after a
 /// reopen, whether the runs come in one batch each or all at once.
-pub async fn a_message_restated_from_another_branch_does_not_leak_into_this_one<B: Harness>(
-    b: &B,
-) {
+pub async fn a_message_restated_from_another_branch_does_not_leak_into_this_one<B: Harness>(b: &B) {
     let s = open(b).await;
     let th = "restated";
     let mut log = Vec::new();
@@ -1360,12 +1358,20 @@ pub async fn a_message_restated_from_another_branch_does_not_leak_into_this_one<
         .collect();
     append(&s, T, one, relabeled).await;
     for (r, w) in runs.iter().zip(&want) {
-        assert_eq!(&*s.restore(T, one, r).await.unwrap().json, w, "run {r} (one batch)");
+        assert_eq!(
+            &*s.restore(T, one, r).await.unwrap().json,
+            w,
+            "run {r} (one batch)"
+        );
     }
     s.close().await.unwrap();
     let s = open(b).await;
     for (r, w) in runs.iter().zip(&want).rev() {
-        assert_eq!(&*s.restore(T, th, r).await.unwrap().json, w, "run {r} after reopen");
+        assert_eq!(
+            &*s.restore(T, th, r).await.unwrap().json,
+            w,
+            "run {r} after reopen"
+        );
     }
 }
 

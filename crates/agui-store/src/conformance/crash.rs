@@ -44,6 +44,16 @@ fn payload(thread: usize, seq: u64) -> agui_protocol::Event {
     event(json!({"type":"CUSTOM","name":"crash","value":{"thread":thread,"seq":seq,"pad":pad}}))
 }
 
+/// [`payload`]'s JSON text, written directly: what the verification
+/// compares every stored event with (building each expected event through
+/// `serde_json` made the checks most of the harness's time).
+fn payload_text(thread: usize, seq: u64) -> String {
+    let pad = "p".repeat((seq % 97) as usize);
+    format!(
+        r#"{{"type":"CUSTOM","name":"crash","value":{{"thread":{thread},"seq":{seq},"pad":"{pad}"}}}}"#
+    )
+}
+
 /// The child: appends forever (until killed) to the store, printing an `ack`
 /// line after each acknowledged append. Batches of 1 to 40 events; every
 /// third append durable per [`Durability::Append`], the others `RunEnd`; some
@@ -212,7 +222,7 @@ async fn verify(store: &Store, acked: &BTreeMap<usize, u64>, round: usize) -> u6
                 "RUN_STARTED" | "RUN_FINISHED" => {}
                 _ => assert_eq!(
                     e.event.json(),
-                    payload(t, seq).json(),
+                    payload_text(t, seq),
                     "round {round}: thread {t} event {seq} corrupt or misplaced"
                 ),
             }
@@ -343,4 +353,18 @@ where
         report.kills, report.acks, report.events
     );
     (guard, report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_expected_text_is_the_payload_as_written() {
+        for thread in [0, 3] {
+            for seq in (1..400).chain([99_999, 1 << 40]) {
+                assert_eq!(payload_text(thread, seq), payload(thread, seq).json());
+            }
+        }
+    }
 }

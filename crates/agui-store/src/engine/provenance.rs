@@ -28,9 +28,9 @@ use agui_history::lineage::{Provenance, restated_message_ids};
 use agui_protocol::{Event, EventType};
 use serde::Deserialize;
 
+use crate::Conversation;
 use crate::error::Result;
 use crate::types::RunRecord;
-use crate::Conversation;
 
 use super::Store;
 
@@ -74,7 +74,15 @@ impl ThreadProvenance {
 /// The engine's per-thread provenance (see the module docs).
 #[derive(Default)]
 pub(crate) struct Provenances {
-    threads: Mutex<(HashMap<(String, String), ThreadProvenance>, u64)>,
+    threads: Mutex<Kept>,
+}
+
+/// Each thread's provenance by (tenant, thread), and the clock that marks
+/// the least recently used.
+#[derive(Default)]
+struct Kept {
+    map: HashMap<(String, String), ThreadProvenance>,
+    clock: u64,
 }
 
 impl Provenances {
@@ -82,7 +90,7 @@ impl Provenances {
     /// one when none is kept for this instance.
     fn take(&self, tenant: &str, thread: &str, instance: u64) -> ThreadProvenance {
         let mut guard = self.threads.lock().unwrap_or_else(|p| p.into_inner());
-        match guard.0.remove(&(tenant.to_owned(), thread.to_owned())) {
+        match guard.map.remove(&(tenant.to_owned(), thread.to_owned())) {
             Some(p) if p.instance == instance => p,
             _ => ThreadProvenance::new(instance),
         }
@@ -90,7 +98,7 @@ impl Provenances {
 
     fn put(&self, tenant: &str, thread: &str, mut p: ThreadProvenance) {
         let mut guard = self.threads.lock().unwrap_or_else(|p| p.into_inner());
-        let (map, clock) = &mut *guard;
+        let Kept { map, clock } = &mut *guard;
         *clock += 1;
         p.used = *clock;
         map.insert((tenant.to_owned(), thread.to_owned()), p);
@@ -111,7 +119,7 @@ impl Provenances {
         self.threads
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .0
+            .map
             .clear();
     }
 }
@@ -236,14 +244,17 @@ async fn judge(
 
 /// `events` without the messages in `foreign` they restate (borrowed when
 /// none is).
-pub(crate) fn clean<'e>(events: &'e [Event], foreign: &HashSet<String>) -> Result<Cow<'e, [Event]>> {
+pub(crate) fn clean<'e>(
+    events: &'e [Event],
+    foreign: &HashSet<String>,
+) -> Result<Cow<'e, [Event]>> {
     if foreign.is_empty() {
         return Ok(Cow::Borrowed(events));
     }
     let mut out = Vec::with_capacity(events.len());
     for e in events {
-        let (e, _) = agui_history::lineage::without_foreign(e, |id| foreign.contains(id))
-            .map_err(|e| {
+        let (e, _) =
+            agui_history::lineage::without_foreign(e, |id| foreign.contains(id)).map_err(|e| {
                 crate::StoreError::internal("a restated message cannot be removed").with_source(e)
             })?;
         out.push(e.into_owned());
