@@ -980,7 +980,11 @@ impl Store {
     }
 
     /// The events of one branch: the thread's preamble (events before its
-    /// first run), then the events of every run on the path root → `run_id`.
+    /// first run), then the events of every run on the path root → `run_id`,
+    /// as the history core's `Lineage::branch` gives them: a
+    /// `RUN_STARTED.input.messages` or `MESSAGES_SNAPSHOT` that restates
+    /// messages generated only on other branches comes without them (lineage
+    /// provenance); every other event is as stored.
     pub async fn read_branch(
         &self,
         tenant: &str,
@@ -994,6 +998,24 @@ impl Store {
                 self.read_range(tenant, thread, run.first_seq, run.last_seq)
                     .await?,
             );
+        }
+        if let Some(tip) = path.last() {
+            let foreign = provenance::foreign_on_branch(
+                self,
+                tenant,
+                thread,
+                tip,
+                &path,
+                out.iter().map(|e| &e.event),
+            )
+            .await?;
+            if !foreign.is_empty() {
+                for e in &mut out {
+                    if let Some(cleaned) = provenance::clean_one(&e.event, &foreign)? {
+                        e.event = cleaned;
+                    }
+                }
+            }
         }
         Ok(out)
     }

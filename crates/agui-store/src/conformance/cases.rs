@@ -1343,7 +1343,31 @@ pub async fn a_message_restated_from_another_branch_does_not_leak_into_this_one<
     );
     for (r, w) in runs.iter().zip(&want) {
         assert_eq!(&*s.restore(T, th, r).await.unwrap().json, w, "run {r}");
+        // The branch's events, as read, reduce to the same conversation.
+        assert_eq!(
+            &reduce_all(&s.read_branch(T, th, r).await.unwrap()),
+            w,
+            "branch of {r}"
+        );
     }
+    let branch = s.read_branch(T, th, "right").await.unwrap();
+    assert!(
+        branch
+            .iter()
+            .all(|e| !e.event.json().contains("left branch")),
+        "the left branch's message is not read on the right one"
+    );
+    let (left, right) = (
+        s.run(T, th, "left").await.unwrap(),
+        s.run(T, th, "right").await.unwrap(),
+    );
+    assert_eq!(
+        branch.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        (1..left.first_seq)
+            .chain(right.first_seq..=right.last_seq)
+            .collect::<Vec<_>>(),
+        "every event of the branch, with its own sequence number"
+    );
     // The same log in one batch, on another thread.
     let one = "restated-at-once";
     let relabeled: Vec<Event> = log

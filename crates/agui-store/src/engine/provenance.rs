@@ -168,6 +168,50 @@ pub(crate) async fn foreign_ids(
     judged
 }
 
+/// The message ids that events of the branch ending at `tip` (`path`, root
+/// first) restate from other branches: what [`Store::read_branch`] leaves
+/// out, as the history core's `Lineage::branch` does.
+pub(crate) async fn foreign_on_branch<'e>(
+    store: &Store,
+    tenant: &str,
+    thread: &str,
+    tip: &RunRecord,
+    path: &[RunRecord],
+    events: impl Iterator<Item = &'e Event>,
+) -> Result<HashSet<String>> {
+    let restated: HashSet<String> = events.flat_map(restated_message_ids).collect();
+    if restated.is_empty() {
+        return Ok(HashSet::new());
+    }
+    let cache = &store.inner.provenance;
+    let mut p = cache.take(tenant, thread, tip.thread_instance);
+    let caught_up = catch_up(store, tenant, thread, tip, &[], &mut p).await;
+    let on_path: HashSet<&str> = path.iter().map(|r| r.run_id.as_str()).collect();
+    let judged = caught_up.map(|()| {
+        restated
+            .into_iter()
+            .filter(|id| {
+                p.ids
+                    .is_foreign(id, |o| o.as_deref().is_none_or(|r| on_path.contains(r)))
+            })
+            .collect()
+    });
+    if caught_up_ok(&p, tip) {
+        cache.put(tenant, thread, p);
+    }
+    judged
+}
+
+/// `event` without the messages in `foreign` it restates; `None` when it
+/// restates none of them.
+pub(crate) fn clean_one(event: &Event, foreign: &HashSet<String>) -> Result<Option<Event>> {
+    let (cleaned, removed) =
+        agui_history::lineage::without_foreign(event, |id| foreign.contains(id)).map_err(|e| {
+            crate::StoreError::internal("a restated message cannot be removed").with_source(e)
+        })?;
+    Ok((!removed.is_empty()).then(|| cleaned.into_owned()))
+}
+
 /// True when `p` has observed `run` whole (worth keeping).
 fn caught_up_ok(p: &ThreadProvenance, run: &RunRecord) -> bool {
     p.through >= run.last_seq
@@ -253,11 +297,7 @@ pub(crate) fn clean<'e>(
     }
     let mut out = Vec::with_capacity(events.len());
     for e in events {
-        let (e, _) =
-            agui_history::lineage::without_foreign(e, |id| foreign.contains(id)).map_err(|e| {
-                crate::StoreError::internal("a restated message cannot be removed").with_source(e)
-            })?;
-        out.push(e.into_owned());
+        out.push(clean_one(e, foreign)?.unwrap_or_else(|| e.clone()));
     }
     Ok(Cow::Owned(out))
 }
