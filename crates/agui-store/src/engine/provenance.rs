@@ -37,6 +37,10 @@ use super::Store;
 /// How many threads' provenance the engine keeps (least recently used
 /// first out; a thread dropped is read again from its log when needed).
 const THREADS: usize = 64;
+/// How many message ids the kept provenance may hold in all (about 100
+/// bytes each): past it, threads leave least recently used first, so a
+/// few huge threads cannot hold the engine's memory.
+const IDS: usize = 1 << 20;
 
 /// A thread's provenance, observed up to a sequence number.
 struct ThreadProvenance {
@@ -72,9 +76,22 @@ impl ThreadProvenance {
 }
 
 /// The engine's per-thread provenance (see the module docs).
-#[derive(Default)]
 pub(crate) struct Provenances {
     threads: Mutex<Kept>,
+    /// At most this many threads are kept ([`THREADS`]).
+    max_threads: usize,
+    /// At most this many ids are kept, in all ([`IDS`]).
+    max_ids: usize,
+}
+
+impl Default for Provenances {
+    fn default() -> Self {
+        Provenances {
+            threads: Mutex::default(),
+            max_threads: THREADS,
+            max_ids: IDS,
+        }
+    }
 }
 
 /// Each thread's provenance by (tenant, thread), and the clock that marks
@@ -102,7 +119,9 @@ impl Provenances {
         *clock += 1;
         p.used = *clock;
         map.insert((tenant.to_owned(), thread.to_owned()), p);
-        while map.len() > THREADS {
+        while map.len() > self.max_threads
+            || map.values().map(|t| t.ids.len()).sum::<usize>() > self.max_ids
+        {
             let Some(oldest) = map
                 .iter()
                 .min_by_key(|(_, v)| v.used)
@@ -314,4 +333,45 @@ fn run_id_of(event: &Event) -> Option<String> {
         .ok()
         .and_then(|s| s.run_id)
         .map(Cow::into_owned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_ids(n: usize) -> ThreadProvenance {
+        let mut p = ThreadProvenance::new(0);
+        for i in 0..n {
+            let e = Event::from_json(&format!(
+                r#"{{"type":"TEXT_MESSAGE_START","messageId":"m{i}","role":"assistant"}}"#
+            ))
+            .unwrap();
+            p.observe(i as u64 + 1, &e);
+        }
+        p
+    }
+
+    #[test]
+    fn threads_leave_least_recently_used_first_past_either_bound() {
+        let kept = Provenances {
+            max_threads: 3,
+            max_ids: 10,
+            ..Provenances::default()
+        };
+        for t in ["a", "b", "c", "d"] {
+            kept.put("t", t, with_ids(2));
+        }
+        // Four threads: "a", the least recently used, left.
+        assert_eq!(kept.take("t", "a", 0).through, 0, "a was read afresh");
+        let b = kept.take("t", "b", 0);
+        assert_eq!(b.through, 2, "b was kept");
+        kept.put("t", "b", b);
+        // Eleven ids in all: the least recently used ("c") leaves.
+        kept.put("t", "e", with_ids(5));
+        assert_eq!(kept.take("t", "c", 0).through, 0);
+        assert_eq!(kept.take("t", "e", 0).through, 5);
+        // Another instance of a thread is never taken for it.
+        kept.put("t", "b", with_ids(1));
+        assert_eq!(kept.take("t", "b", 7).through, 0);
+    }
 }
