@@ -166,7 +166,10 @@ fn start_gateway(store: &str, upstream: &str) -> Gateway {
         .args(["serve", "--listen", "127.0.0.1:0", "--store", store])
         .args(["--agent", &format!("bench={upstream}/")])
         .args(["--max-events-per-run", "10000000"])
-        .env("AGUI_LOG", "warn")
+        .env(
+            "AGUI_LOG",
+            std::env::var("AGUI_BENCH_GATEWAY_LOG").unwrap_or_else(|_| "warn".into()),
+        )
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("cannot start agui");
@@ -177,7 +180,14 @@ fn start_gateway(store: &str, upstream: &str) -> Gateway {
             break rest.trim().to_owned();
         }
     };
-    std::thread::spawn(move || for _ in lines.by_ref() {});
+    // The gateway's log (warnings, or `AGUI_BENCH_GATEWAY_LOG`'s level)
+    // goes on to the bench's stderr, each line marked with its address.
+    let tag = addr.clone();
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            eprintln!("[gateway {tag}] {line}");
+        }
+    });
     Gateway { child, addr }
 }
 
