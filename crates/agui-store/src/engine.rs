@@ -700,6 +700,7 @@ impl Store {
     /// a restart would.
     pub(crate) fn forget(&self, tenant: &str, thread: &str) {
         self.inner.cache.forget(tenant, thread);
+        self.inner.provenance.forget(tenant, thread);
         self.forget_head(tenant, thread);
         let mut b = self.buffers();
         if let Some(buf) = b.map.remove(&key(tenant, thread)) {

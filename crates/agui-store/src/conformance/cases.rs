@@ -1388,6 +1388,31 @@ pub async fn a_message_restated_from_another_branch_does_not_leak_into_this_one<
             "run {r} (one batch)"
         );
     }
+    // The thread deleted and written again: what the engine knew of the
+    // old one's messages is not used (here the client sends the id first,
+    // so it is the client's message).
+    s.delete_thread(T, one).await.unwrap();
+    let mut again = vec![event(json!({
+        "type": "RUN_STARTED", "threadId": one, "runId": "x",
+        "input": {"threadId": one, "runId": "x", "state": {}, "tools": [], "context": [],
+          "forwardedProps": {}, "messages": [
+            {"id": "left-msg", "role": "user", "content": "mine now"}
+        ]}
+    }))];
+    again.extend(text_message("x-msg", "answer", 1));
+    again.push(run_finished(one, "x"));
+    let mine = lineage_conversations(&again, &["x".to_owned()]);
+    append(&s, T, one, again).await;
+    assert!(mine[0].contains("mine now"));
+    assert_eq!(
+        &*s.restore(T, one, "x").await.unwrap().json,
+        &mine[0],
+        "rewritten thread"
+    );
+    assert_eq!(
+        &reduce_all(&s.read_branch(T, one, "x").await.unwrap()),
+        &mine[0]
+    );
     s.close().await.unwrap();
     let s = open(b).await;
     for (r, w) in runs.iter().zip(&want).rev() {

@@ -53,6 +53,9 @@ struct ThreadProvenance {
     run: Option<String>,
     ids: Provenance<Option<String>>,
     used: u64,
+    /// [`Kept::forgets`] when it was taken out: one taken before a thread
+    /// was forgotten is not put back (it may be of the deleted thread).
+    taken_at: u64,
 }
 
 impl ThreadProvenance {
@@ -63,6 +66,7 @@ impl ThreadProvenance {
             run: None,
             ids: Provenance::new(),
             used: 0,
+            taken_at: 0,
         }
     }
 
@@ -100,6 +104,8 @@ impl Default for Provenances {
 struct Kept {
     map: HashMap<(String, String), ThreadProvenance>,
     clock: u64,
+    /// How many times a thread was forgotten (deleted or renamed).
+    forgets: u64,
 }
 
 impl Provenances {
@@ -107,15 +113,25 @@ impl Provenances {
     /// one when none is kept for this instance.
     fn take(&self, tenant: &str, thread: &str, instance: u64) -> ThreadProvenance {
         let mut guard = self.threads.lock().unwrap_or_else(|p| p.into_inner());
-        match guard.map.remove(&(tenant.to_owned(), thread.to_owned())) {
+        let mut p = match guard.map.remove(&(tenant.to_owned(), thread.to_owned())) {
             Some(p) if p.instance == instance => p,
             _ => ThreadProvenance::new(instance),
-        }
+        };
+        p.taken_at = guard.forgets;
+        p
     }
 
     fn put(&self, tenant: &str, thread: &str, mut p: ThreadProvenance) {
         let mut guard = self.threads.lock().unwrap_or_else(|p| p.into_inner());
-        let Kept { map, clock } = &mut *guard;
+        let Kept {
+            map,
+            clock,
+            forgets,
+        } = &mut *guard;
+        if p.taken_at != *forgets {
+            // A thread was deleted or renamed while this was out.
+            return;
+        }
         *clock += 1;
         p.used = *clock;
         map.insert((tenant.to_owned(), thread.to_owned()), p);
@@ -131,6 +147,14 @@ impl Provenances {
             };
             map.remove(&oldest);
         }
+    }
+
+    /// Forgets a thread (deleted or renamed); one taken out meanwhile is
+    /// not put back.
+    pub(crate) fn forget(&self, tenant: &str, thread: &str) {
+        let mut guard = self.threads.lock().unwrap_or_else(|p| p.into_inner());
+        guard.map.remove(&(tenant.to_owned(), thread.to_owned()));
+        guard.forgets += 1;
     }
 
     /// Forgets everything (the engine's caches are cleared).
@@ -373,5 +397,14 @@ mod tests {
         // Another instance of a thread is never taken for it.
         kept.put("t", "b", with_ids(1));
         assert_eq!(kept.take("t", "b", 7).through, 0);
+        // One taken out before a thread is forgotten is not put back.
+        kept.put("t", "f", with_ids(2));
+        let f = kept.take("t", "f", 0);
+        kept.forget("t", "other");
+        kept.put("t", "f", f);
+        assert_eq!(kept.take("t", "f", 0).through, 0);
+        kept.put("t", "g", with_ids(2));
+        kept.forget("t", "g");
+        assert_eq!(kept.take("t", "g", 0).through, 0);
     }
 }
