@@ -443,23 +443,9 @@ async fn extend(
     // and did not lower the gateway's added latency.
     let events = match events {
         Some(events) => events,
-        None => store
-            .read_range(tenant, thread, run.first_seq, run.last_seq)
-            .await?
-            .into_iter()
-            .map(|e| e.event)
-            .collect(),
+        None => run_events(store, tenant, thread, run).await?,
     };
-    let foreign = provenance::foreign_ids(
-        store,
-        tenant,
-        thread,
-        run,
-        &events,
-        tip.reducer.conversation(),
-    )
-    .await?;
-    let mark = tip.step(provenance::clean(&events, &foreign)?.iter())?;
+    let mark = tip.step_run(store, tenant, thread, run, &events).await?;
     let state = to_json(&tip.reducer.conversation().state)?;
     let blob = tip.push(run, mark, &state);
     store
@@ -468,7 +454,45 @@ async fn extend(
     Ok(tip)
 }
 
+/// A run's events, as stored.
+async fn run_events(
+    store: &Store,
+    tenant: &str,
+    thread: &str,
+    run: &RunRecord,
+) -> Result<Vec<Event>> {
+    Ok(store
+        .read_range(tenant, thread, run.first_seq, run.last_seq)
+        .await?
+        .into_iter()
+        .map(|e| e.event)
+        .collect())
+}
+
 impl Tip {
+    /// [`Tip::step`] with `run`'s events as its branch sees them: without
+    /// the messages they restate from other branches (see
+    /// [`provenance`]).
+    async fn step_run(
+        &mut self,
+        store: &Store,
+        tenant: &str,
+        thread: &str,
+        run: &RunRecord,
+        events: &[Event],
+    ) -> Result<usize> {
+        let foreign = provenance::foreign_ids(
+            store,
+            tenant,
+            thread,
+            run,
+            events,
+            self.reducer.conversation(),
+        )
+        .await?;
+        self.step(provenance::clean(events, &foreign)?.iter())
+    }
+
     /// Applies a run's events and brings `texts` up to date; returns the
     /// lowest message index the events changed (0 when `texts` was behind).
     fn step<'a>(&mut self, events: impl Iterator<Item = &'a Event>) -> Result<usize> {
@@ -678,22 +702,8 @@ pub async fn restore_run(
     // checkpointable are replayed but get no entry).
     let mut pending = usize::MAX;
     for run in chain.iter().rev() {
-        let events: Vec<Event> = store
-            .read_range(tenant, thread, run.first_seq, run.last_seq)
-            .await?
-            .into_iter()
-            .map(|e| e.event)
-            .collect();
-        let foreign = provenance::foreign_ids(
-            store,
-            tenant,
-            thread,
-            run,
-            &events,
-            tip.reducer.conversation(),
-        )
-        .await?;
-        pending = pending.min(tip.step(provenance::clean(&events, &foreign)?.iter())?);
+        let events = run_events(store, tenant, thread, run).await?;
+        pending = pending.min(tip.step_run(store, tenant, thread, run, &events).await?);
         state = to_json(&tip.reducer.conversation().state)?;
         if checkpointable(run.status) {
             let blob = tip.push(run, pending, &state);
