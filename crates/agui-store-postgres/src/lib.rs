@@ -89,7 +89,7 @@ use agui_store::{
     ThreadPage, Timestamp, check_id, checkpoint, page_size,
 };
 use async_trait::async_trait;
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use sha2::{Digest, Sha256};
 use tokio::task::JoinHandle;
 use tokio_postgres::types::ToSql;
@@ -103,6 +103,9 @@ pub const DEFAULT_SCHEMA: &str = "agui";
 /// Threads whose head this process remembers (see `Inner::heads`).
 const HEAD_KEYS: usize = 4096;
 
+/// The default bound on waiting for a pooled connection.
+pub const DEFAULT_POOL_WAIT: Duration = Duration::from_secs(30);
+
 /// How to open a [`PgStore`].
 #[derive(Debug, Clone)]
 pub struct PgOptions {
@@ -114,6 +117,10 @@ pub struct PgOptions {
     pub schema: String,
     /// Connections in the pool (besides the one listening connection).
     pub pool_size: usize,
+    /// How long a store call waits for a free pooled connection before it
+    /// fails as `Unavailable` (a bounded wait turns a starved or stuck pool
+    /// into an error a client sees, instead of a request that never ends).
+    pub pool_wait: Duration,
     /// Fail with `NotFound` instead of creating the schema when it holds no
     /// store (for read-only commands, which must not create anything).
     pub must_exist: bool,
@@ -153,6 +160,7 @@ impl PgOptions {
             conn,
             schema,
             pool_size: 16,
+            pool_wait: DEFAULT_POOL_WAIT,
             must_exist: false,
         })
     }
@@ -606,6 +614,8 @@ impl PgStore {
         );
         let pool = Pool::builder(mgr)
             .max_size(opts.pool_size.max(1))
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(opts.pool_wait))
             .build()
             .map_err(|e| {
                 StoreError::internal("the connection pool cannot be built").with_source(e)
@@ -1932,6 +1942,38 @@ mod tests {
             let e = PgOptions::from_url(bad).unwrap_err();
             assert_eq!(e.kind(), agui_store::ErrorKind::Invalid, "{bad}");
         }
+    }
+
+    /// A call that finds every pooled connection taken waits at most
+    /// `pool_wait`, then fails as `Unavailable`; a freed connection serves
+    /// the next call.
+    #[tokio::test]
+    async fn a_starved_pool_fails_after_the_wait_bound() {
+        let Ok(url) = std::env::var("AGUI_TEST_POSTGRES_URL") else {
+            eprintln!("notice: AGUI_TEST_POSTGRES_URL is not set; skipping");
+            return;
+        };
+        let mut o = PgOptions::from_url(&url).unwrap();
+        o.schema = format!("agui_w_{}_{}", std::process::id(), Timestamp::now().0);
+        o.pool_size = 1;
+        o.pool_wait = Duration::from_millis(150);
+        let store = PgStore::open_with(o.clone()).await.unwrap();
+        let held = store.conn().await.unwrap();
+        let started = std::time::Instant::now();
+        let e = store.conn().await.unwrap_err();
+        assert_eq!(e.kind(), agui_store::ErrorKind::Unavailable, "{e}");
+        assert!(started.elapsed() >= Duration::from_millis(150));
+        drop(held);
+        let _freed = store
+            .conn()
+            .await
+            .expect("the freed connection serves the next call");
+        let (client, conn) = tokio_postgres::connect(&o.conn, NoTls).await.unwrap();
+        tokio::spawn(conn);
+        client
+            .batch_execute(&format!("DROP SCHEMA \"{}\" CASCADE", o.schema))
+            .await
+            .unwrap();
     }
 
     /// A database left at schema version 1 (one row per event, plain and
