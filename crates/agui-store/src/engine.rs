@@ -49,7 +49,7 @@ use crate::backend::{Backend, Batch, Commit};
 use crate::checkpoint;
 use crate::error::{ErrorKind, Result, StoreError};
 use crate::index::{BatchPlan, RunUpdate, ThreadHead, parents_to_look_up, plan_batch};
-use crate::subscribe::{EventStream, Hub, PageReader, catch_up_then_live};
+use crate::subscribe::{EventStream, Hub, PageReader, catch_up_then_live, detached};
 use crate::types::{
     AppendRequest, Appended, Checkpoints, EventPage, RunFilter, RunPage, RunRecord, RunStatus,
     StoreStats, StoredEvent, ThreadFilter, ThreadInfo, ThreadPage, Timestamp, check_id,
@@ -934,7 +934,11 @@ impl Store {
     ) -> BoxStream<'a, Result<StoredEvent>> {
         let pages = stream::unfold(Some(from_seq.max(1)), move |next| async move {
             let from = next?;
-            match self.read(tenant, thread, from, crate::MAX_PAGE).await {
+            // Detached: a reader that stops polling (a slow HTTP client of
+            // an export) holds no pooled connection meanwhile.
+            let (store, tn, th) = (self.clone(), tenant.to_owned(), thread.to_owned());
+            let read = async move { store.read(&tn, &th, from, crate::MAX_PAGE).await };
+            match detached(read.boxed()).await {
                 Ok(page) => {
                     let more = page.next_seq;
                     Some((page.events.into_iter().map(Ok).collect::<Vec<_>>(), more))

@@ -117,6 +117,27 @@ struct State {
     read: PageReader,
 }
 
+/// Runs one store read as a task of its own (when there is a runtime), so
+/// that it finishes, and gives back what it holds (a pooled database
+/// connection), even while nobody polls the stream it feeds. A reader may
+/// leave its stream unpolled in the middle of a read (it polled it with
+/// `now_or_never`, a timeout dropped its `next()`, or the HTTP client
+/// stopped reading the body) and then wait on another store call: were the
+/// read to wait for that reader, such waits could hold every connection of
+/// a pool and deadlock the process.
+pub(crate) async fn detached<T: Send + 'static>(read: BoxFuture<'static, Result<T>>) -> Result<T> {
+    match tokio::runtime::Handle::try_current() {
+        Ok(rt) => match rt.spawn(read).await {
+            Ok(r) => r,
+            Err(e) if e.is_cancelled() => Err(StoreError::unavailable(
+                "the runtime shut down during a store read",
+            )),
+            Err(_) => Err(StoreError::internal("a store read panicked")),
+        },
+        Err(_) => read.await,
+    }
+}
+
 /// The subscription stream: events from `from_seq` (1 for the beginning) on,
 /// catch-up then live. `rx` must be registered *before* this is called.
 /// The stream ends when the thread is deleted or the store closes, and
@@ -148,7 +169,7 @@ pub fn catch_up_then_live(
                             Err(broadcast::error::TryRecvError::Closed) => return None,
                         }
                     }
-                    match (st.read)(st.next).await {
+                    match detached((st.read)(st.next)).await {
                         // A thread that does not exist yet has nothing to catch up.
                         Err(e) if e.kind() == crate::ErrorKind::NotFound => st.mode = Mode::Live,
                         Err(e) => {
@@ -209,4 +230,44 @@ pub fn catch_up_then_live(
         }
     });
     Box::pin(chunks.flat_map(stream::iter))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use futures::FutureExt;
+    use tokio::sync::Semaphore;
+
+    use super::*;
+
+    /// A subscriber that polls its stream once (a catch-up read starts and
+    /// takes the one pooled connection) and then waits on another call that
+    /// needs a connection must not wait forever: the read finishes on its
+    /// own and gives the connection back. The gateway's attach stream does
+    /// exactly this (`now_or_never`, then a run-status check), and with a
+    /// PostgreSQL pool it once held every connection this way.
+    #[tokio::test]
+    async fn a_read_left_unpolled_gives_its_connection_back() {
+        let pool = Arc::new(Semaphore::new(1));
+        let held = pool.clone();
+        let read: PageReader = Arc::new(move |_from| {
+            let held = held.clone();
+            async move {
+                let _conn = held.acquire_owned().await.expect("open pool");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                Ok(EventPage {
+                    events: Vec::new(),
+                    next_seq: None,
+                })
+            }
+            .boxed()
+        });
+        let (_tx, rx) = broadcast::channel(16);
+        let mut sub = catch_up_then_live(rx, 1, read);
+        assert!(sub.next().now_or_never().is_none());
+        tokio::task::yield_now().await;
+        let other = tokio::time::timeout(Duration::from_secs(5), pool.acquire()).await;
+        assert!(other.is_ok(), "the unpolled read kept the connection");
+    }
 }

@@ -295,6 +295,28 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// In a diagnostic build (`--features taskdump`, with `RUSTFLAGS="--cfg
+/// tokio_unstable --cfg tokio_taskdump"`), `SIGUSR1` writes every task's
+/// await trace to standard error: where each task of a stalled gateway
+/// waits (docs/scaling.md used it to find a pool deadlock).
+#[cfg(all(feature = "taskdump", tokio_unstable))]
+fn spawn_task_dumper() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut sig) = signal(SignalKind::user_defined1()) else {
+        return;
+    };
+    tokio::spawn(async move {
+        while sig.recv().await.is_some() {
+            let dump = tokio::runtime::Handle::current().dump().await;
+            let mut out = String::new();
+            for (i, task) in dump.tasks().iter().enumerate() {
+                out.push_str(&format!("task {i}:\n{}\n", task.trace()));
+            }
+            eprintln!("{out}");
+        }
+    });
+}
+
 fn init_logging() {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_env("AGUI_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
@@ -316,6 +338,8 @@ async fn serve(
     access: super::store::Access,
     config: GatewayConfig,
 ) -> anyhow::Result<()> {
+    #[cfg(all(feature = "taskdump", tokio_unstable))]
+    spawn_task_dumper();
     let store = super::store::open_store_with(&store_url, access).await?;
     let recover = config.recover_on_start;
     let ui = config.ui;
