@@ -7,7 +7,8 @@
 //! file; the output the event counts are taken from comes from one untimed
 //! run of each side before the rounds. Also `agui verify` against Node's `JSON.parse` +
 //! `transformChunks` + `verifyEvents` (`oracle/bench-verify.mjs`) and
-//! `agui convert --to sse` against `JSON.parse` + `JSON.stringify`
+//! `agui convert` (NDJSON, SSE and JSON arrays, each to the other two)
+//! against `JSON.parse` + `JSON.stringify` of every event
 //! (`oracle/bench-convert.mjs`), unless `AGUI_BENCH_COMPACT_ONLY` is set, and
 //! the ceilings of the same run: a memchr newline scan and a memcpy of the
 //! file in memory. Then `agui reduce` end to end against the official
@@ -19,7 +20,7 @@
 //! ```
 //!
 //! `AGUI_BENCH_DELTAS_ONLY` leaves out the snapshot and latest rows (about
-//! 35 s a round on 1M events; they are not comparable with `compactEvents`).
+//! 35 s a round on 1M events) and every conversion but NDJSON to SSE.
 //! `AGUI_BENCH_EVENTS` sets the stream length (default 1,000,000 events of
 //! `agui_testkit::realistic`), `AGUI_BENCH_ROUNDS` the rounds (default 3;
 //! the median is reported), `AGUI_BIN` the `agui` binary (default
@@ -153,26 +154,38 @@ fn main() {
 
     // Every row, each round in turn, so that load drifts hit all alike.
     struct Job {
-        name: &'static str,
+        name: String,
         program: PathBuf,
         args: Vec<String>,
         cwd: PathBuf,
+        /// The official row this one is compared with.
+        versus: Option<String>,
     }
     let dev_null = PathBuf::from("/dev/null");
     let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    let ours = |name: &str, args: &[&str], versus: Option<&str>| Job {
+        name: name.to_owned(),
+        program: agui.clone(),
+        args: s(args),
+        cwd: dir.clone(),
+        versus: versus.map(str::to_owned),
+    };
+    let theirs = |name: &str, args: &[&str]| Job {
+        name: name.to_owned(),
+        program: node.clone(),
+        args: s(args),
+        cwd: oracle.clone(),
+        versus: None,
+    };
+    const COMPACT: &str = "node compactEvents";
+    const VERIFY: &str = "node JSON.parse + verifyEvents";
     let mut jobs = vec![
-        Job {
-            name: "agui compact (deltas)",
-            program: agui.clone(),
-            args: s(&["compact", &input_s, "--to", "ndjson"]),
-            cwd: dir.clone(),
-        },
-        Job {
-            name: "node compactEvents",
-            program: node.clone(),
-            args: s(&["bench-compact.mjs", &input_s]),
-            cwd: oracle.clone(),
-        },
+        ours(
+            "agui compact (deltas)",
+            &["compact", &input_s, "--to", "ndjson"],
+            Some(COMPACT),
+        ),
+        theirs(COMPACT, &["bench-compact.mjs", &input_s]),
     ];
     let base = std::env::var_os("AGUI_BENCH_BASE").map(PathBuf::from);
     if let Some(base) = &base {
@@ -182,63 +195,73 @@ fn main() {
             base.display()
         );
         jobs.push(Job {
-            name: "base compact (deltas)",
             program: base.clone(),
-            args: s(&["compact", &input_s, "--to", "ndjson"]),
-            cwd: dir.clone(),
+            ..ours(
+                "base compact (deltas)",
+                &["compact", &input_s, "--to", "ndjson"],
+                Some(COMPACT),
+            )
         });
     }
     if std::env::var_os("AGUI_BENCH_DELTAS_ONLY").is_none() {
         jobs.extend([
-            Job {
-                name: "agui compact --mode snapshot",
-                program: agui.clone(),
-                args: s(&["compact", &input_s, "--mode", "snapshot"]),
-                cwd: dir.clone(),
-            },
-            Job {
-                name: "agui compact --mode latest",
-                program: agui.clone(),
-                args: s(&["compact", &input_s, "--mode", "latest"]),
-                cwd: dir.clone(),
-            },
+            ours(
+                "agui compact --mode snapshot",
+                &["compact", &input_s, "--mode", "snapshot"],
+                Some(COMPACT),
+            ),
+            ours(
+                "agui compact --mode latest",
+                &["compact", &input_s, "--mode", "latest"],
+                Some(COMPACT),
+            ),
         ]);
     }
     if std::env::var_os("AGUI_BENCH_COMPACT_ONLY").is_none() {
         if let Some(base) = &base {
             jobs.push(Job {
-                name: "base verify",
                 program: base.clone(),
-                args: s(&["verify", &input_s]),
-                cwd: dir.clone(),
+                ..ours("base verify", &["verify", &input_s], Some(VERIFY))
             });
         }
         jobs.extend([
-            Job {
-                name: "agui verify",
-                program: agui.clone(),
-                args: s(&["verify", &input_s]),
-                cwd: dir.clone(),
-            },
-            Job {
-                name: "node JSON.parse + verifyEvents",
-                program: node.clone(),
-                args: s(&["bench-verify.mjs", &input_s]),
-                cwd: oracle.clone(),
-            },
-            Job {
-                name: "agui convert --to sse",
-                program: agui.clone(),
-                args: s(&["convert", "--to", "sse", &input_s]),
-                cwd: dir.clone(),
-            },
-            Job {
-                name: "node JSON.parse + JSON.stringify to SSE",
-                program: node.clone(),
-                args: s(&["bench-convert.mjs", &input_s, "sse"]),
-                cwd: oracle.clone(),
-            },
+            ours("agui verify", &["verify", &input_s], Some(VERIFY)),
+            theirs(VERIFY, &["bench-verify.mjs", &input_s]),
         ]);
+        // Conversions: NDJSON to SSE always; every other direction between
+        // NDJSON, SSE and a JSON array unless `AGUI_BENCH_DELTAS_ONLY`
+        // (the SSE and JSON inputs are the same events, written by an
+        // untimed `agui convert`).
+        let mut inputs = vec![("ndjson", input_s.clone())];
+        let mut directions = vec![("ndjson", "sse")];
+        if std::env::var_os("AGUI_BENCH_DELTAS_ONLY").is_none() {
+            for to in ["sse", "json"] {
+                let file = dir.join(format!("realistic-{n}.{to}"));
+                if !file.exists() {
+                    eprintln!("untimed: agui convert --to {to} into {}", file.display());
+                    measure(&agui, &["convert", "--to", to, &input_s], &file, &dir);
+                }
+                inputs.push((to, file.to_str().expect("utf-8 path").to_owned()));
+            }
+            directions = vec![
+                ("ndjson", "sse"),
+                ("ndjson", "json"),
+                ("sse", "ndjson"),
+                ("sse", "json"),
+                ("json", "ndjson"),
+                ("json", "sse"),
+            ];
+        }
+        for (from, to) in directions {
+            let file = &inputs.iter().find(|(f, _)| *f == from).expect("input").1;
+            let node_name = format!("node JSON.parse + JSON.stringify, {from} to {to}");
+            jobs.push(ours(
+                &format!("agui convert, {from} to {to}"),
+                &["convert", "--to", to, file],
+                Some(&node_name),
+            ));
+            jobs.push(theirs(&node_name, &["bench-convert.mjs", file, to]));
+        }
     }
     let mut walls: Vec<Vec<f64>> = vec![Vec::new(); jobs.len()];
     let mut peaks: Vec<Vec<f64>> = vec![Vec::new(); jobs.len()];
@@ -282,28 +305,16 @@ fn main() {
             .position(|j| j.name == name)
             .map(|i| median(walls[i].clone()))
     };
-    let pairs = [
-        ("agui compact (deltas)", "node compactEvents"),
-        ("base compact (deltas)", "node compactEvents"),
-        ("base verify", "node JSON.parse + verifyEvents"),
-        ("agui compact --mode snapshot", "node compactEvents"),
-        ("agui compact --mode latest", "node compactEvents"),
-        ("agui verify", "node JSON.parse + verifyEvents"),
-        (
-            "agui convert --to sse",
-            "node JSON.parse + JSON.stringify to SSE",
-        ),
-    ];
     println!("| row | median s | M events/s | peak MB | x official (same run) | x memchr scan |");
     println!("|---|---:|---:|---:|---:|---:|");
     let scan = median(ceiling_scan);
     for (i, job) in jobs.iter().enumerate() {
         let w = median(walls[i].clone());
         let p = median(peaks[i].clone()) / 1024.0;
-        let versus = pairs
-            .iter()
-            .find(|(ours, _)| *ours == job.name)
-            .and_then(|(_, theirs)| wall_of(theirs))
+        let versus = job
+            .versus
+            .as_deref()
+            .and_then(wall_of)
             .map_or("".to_owned(), |t| format!("{:.1}x", t / w));
         println!(
             "| {} | {w:.3} | {:.2} | {p:.1} | {versus} | {:.0}x slower |",
