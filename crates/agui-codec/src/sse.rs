@@ -365,6 +365,25 @@ impl SseEventDecoder {
     pub fn last_event_id(&self) -> &str {
         &self.core.frame.last_event_id
     }
+
+    /// A decoder for a piece of a stream that starts right after a frame's
+    /// end (a split file's chunk): a byte order mark there is not the
+    /// stream's and is not skipped.
+    pub(crate) fn mid_stream(options: &DecodeOptions) -> SseEventDecoder {
+        let mut decoder = SseEventDecoder::new(options);
+        decoder.core.bom_done = true;
+        decoder
+    }
+
+    /// Event indexes taken so far (dispatched frames and bad ones).
+    pub(crate) fn indexes(&self) -> u64 {
+        self.core.frames
+    }
+
+    /// Line ends consumed so far.
+    pub(crate) fn line_ends(&self) -> u64 {
+        self.core.line - 1
+    }
 }
 
 impl PushDecoder for SseEventDecoder {

@@ -1,5 +1,5 @@
 //! [`ThreadedReader`]: a stream decoded on a background thread; a big NDJSON
-//! file on two.
+//! or SSE file on two.
 //!
 //! The caller's thread only receives batches of decoded events, so decoding
 //! overlaps with whatever the caller does with them (compaction, reduction,
@@ -11,6 +11,14 @@
 //! chunk is decoded with the same NDJSON decoder (which gives the same
 //! outcome however its input is split, a fuzzed property) and its positions
 //! are shifted by what the chunks before it held.
+//!
+//! An SSE file is cut where a frame ends after a `\n` (`\n\n`, `\n\r\n`:
+//! never inside a CRLF, never inside a frame), and each chunk gets an SSE
+//! decoder of its own that knows it starts mid-stream (a byte order mark
+//! there is not the stream's). Its events are decoded owned (a frame's
+//! data may span lines) and copied into the chunk handed over. An SSE file
+//! without such a frame end in its first 64 KiB (CR line ends only) is read
+//! on one thread.
 //!
 //! A split file's chunk is read into one buffer and decoded in place
 //! ([`EventChunk`]: the events are slices of that buffer), so decoding costs
@@ -136,6 +144,7 @@ struct Helper {
     options: DecodeOptions,
     size: u64,
     len: u64,
+    sse: bool,
     handover: Handover,
     /// The next chunk nobody has taken.
     claim: Arc<AtomicU64>,
@@ -169,6 +178,7 @@ impl Helper {
             index: k,
             size: self.size,
             len: self.len,
+            sse: self.sse,
         };
         let to = Sink {
             tx: Tx::Unbounded(&self.tx),
@@ -194,7 +204,7 @@ impl std::fmt::Debug for ThreadedReader {
 /// How a [`ThreadedReader`] splits its work (tests pick tiny chunks).
 #[derive(Debug, Clone, Copy)]
 pub struct Split {
-    /// Files at least this large (and NDJSON) are cut into chunks decoded
+    /// Files at least this large (and NDJSON or SSE) are cut into chunks decoded
     /// on `threads` threads (one thread still decodes each chunk in place).
     pub threshold: u64,
     /// The nominal chunk size (chunks end at the first line end at or after
@@ -230,7 +240,7 @@ impl Default for Split {
 }
 
 impl ThreadedReader {
-    /// NDJSON files from this size on are decoded on two threads.
+    /// NDJSON and SSE files from this size on are decoded on two threads.
     pub const PARALLEL_THRESHOLD: u64 = 16 << 20;
 
     /// Opens `path` and starts decoding it (format detected unless given).
@@ -275,10 +285,12 @@ impl ThreadedReader {
                 format = Some(found);
             }
         }
-        let parallel = format == Some(Format::Ndjson)
-            && len >= split.threshold
-            && split.threads >= 1
-            && split.chunk > 0;
+        let big = len >= split.threshold && split.threads >= 1 && split.chunk > 0;
+        // An SSE file is cut where frames end after a `\n`; one without
+        // such an end near its start (CR or CRLF line ends only) is read
+        // on one thread rather than as one huge chunk.
+        let sse = big && format == Some(Format::Sse) && frames_end_with_lf(&file, len)?;
+        let parallel = big && (format == Some(Format::Ndjson) || sse);
         if parallel {
             let file = Arc::new(file);
             let chunks = len.div_ceil(split.chunk);
@@ -319,6 +331,7 @@ impl ThreadedReader {
                                 index: k,
                                 size: split.chunk,
                                 len,
+                                sse,
                             };
                             let to = Sink {
                                 tx: Tx::Bounded(&tx),
@@ -346,6 +359,7 @@ impl ThreadedReader {
                     options,
                     size: split.chunk,
                     len,
+                    sse,
                     handover,
                     claim,
                     taken: None,
@@ -711,6 +725,8 @@ struct ChunkSpan {
     index: u64,
     size: u64,
     len: u64,
+    /// SSE, cut where frames end; else NDJSON, cut where lines end.
+    sse: bool,
 }
 
 /// Where a decoding thread of a split file sends its chunks, and where it
@@ -762,6 +778,9 @@ fn decode_chunk(
             source,
         }))
     };
+    if span.sse {
+        return decode_sse_chunk(file, span, options, to, keep);
+    }
     let nominal = span.index * span.size;
     let start = if span.index == 0 {
         0
@@ -859,6 +878,204 @@ fn read_chunk(
         }
     }
     Ok(())
+}
+
+/// True when the first 64 KiB of the file hold a frame end after a `\n`
+/// (see [`frame_start_at`]).
+fn frames_end_with_lf(file: &File, len: u64) -> io::Result<bool> {
+    let mut head = vec![0u8; len.min(1 << 16) as usize];
+    let n = read_at_most(file, 0, &mut head)?;
+    let head = &head[..n];
+    Ok(memchr::memmem::find(head, b"\n\n").is_some()
+        || memchr::memmem::find(head, b"\n\r\n").is_some())
+}
+
+/// The first frame start at or after `offset` (`len` when there is none
+/// before the end): right after a `\n` followed by an empty line (`\n\n` or
+/// `\n\r\n`). An empty line ends the frame before it, and since the byte
+/// before such a start is a `\n`, it never splits a CRLF. A chunk's end is
+/// the next chunk's start, so the two are found by this one rule.
+fn frame_start_at(file: &File, offset: u64, len: u64) -> io::Result<u64> {
+    if offset >= len {
+        return Ok(len);
+    }
+    // A frame start right at `offset` follows a pattern of up to three
+    // bytes before it.
+    let mut pos = offset.saturating_sub(3);
+    let mut buf = vec![0u8; 1 << 14];
+    while pos < len {
+        let want = (len - pos).min(buf.len() as u64) as usize;
+        let n = read_at_most(file, pos, &mut buf[..want])?;
+        if n == 0 {
+            break;
+        }
+        let window = &buf[..n];
+        let at_eof = pos + n as u64 >= len;
+        let mut from = 0;
+        let mut next = pos + n as u64;
+        while let Some(i) = memchr::memchr(b'\n', &window[from..]).map(|i| from + i) {
+            from = i + 1;
+            let end = match (window.get(i + 1), window.get(i + 2)) {
+                (Some(b'\n'), _) => i + 2,
+                (Some(b'\r'), Some(b'\n')) => i + 3,
+                (Some(b'\r'), None) | (None, _) if !at_eof => {
+                    // The pattern runs past the window: read on from here.
+                    next = pos + i as u64;
+                    break;
+                }
+                _ => continue,
+            };
+            let end = pos + end as u64;
+            if end >= offset {
+                return Ok(end);
+            }
+        }
+        if next <= pos {
+            // Cannot happen with a 16 KiB window (the `\n` is near its end),
+            // but never loop in place.
+            next = pos + 1;
+        }
+        pos = next;
+    }
+    Ok(len)
+}
+
+/// Decodes one SSE chunk: from the frame start at or after `index * size`
+/// to the one at or after `(index + 1) * size` (see [`frame_start_at`]),
+/// with an SSE decoder of its own that starts mid-stream. Events, errors
+/// and positions are those the whole stream's decoder gives there: frames
+/// never cross a chunk's edge, and the counts it hands back (event
+/// indexes, line ends) shift the next chunk's positions.
+fn decode_sse_chunk(
+    file: &File,
+    span: ChunkSpan,
+    options: &DecodeOptions,
+    to: &Sink<'_>,
+    keep: &mut Option<EventChunk>,
+) -> Result<(), Hangup> {
+    use crate::PushDecoder;
+    let send = |msg: Msg| to.tx.send(msg).map_err(|_| Hangup);
+    let io_error = |source: io::Error, byte: u64| {
+        send(Msg::Error(DecodeError::Io {
+            at: Position {
+                index: 0,
+                line: 1,
+                byte,
+            },
+            source,
+        }))
+    };
+    let nominal = span.index * span.size;
+    let start = if span.index == 0 {
+        0
+    } else {
+        match frame_start_at(file, nominal, span.len) {
+            Ok(start) => start,
+            Err(e) => return io_error(e, nominal),
+        }
+    };
+    let end = match frame_start_at(file, nominal + span.size, span.len) {
+        Ok(end) => end,
+        Err(e) => return io_error(e, nominal + span.size),
+    };
+    let mut decoder = if span.index == 0 {
+        crate::SseEventDecoder::new(options)
+    } else {
+        crate::SseEventDecoder::mid_stream(options)
+    };
+    // One message per chunk, as on the NDJSON path (a decoding thread holds
+    // one message ahead of the caller), cut only by errors. Events go into
+    // it as they are decoded, so the thread holds one piece of text, the
+    // decoder's unread rest and the message.
+    let mut out = Out::new(to.handover, keep, to.spare);
+    let mut piece = vec![0u8; PIECE.min((end.saturating_sub(start)) as usize)];
+    let mut pos = start;
+    loop {
+        if pos < end {
+            let want = (end - pos).min(piece.len() as u64) as usize;
+            match read_at_most(file, pos, &mut piece[..want]) {
+                Ok(0) => pos = end,
+                Ok(n) => {
+                    decoder.push(&piece[..n]);
+                    pos += n as u64;
+                }
+                Err(e) => return io_error(e, pos),
+            }
+        }
+        if pos >= end {
+            decoder.finish();
+        }
+        while let Some(item) = decoder.pull() {
+            match item {
+                Ok(event) => out.push(event),
+                Err(err) => {
+                    out.flush(&send, keep)?;
+                    let fatal = !err.is_recoverable();
+                    send(Msg::Error(err.shifted(0, 0, start)))?;
+                    if fatal {
+                        // The reader ends at a fatal error: nothing after it.
+                        return Err(Hangup);
+                    }
+                }
+            }
+        }
+        if pos >= end {
+            break;
+        }
+    }
+    out.flush(&send, keep)?;
+    send(Msg::End {
+        events: decoder.indexes(),
+        lines: decoder.line_ends(),
+    })
+}
+
+/// The events of a chunk decoded into owned events (an SSE chunk), as the
+/// caller takes them: owned, or copied into an [`EventChunk`] one by one
+/// (each owned event freed on the thread that made it).
+enum Out {
+    Events(Vec<Event>),
+    Chunk(EventChunk),
+}
+
+impl Out {
+    fn new(handover: Handover, keep: &mut Option<EventChunk>, spare: &Receiver<EventChunk>) -> Out {
+        match handover {
+            Handover::Events => Out::Events(Vec::new()),
+            Handover::Chunks => {
+                let mut chunk = keep
+                    .take()
+                    .or_else(|| spare.try_recv().ok())
+                    .unwrap_or_default();
+                chunk.clear();
+                Out::Chunk(chunk)
+            }
+        }
+    }
+
+    fn push(&mut self, event: Event) {
+        match self {
+            Out::Events(events) => events.push(event),
+            Out::Chunk(chunk) => chunk.push(event.as_event_ref()),
+        }
+    }
+
+    /// Sends what it holds, if anything, and starts anew.
+    fn flush(
+        &mut self,
+        send: &impl Fn(Msg) -> Result<(), Hangup>,
+        keep: &mut Option<EventChunk>,
+    ) -> Result<(), Hangup> {
+        let msg = match self {
+            Out::Events(events) if !events.is_empty() => Msg::Events(std::mem::take(events)),
+            Out::Chunk(chunk) if !chunk.is_empty() => {
+                let next = keep.take().unwrap_or_default();
+                Msg::Chunk(std::mem::replace(chunk, next))
+            }
+            _ => return Ok(()),
+        };
+        send(msg)
+    }
 }
 
 /// The first line start at or after `offset`: `offset` itself when the byte

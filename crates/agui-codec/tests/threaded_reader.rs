@@ -1,4 +1,4 @@
-//! `ThreadedReader` (background threads, NDJSON split across two) yields exactly
+//! `ThreadedReader` (background threads, NDJSON and SSE split across two) yields exactly
 //! what `Reader` yields on the same file: the same events, the same errors
 //! at the same positions, ending at the same place. Checked on the whole
 //! generated corpus with chunks small enough that nearly every event lands
@@ -183,7 +183,7 @@ fn damage_is_reported_at_the_same_place() {
 #[test]
 fn other_formats_and_empty_files_go_through_one_thread() {
     let events = stream(Profile::Mixed, 1);
-    for format in [Format::Json, Format::Sse] {
+    for format in [Format::Json] {
         let mut w = Writer::new(Vec::new(), format);
         for e in &events {
             w.write_event(e).unwrap();
@@ -380,6 +380,117 @@ fn after_a_read_error_every_call_returns_none() {
         );
         let reader = ThreadedReader::from_read(FailsAfter(data), DecodeOptions::default()).unwrap();
         assert_eq!(calls_until_none(reader, how), expected, "from_read, {how}");
+    }
+}
+
+fn sse(events: &[agui_protocol::Event]) -> Vec<u8> {
+    let mut w = Writer::new(Vec::new(), Format::Sse);
+    for e in events {
+        w.write_event(e).unwrap();
+    }
+    w.finish().unwrap()
+}
+
+/// The corpus as SSE, as written (`\n` line ends) and with its line ends
+/// turned into CRLF: split at frame ends, it decodes as one stream does.
+#[test]
+fn the_generated_corpus_as_sse_decodes_the_same_split_or_not() {
+    let mut all = Vec::new();
+    for &profile in Profile::ALL {
+        all.extend(stream(profile, 0));
+    }
+    for seed in 0..3 {
+        all.extend(invalid_stream(seed));
+        all.extend(chunk_soup(seed));
+    }
+    let lf = sse(&all);
+    assert!(lf.len() > 50_000, "{}", lf.len());
+    let crlf = String::from_utf8(lf.clone())
+        .unwrap()
+        .replace('\n', "\r\n")
+        .into_bytes();
+    for bytes in [&lf, &crlf] {
+        check(bytes, DecodeOptions::default(), &[97, 4096, 65_536]);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("corpus.sse");
+        std::fs::write(&path, bytes).unwrap();
+        let reader =
+            ThreadedReader::open_with(&path, DecodeOptions::default(), split(4096, 2)).unwrap();
+        assert!(reader.is_parallel());
+        assert_eq!(reader.format(), Some(Format::Sse));
+    }
+    // CR line ends only: no frame end after a `\n`, so one thread.
+    let cr = String::from_utf8(lf)
+        .unwrap()
+        .replace('\n', "\r")
+        .into_bytes();
+    check(&cr, DecodeOptions::default(), &[4096]);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cr.sse");
+    std::fs::write(&path, &cr).unwrap();
+    let reader =
+        ThreadedReader::open_with(&path, DecodeOptions::default(), split(4096, 2)).unwrap();
+    assert!(!reader.is_parallel());
+}
+
+/// SSE damage and edge cases, split everywhere: bad JSON, bad UTF-8 in a
+/// field, a byte order mark at the start and one after a frame end (not
+/// the stream's), comments, multi-line data, `id`/`event`/`retry` fields,
+/// mixed line ends, runs of empty lines, a last frame without its empty
+/// line, and an over-long line (fatal).
+#[test]
+fn sse_damage_is_reported_at_the_same_place() {
+    let cases: Vec<Vec<u8>> = vec![
+        b"data: {\"type\":\"A\"}\n\ndata: {\"type\":1}\n\ndata: x\n\ndata: {\"type\":\"B\"}\n\n".to_vec(),
+        b"\xEF\xBB\xBFdata: {\"type\":\"A\"}\n\n\xEF\xBB\xBFdata: {\"type\":\"B\"}\n\ndata: {\"type\":\"C\"}\n\n".to_vec(),
+        b": comment\n\nid: 7\nevent: x\nretry: 10\ndata: {\"type\":\n\ndata: \"A\"}\n\n".to_vec(),
+        b"data: {\"type\":\ndata: \"A\"}\n\ndata:{\"type\":\"B\"}\r\n\r\ndata: {\"type\":\"C\"}\r\rdata: {\"type\":\"D\"}\n\r\ndata: {\"type\":\"E\"}".to_vec(),
+        b"\n\n\n\r\n\r\ndata: {\"type\":\"A\"}\n\n\n\n".to_vec(),
+        b"data: {\"type\":\"A\"}\n\ndata: {\"type\":\"\xc3\"}\n\n\xff: x\ndata: {\"type\":\"B\"}\n\ndata: {\"type\":\"C\"}\n\n".to_vec(),
+        format!(
+            "data: {{\"type\":\"A\"}}\n\ndata: {}\n\ndata: {{\"type\":\"B\"}}\n\n",
+            "{\"type\":\"L\",\"x\":\"".to_owned() + &"y".repeat(300) + "\"}"
+        )
+        .into_bytes(),
+    ];
+    for bytes in &cases {
+        check(bytes, DecodeOptions::default(), &[1, 2, 3, 5, 8, 13, 64]);
+        check(
+            bytes,
+            DecodeOptions::format(Format::Sse).with_max_event_size(40),
+            &[1, 3, 7, 50],
+        );
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Random SSE lines (data, comments, fields, empty lines, damage) with
+    /// random line ends, cut into random chunk sizes.
+    #[test]
+    fn random_sse_lines_decode_the_same(
+        lines in prop::collection::vec(prop_oneof![
+            Just("data: {\"type\":\"A\",\"delta\":\"x\"}".to_owned()),
+            Just("data: {\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m\",\"delta\":\"héllo\"}".to_owned()),
+            Just("data:{\"type\":".to_owned()),
+            Just("data: \"B\"}".to_owned()),
+            Just(String::new()),
+            Just(String::new()),
+            Just(": keep-alive".to_owned()),
+            Just("id: 5".to_owned()),
+            Just("\u{feff}data: {\"type\":\"B\"}".to_owned()),
+            "[a-z{}\":, ]{0,30}",
+        ], 0..40),
+        ends in prop::collection::vec(prop_oneof![Just("\n"), Just("\r\n"), Just("\r")], 40),
+        chunk in 1u64..200,
+    ) {
+        let mut text = String::new();
+        for (line, end) in lines.iter().zip(&ends) {
+            text.push_str(line);
+            text.push_str(end);
+        }
+        check(text.as_bytes(), DecodeOptions::format(Format::Sse), &[chunk]);
     }
 }
 
