@@ -115,8 +115,13 @@ impl Frame {
     }
 }
 
-/// `bytes` (a suffix of `line`) as text.
+/// `bytes` (a suffix of `line`) as text. Checked with `simdutf8` (about
+/// twice as fast as `std` on event text: it was a ninth of the time of
+/// reading a big SSE file); on bad bytes `std` finds where.
 fn utf8<'a>(line: &[u8], bytes: &'a [u8], at: Position) -> Result<&'a str, DecodeError> {
+    if let Ok(text) = simdutf8::basic::from_utf8(bytes) {
+        return Ok(text);
+    }
     std::str::from_utf8(bytes).map_err(|e| {
         let offset = line.len() - bytes.len();
         DecodeError::InvalidUtf8 {
