@@ -1944,18 +1944,36 @@ mod tests {
         }
     }
 
+    /// Options for a test's store in a schema of its own (`prefix`, the
+    /// process id, the time) under `AGUI_TEST_POSTGRES_URL`, with
+    /// `pool_size` connections. `None` (the test is skipped) when the
+    /// variable is unset, except under CI, where that is a failure.
+    fn test_options(prefix: &str, pool_size: usize) -> Option<PgOptions> {
+        let url = match std::env::var("AGUI_TEST_POSTGRES_URL") {
+            Ok(url) if !url.is_empty() => url,
+            _ => {
+                assert!(
+                    std::env::var_os("CI").is_none(),
+                    "AGUI_TEST_POSTGRES_URL is not set, and CI is"
+                );
+                eprintln!("notice: AGUI_TEST_POSTGRES_URL is not set; skipping");
+                return None;
+            }
+        };
+        let mut o = PgOptions::from_url(&url).unwrap();
+        o.schema = format!("{prefix}_{}_{}", std::process::id(), Timestamp::now().0);
+        o.pool_size = pool_size;
+        Some(o)
+    }
+
     /// A call that finds every pooled connection taken waits at most
     /// `pool_wait`, then fails as `Unavailable`; a freed connection serves
     /// the next call.
     #[tokio::test]
     async fn a_starved_pool_fails_after_the_wait_bound() {
-        let Ok(url) = std::env::var("AGUI_TEST_POSTGRES_URL") else {
-            eprintln!("notice: AGUI_TEST_POSTGRES_URL is not set; skipping");
+        let Some(mut o) = test_options("agui_w", 1) else {
             return;
         };
-        let mut o = PgOptions::from_url(&url).unwrap();
-        o.schema = format!("agui_w_{}_{}", std::process::id(), Timestamp::now().0);
-        o.pool_size = 1;
         o.pool_wait = Duration::from_millis(150);
         let store = PgStore::open_with(o.clone()).await.unwrap();
         let held = store.conn().await.unwrap();
@@ -1980,13 +1998,9 @@ mod tests {
     /// zstd bodies) opens, is migrated, reads back exactly, and appends on.
     #[tokio::test]
     async fn a_version_1_database_is_migrated_on_open() {
-        let Ok(url) = std::env::var("AGUI_TEST_POSTGRES_URL") else {
-            eprintln!("notice: AGUI_TEST_POSTGRES_URL is not set; skipping");
+        let Some(o) = test_options("agui_m", 2) else {
             return;
         };
-        let mut o = PgOptions::from_url(&url).unwrap();
-        o.schema = format!("agui_m_{}_{}", std::process::id(), Timestamp::now().0);
-        o.pool_size = 2;
         let (client, conn) = tokio_postgres::connect(&o.conn, NoTls).await.unwrap();
         tokio::spawn(conn);
         let schema = o.schema.clone();
