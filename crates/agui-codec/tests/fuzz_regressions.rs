@@ -11,6 +11,9 @@ mod fuzz_check;
 #[path = "../../../fuzz/fuzz_targets/decode_ndjson_chunks_check.rs"]
 mod chunks_check;
 
+#[path = "../../../fuzz/fuzz_targets/decode_sse_split_check.rs"]
+mod sse_split_check;
+
 fn inputs(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../fixtures/fuzz-regressions")
@@ -61,6 +64,17 @@ fn ndjson_chunks_regressions() {
         for (path, data) in inputs(target) {
             eprintln!("replaying {}", path.display());
             chunks_check::check(&data);
+        }
+    }
+}
+
+#[test]
+fn sse_split_regressions() {
+    // The SSE push decoder's inputs too: the split reader must agree on them.
+    for target in ["decode_sse_split", "decode_sse"] {
+        for (path, data) in inputs(target) {
+            eprintln!("replaying {}", path.display());
+            sse_split_check::check(&data);
         }
     }
 }
