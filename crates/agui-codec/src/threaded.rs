@@ -756,6 +756,19 @@ impl Tx<'_> {
 /// The receiver is gone, or a fatal error ended decoding: stop.
 struct Hangup;
 
+/// A read error at `byte` of a split file (its chunk-relative index and
+/// line are the chunk's start; the reader shifts them).
+fn io_error(source: io::Error, byte: u64) -> Msg {
+    Msg::Error(DecodeError::Io {
+        at: Position {
+            index: 0,
+            line: 1,
+            byte,
+        },
+        source,
+    })
+}
+
 /// Decodes one NDJSON chunk: from the line start at or after `index * size`
 /// to the line start at or after `(index + 1) * size` (a line start: offset
 /// 0, or right after a `\n`). The chunk is read into one buffer and its
@@ -768,28 +781,25 @@ fn decode_chunk(
     keep: &mut Option<EventChunk>,
 ) -> Result<(), Hangup> {
     let send = |msg: Msg| to.tx.send(msg).map_err(|_| Hangup);
-    let io_error = |source: io::Error, byte: u64| {
-        send(Msg::Error(DecodeError::Io {
-            at: Position {
-                index: 0,
-                line: 1,
-                byte,
-            },
-            source,
-        }))
+    let io_error = |source: io::Error, byte: u64| send(io_error(source, byte));
+    // Chunks start where lines start (NDJSON) or where frames start (SSE).
+    let boundary = if span.sse {
+        frame_start_at
+    } else {
+        line_start_at
     };
-    if span.sse {
-        return decode_sse_chunk(file, span, options, to, keep);
-    }
     let nominal = span.index * span.size;
     let start = if span.index == 0 {
         0
     } else {
-        match line_start_at(file, nominal, span.len) {
+        match boundary(file, nominal, span.len) {
             Ok(start) => start,
             Err(e) => return io_error(e, nominal),
         }
     };
+    if span.sse {
+        return decode_sse_chunk(file, span, start, options, to, keep);
+    }
     // Bytes before `limit` surely belong to this chunk; it ends at the first
     // line end at or after `limit - 1`, i.e. at the next line start at or
     // after `limit`.
@@ -949,31 +959,15 @@ fn frame_start_at(file: &File, offset: u64, len: u64) -> io::Result<u64> {
 fn decode_sse_chunk(
     file: &File,
     span: ChunkSpan,
+    start: u64,
     options: &DecodeOptions,
     to: &Sink<'_>,
     keep: &mut Option<EventChunk>,
 ) -> Result<(), Hangup> {
     use crate::PushDecoder;
     let send = |msg: Msg| to.tx.send(msg).map_err(|_| Hangup);
-    let io_error = |source: io::Error, byte: u64| {
-        send(Msg::Error(DecodeError::Io {
-            at: Position {
-                index: 0,
-                line: 1,
-                byte,
-            },
-            source,
-        }))
-    };
+    let io_error = |source: io::Error, byte: u64| send(io_error(source, byte));
     let nominal = span.index * span.size;
-    let start = if span.index == 0 {
-        0
-    } else {
-        match frame_start_at(file, nominal, span.len) {
-            Ok(start) => start,
-            Err(e) => return io_error(e, nominal),
-        }
-    };
     let end = match frame_start_at(file, nominal + span.size, span.len) {
         Ok(end) => end,
         Err(e) => return io_error(e, nominal + span.size),

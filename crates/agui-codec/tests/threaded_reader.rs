@@ -116,12 +116,16 @@ fn check(bytes: &[u8], options: DecodeOptions, chunks: &[u64]) {
     );
 }
 
-fn ndjson(events: &[agui_protocol::Event]) -> Vec<u8> {
-    let mut w = Writer::new(Vec::new(), Format::Ndjson);
+fn encode(events: &[agui_protocol::Event], format: Format) -> Vec<u8> {
+    let mut w = Writer::new(Vec::new(), format);
     for e in events {
         w.write_event(e).unwrap();
     }
     w.finish().unwrap()
+}
+
+fn ndjson(events: &[agui_protocol::Event]) -> Vec<u8> {
+    encode(events, Format::Ndjson)
 }
 
 #[test]
@@ -183,21 +187,15 @@ fn damage_is_reported_at_the_same_place() {
 #[test]
 fn other_formats_and_empty_files_go_through_one_thread() {
     let events = stream(Profile::Mixed, 1);
-    for format in [Format::Json] {
-        let mut w = Writer::new(Vec::new(), format);
-        for e in &events {
-            w.write_event(e).unwrap();
-        }
-        let bytes = w.finish().unwrap();
-        check(&bytes, DecodeOptions::default(), &[64]);
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("f");
-        std::fs::write(&path, &bytes).unwrap();
-        let reader =
-            ThreadedReader::open_with(&path, DecodeOptions::default(), split(64, 2)).unwrap();
-        assert!(!reader.is_parallel());
-        assert_eq!(reader.format(), Some(format));
-    }
+    // A JSON array (SSE and NDJSON files are split).
+    let bytes = encode(&events, Format::Json);
+    check(&bytes, DecodeOptions::default(), &[64]);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("f");
+    std::fs::write(&path, &bytes).unwrap();
+    let reader = ThreadedReader::open_with(&path, DecodeOptions::default(), split(64, 2)).unwrap();
+    assert!(!reader.is_parallel());
+    assert_eq!(reader.format(), Some(Format::Json));
     for bytes in [&b""[..], b"  \n ", b"hello", b"\xEF\xBB"] {
         check(bytes, DecodeOptions::default(), &[1, 4]);
     }
@@ -383,14 +381,6 @@ fn after_a_read_error_every_call_returns_none() {
     }
 }
 
-fn sse(events: &[agui_protocol::Event]) -> Vec<u8> {
-    let mut w = Writer::new(Vec::new(), Format::Sse);
-    for e in events {
-        w.write_event(e).unwrap();
-    }
-    w.finish().unwrap()
-}
-
 /// The corpus as SSE, as written (`\n` line ends) and with its line ends
 /// turned into CRLF: split at frame ends, it decodes as one stream does.
 #[test]
@@ -403,7 +393,7 @@ fn the_generated_corpus_as_sse_decodes_the_same_split_or_not() {
         all.extend(invalid_stream(seed));
         all.extend(chunk_soup(seed));
     }
-    let lf = sse(&all);
+    let lf = encode(&all, Format::Sse);
     assert!(lf.len() > 50_000, "{}", lf.len());
     let crlf = String::from_utf8(lf.clone())
         .unwrap()
