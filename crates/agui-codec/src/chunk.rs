@@ -152,6 +152,41 @@ impl EventChunk {
         }
     }
 
+    /// Validates `bytes` as one event (found at `at`) and appends a copy of
+    /// it, with its member table when `tables`; an error says what and
+    /// where, and leaves the chunk as it was.
+    pub(crate) fn push_checked(
+        &mut self,
+        bytes: &[u8],
+        at: crate::Position,
+        tables: bool,
+    ) -> Result<(), DecodeError> {
+        let text = match simdutf8::basic::from_utf8(bytes) {
+            Ok(text) => text,
+            // `std` tells where the bad byte is.
+            Err(_) => std::str::from_utf8(bytes).map_err(|e| DecodeError::InvalidUtf8 {
+                at,
+                bad_byte: at.byte + e.valid_up_to() as u64,
+            })?,
+        };
+        let recorded = self.members.len();
+        let checked = if tables {
+            Event::check_recording(text, &mut self.members)
+        } else {
+            Event::check(text)
+        };
+        match checked {
+            Ok(checked) => {
+                self.add(checked, recorded);
+                Ok(())
+            }
+            Err(source) => {
+                self.members.truncate(recorded);
+                Err(DecodeError::Envelope { at, source })
+            }
+        }
+    }
+
     /// The buffer back, for the next read (the chunk is left empty).
     pub(crate) fn into_buffer(mut self) -> (Vec<u8>, EventChunk) {
         let text = std::mem::take(&mut self.text);

@@ -7,6 +7,7 @@
 use agui_protocol::Event;
 
 use crate::buffer::Buffer;
+use crate::chunk::EventChunk;
 use crate::{DecodeError, DecodeOptions, Position, PushDecoder, parse_event};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,6 +58,49 @@ impl JsonArrayDecoder {
         }
     }
 
+    /// A decoder for a piece of an array that starts where an element
+    /// starts, right after a `,` (a split file's chunk): no byte order mark
+    /// and no `[` are looked for.
+    pub(crate) fn mid_stream(options: &DecodeOptions) -> JsonArrayDecoder {
+        let mut decoder = JsonArrayDecoder::new(options);
+        decoder.state = State::BeforeElement;
+        decoder.bom_done = true;
+        decoder
+    }
+
+    /// Event indexes taken so far (decoded elements and bad ones).
+    pub(crate) fn indexes(&self) -> u64 {
+        self.index
+    }
+
+    /// Line ends consumed so far.
+    pub(crate) fn line_ends(&self) -> u64 {
+        self.buf.line() - 1
+    }
+
+    /// True when everything pushed is consumed and the next byte must start
+    /// an element: the state a [`JsonArrayDecoder::mid_stream`] decoder
+    /// starts in. A split file's chunk that ends here hands over to the
+    /// next chunk's decoder without a seam.
+    pub(crate) fn at_element_start(&self) -> bool {
+        !self.failed && self.state == State::BeforeElement && self.buf.len() == 0
+    }
+
+    /// True after an error that ended decoding.
+    pub(crate) fn failed(&self) -> bool {
+        self.failed
+    }
+
+    /// Like [`PushDecoder::pull`], with the next event appended to `chunk`
+    /// as a copy of its text (no event of its own is allocated).
+    pub(crate) fn pull_into(
+        &mut self,
+        chunk: &mut EventChunk,
+        tables: bool,
+    ) -> Option<Result<(), DecodeError>> {
+        self.pull_with(|bytes, at| chunk.push_checked(bytes, at, tables))
+    }
+
     fn at(&self) -> Position {
         Position {
             index: self.index,
@@ -65,13 +109,13 @@ impl JsonArrayDecoder {
         }
     }
 
-    fn fail(&mut self, err: DecodeError) -> Option<Result<Event, DecodeError>> {
+    fn fail<T>(&mut self, err: DecodeError) -> Option<Result<T, DecodeError>> {
         self.failed = true;
         self.buf.clear();
         Some(Err(err))
     }
 
-    fn unexpected(&mut self, expected: &str) -> Option<Result<Event, DecodeError>> {
+    fn unexpected<T>(&mut self, expected: &str) -> Option<Result<T, DecodeError>> {
         let at = self.at();
         let found = describe(self.buf.bytes());
         self.fail(DecodeError::Syntax {
@@ -155,6 +199,20 @@ impl PushDecoder for JsonArrayDecoder {
     }
 
     fn pull(&mut self) -> Option<Result<Event, DecodeError>> {
+        self.pull_with(parse_event)
+    }
+
+    fn position(&self) -> Position {
+        self.at()
+    }
+}
+
+impl JsonArrayDecoder {
+    /// The next element, as `take` makes it from its bytes and position.
+    fn pull_with<T>(
+        &mut self,
+        take: impl FnOnce(&[u8], Position) -> Result<T, DecodeError>,
+    ) -> Option<Result<T, DecodeError>> {
         if self.failed {
             return None;
         }
@@ -216,7 +274,7 @@ impl PushDecoder for JsonArrayDecoder {
                             let limit = self.max;
                             return self.fail(DecodeError::TooLarge { at, limit });
                         }
-                        let result = parse_event(&self.buf.bytes()[..n], at);
+                        let result = take(&self.buf.bytes()[..n], at);
                         self.buf.consume(n);
                         self.index += 1;
                         self.state = State::AfterElement;
@@ -262,10 +320,6 @@ impl PushDecoder for JsonArrayDecoder {
                 },
             }
         }
-    }
-
-    fn position(&self) -> Position {
-        self.at()
     }
 }
 

@@ -97,8 +97,11 @@ enum Msg {
     Error(DecodeError),
     /// The format, once the sequential decoder knows it.
     Format(Option<Format>),
-    /// The chunk is done: how many event indexes and line ends it held.
-    End { events: u64, lines: u64 },
+    /// The chunk is done: how many event indexes and line ends it held,
+    /// and how many chunks after it it decoded over (a JSON array chunk
+    /// whose successors did not start where an element does; the reader
+    /// drops their messages).
+    End { events: u64, lines: u64, skip: u64 },
 }
 
 /// Decodes a file or a stream on background threads; an iterator of events
@@ -113,6 +116,11 @@ pub struct ThreadedReader {
     chunk: usize,
     /// How many chunks there are.
     chunks: usize,
+    /// How many chunks from `chunk` on are dropped (decoded over by the
+    /// chunk before them).
+    skip: usize,
+    /// How many chunks were dropped so far.
+    dropped: usize,
     /// Event index and line of the current chunk's start.
     base_index: u64,
     base_line: u64,
@@ -144,7 +152,7 @@ struct Helper {
     options: DecodeOptions,
     size: u64,
     len: u64,
-    sse: bool,
+    format: Format,
     handover: Handover,
     /// The next chunk nobody has taken.
     claim: Arc<AtomicU64>,
@@ -178,7 +186,7 @@ impl Helper {
             index: k,
             size: self.size,
             len: self.len,
-            sse: self.sse,
+            format: self.format,
         };
         let to = Sink {
             tx: Tx::Unbounded(&self.tx),
@@ -289,9 +297,12 @@ impl ThreadedReader {
         // An SSE file is cut where frames end after a `\n`; one without
         // such an end near its start (CR or CRLF line ends only) is read
         // on one thread rather than as one huge chunk.
-        let sse = big && format == Some(Format::Sse) && frames_end_with_lf(&file, len)?;
-        let parallel = big && (format == Some(Format::Ndjson) || sse);
-        if parallel {
+        let split_as = match format {
+            Some(Format::Sse) if big && frames_end_with_lf(&file, len)? => Some(Format::Sse),
+            Some(found @ (Format::Ndjson | Format::Json)) if big => Some(found),
+            _ => None,
+        };
+        if let Some(split_as) = split_as {
             let file = Arc::new(file);
             let chunks = len.div_ceil(split.chunk);
             let threads = split.threads.min(chunks as usize).max(1);
@@ -331,7 +342,7 @@ impl ThreadedReader {
                                 index: k,
                                 size: split.chunk,
                                 len,
-                                sse,
+                                format: split_as,
                             };
                             let to = Sink {
                                 tx: Tx::Bounded(&tx),
@@ -359,7 +370,7 @@ impl ThreadedReader {
                     options,
                     size: split.chunk,
                     len,
-                    sse,
+                    format: split_as,
                     handover,
                     claim,
                     taken: None,
@@ -423,6 +434,8 @@ impl ThreadedReader {
             workers,
             chunk: 0,
             chunks: 1,
+            skip: 0,
+            dropped: 0,
             base_index: 0,
             base_line: 1,
             batch: Vec::new().into_iter(),
@@ -444,6 +457,13 @@ impl ThreadedReader {
     /// so far (see [`Split::caller_helps`]).
     pub fn chunks_decoded_by_caller(&self) -> u64 {
         self.helper.as_ref().map_or(0, |h| h.decoded)
+    }
+
+    /// How many chunks of a split JSON array were dropped so far because
+    /// their start was a wrong guess (the chunk before decoded over them),
+    /// and how many chunks the file was cut into.
+    pub fn chunks_dropped(&self) -> (usize, usize) {
+        (self.dropped, self.chunks)
     }
 
     /// True when the file is decoded on more than one thread (a helping
@@ -586,6 +606,9 @@ impl ThreadedReader {
                 }));
             };
             match msg {
+                // A chunk decoded over by the one before it: dropped.
+                Msg::Chunk(chunk) if self.skip > 0 => self.give_back(chunk),
+                Msg::Events(_) | Msg::Error(_) if self.skip > 0 => {}
                 Msg::Events(events) => return Some(Ok(Batch::Events(events))),
                 Msg::Chunk(chunk) => return Some(Ok(Batch::Chunk(chunk))),
                 Msg::Format(format) => self.format = self.format.or(format),
@@ -596,16 +619,26 @@ impl ThreadedReader {
                     }
                     return Some(Err(err));
                 }
-                Msg::End { events, lines } => {
+                Msg::End {
+                    events,
+                    lines,
+                    skip,
+                } => {
                     if let Some(helper) = &mut self.helper
                         && helper.taken == Some(self.chunk as u64)
                     {
                         helper.taken = None;
                     }
-                    self.base_index += events;
-                    self.base_line += lines;
+                    if self.skip > 0 {
+                        self.skip -= 1;
+                        self.dropped += 1;
+                    } else {
+                        self.base_index += events;
+                        self.base_line += lines;
+                        self.skip = skip as usize;
+                    }
                     self.chunk += 1;
-                    if self.chunk >= self.chunks {
+                    if self.chunk + self.skip >= self.chunks {
                         self.done = true;
                     }
                 }
@@ -716,6 +749,7 @@ fn decode_sequential<R: Read>(
     let _ = tx.send(Msg::End {
         events: 0,
         lines: 0,
+        skip: 0,
     });
 }
 
@@ -725,8 +759,9 @@ struct ChunkSpan {
     index: u64,
     size: u64,
     len: u64,
-    /// SSE, cut where frames end; else NDJSON, cut where lines end.
-    sse: bool,
+    /// NDJSON, cut where lines end; SSE, cut where frames end; or a JSON
+    /// array, cut where elements start.
+    format: Format,
 }
 
 /// Where a decoding thread of a split file sends its chunks, and where it
@@ -782,11 +817,12 @@ fn decode_chunk(
 ) -> Result<(), Hangup> {
     let send = |msg: Msg| to.tx.send(msg).map_err(|_| Hangup);
     let io_error = |source: io::Error, byte: u64| send(io_error(source, byte));
-    // Chunks start where lines start (NDJSON) or where frames start (SSE).
-    let boundary = if span.sse {
-        frame_start_at
-    } else {
-        line_start_at
+    // Chunks start where lines start (NDJSON), where frames start (SSE) or
+    // where elements seem to start (a JSON array).
+    let boundary = match span.format {
+        Format::Ndjson => line_start_at,
+        Format::Sse => frame_start_at,
+        Format::Json => element_start_at,
     };
     let nominal = span.index * span.size;
     let start = if span.index == 0 {
@@ -797,8 +833,10 @@ fn decode_chunk(
             Err(e) => return io_error(e, nominal),
         }
     };
-    if span.sse {
-        return decode_sse_chunk(file, span, start, options, to, keep);
+    match span.format {
+        Format::Ndjson => {}
+        Format::Sse => return decode_sse_chunk(file, span, start, options, to, keep),
+        Format::Json => return decode_json_chunk(file, span, start, options, to, keep),
     }
     // Bytes before `limit` surely belong to this chunk; it ends at the first
     // line end at or after `limit - 1`, i.e. at the next line start at or
@@ -839,7 +877,11 @@ fn decode_chunk(
     let Some((events, lines)) = counts else {
         return Err(Hangup);
     };
-    send(Msg::End { events, lines })
+    send(Msg::End {
+        events,
+        lines,
+        skip: 0,
+    })
 }
 
 /// Reads the chunk from `start` (a line start) into `buf`: up to `limit`,
@@ -1021,8 +1063,216 @@ fn decode_sse_chunk(
     send(Msg::End {
         events: decoder.indexes(),
         lines: decoder.line_ends(),
+        skip: 0,
     })
 }
+
+/// Decodes one chunk of a JSON array of events: from the element start at
+/// or after `index * size` to the one at or after `(index + 1) * size`
+/// (see [`element_start_at`]), each element validated in place and copied
+/// into the chunk handed over.
+///
+/// A chunk start is found by how the bytes around it look, so it may be
+/// wrong: the `},{` before it may lie in a string or in an array nested in
+/// an event. The chunk before it knows, because it decodes from a true
+/// start (chunk 0 from the array's `[`): it stops only where its decoder
+/// stands before an element, exactly as a decoder that starts there does.
+/// When the next chunk's start is not such a place, it decodes on through
+/// that chunk (and as many more as it takes) and its end tells the reader
+/// to drop the chunks it decoded over. So events, errors and positions are
+/// those of the whole array's decoder whatever the guesses were; a wrong
+/// guess costs a chunk decoded twice.
+fn decode_json_chunk(
+    file: &File,
+    span: ChunkSpan,
+    start: u64,
+    options: &DecodeOptions,
+    to: &Sink<'_>,
+    keep: &mut Option<EventChunk>,
+) -> Result<(), Hangup> {
+    let send = |msg: Msg| to.tx.send(msg).map_err(|_| Hangup);
+    let io_error = |source: io::Error, byte: u64| send(io_error(source, byte));
+    // The start of the chunk after chunk `k`.
+    let start_after = |k: u64| element_start_at(file, (k + 1) * span.size, span.len);
+    let mut last = span.index;
+    let mut end = match start_after(last) {
+        Ok(end) => end,
+        Err(e) => return io_error(e, (last + 1) * span.size),
+    };
+    let mut skip = 0;
+    let mut chunk = keep
+        .take()
+        .or_else(|| to.spare.try_recv().ok())
+        .unwrap_or_default();
+    chunk.clear();
+    // Hands the events gathered so far over, keeping a chunk to fill next.
+    let flush = |chunk: &mut EventChunk| -> Result<(), Hangup> {
+        if chunk.is_empty() {
+            return Ok(());
+        }
+        let msg = match to.handover {
+            Handover::Chunks => {
+                let mut next = to.spare.try_recv().ok().unwrap_or_default();
+                next.clear();
+                Msg::Chunk(std::mem::replace(chunk, next))
+            }
+            Handover::Events => {
+                let events = chunk.to_events();
+                chunk.clear();
+                Msg::Events(events)
+            }
+        };
+        send(msg)
+    };
+    if start < end {
+        let mut decoder = if span.index == 0 {
+            crate::JsonArrayDecoder::new(options)
+        } else {
+            crate::JsonArrayDecoder::mid_stream(options)
+        };
+        let mut piece = vec![0u8; PIECE.min((span.len - start) as usize)];
+        let mut pos = start;
+        loop {
+            if pos < end {
+                let want = (end - pos).min(piece.len() as u64) as usize;
+                match read_at_most(file, pos, &mut piece[..want]) {
+                    // The file got shorter since it was opened.
+                    Ok(0) => pos = end,
+                    Ok(n) => {
+                        crate::PushDecoder::push(&mut decoder, &piece[..n]);
+                        pos += n as u64;
+                    }
+                    Err(e) => return io_error(e, pos),
+                }
+            }
+            if pos >= end && end >= span.len {
+                crate::PushDecoder::finish(&mut decoder);
+            }
+            while let Some(item) = decoder.pull_into(&mut chunk, options.member_tables) {
+                if let Err(err) = item {
+                    flush(&mut chunk)?;
+                    let fatal = !err.is_recoverable();
+                    send(Msg::Error(err.shifted(0, 0, start)))?;
+                    if fatal {
+                        break;
+                    }
+                }
+            }
+            if decoder.failed() {
+                // The reader ends at this error, unless this chunk is one it
+                // drops: so end the chunk, and the thread goes on to its next.
+                break;
+            }
+            if pos < end {
+                continue;
+            }
+            if end >= span.len || decoder.at_element_start() {
+                break;
+            }
+            // The next chunk does not start where an element does: decode
+            // on through it.
+            skip += 1;
+            last += 1;
+            end = match start_after(last) {
+                Ok(end) => end,
+                Err(e) => return io_error(e, (last + 1) * span.size),
+            };
+        }
+        flush(&mut chunk)?;
+        *keep = Some(chunk);
+        return send(Msg::End {
+            events: decoder.indexes(),
+            lines: decoder.line_ends(),
+            skip,
+        });
+    }
+    *keep = Some(chunk);
+    send(Msg::End {
+        events: 0,
+        lines: 0,
+        skip,
+    })
+}
+
+/// Where a chunk of a JSON array of events starts: the first `{` at or after
+/// `offset` that looks like an element's start (`len` when none does). It
+/// looks like one when only whitespace and a `,` lie between it and a `}`
+/// before it, and a `"` (after whitespace) follows it; one followed by a
+/// `"type"` key is preferred within [`PREFER_WITHIN`] bytes of `offset`,
+/// since nested objects seldom start with that key and events mostly do.
+/// The look is only a guess (see [`decode_json_chunk`]); what matters is
+/// that it depends on the file and `offset` alone, so a chunk's end and the
+/// next chunk's start agree.
+fn element_start_at(file: &File, offset: u64, len: u64) -> io::Result<u64> {
+    const WINDOW: usize = 1 << 16;
+    /// Bytes of look-back and look-ahead around a candidate `{`.
+    const MARGIN: usize = 256;
+    if offset >= len {
+        return Ok(len);
+    }
+    let is_ws = |b: u8| matches!(b, b' ' | b'\t' | b'\n' | b'\r');
+    let mut buf = vec![0u8; WINDOW];
+    // Candidates before `from` were looked at in the window before.
+    let mut from = offset;
+    let mut plain = None;
+    loop {
+        let pos = from.saturating_sub(MARGIN as u64);
+        let want = (len - pos).min(WINDOW as u64) as usize;
+        let n = read_at_most(file, pos, &mut buf[..want])?;
+        let window = &buf[..n];
+        // (A read shorter than asked: the file got shorter since it was
+        // opened; look no further.)
+        let at_eof = n < want || pos + n as u64 >= len;
+        // A candidate needs its look-ahead inside this window (unless the
+        // file ends there): those nearer the end wait for the next one.
+        let upto = if at_eof { n } else { n.saturating_sub(MARGIN) };
+        let lo = (from - pos) as usize;
+        for i in memchr::memchr_iter(b'{', &window[lo.min(upto)..upto]).map(|i| lo + i) {
+            let mut j = i;
+            while j > 0 && is_ws(window[j - 1]) {
+                j -= 1;
+            }
+            if j == 0 || window[j - 1] != b',' {
+                continue;
+            }
+            j -= 1;
+            while j > 0 && is_ws(window[j - 1]) {
+                j -= 1;
+            }
+            if j == 0 || window[j - 1] != b'}' {
+                continue;
+            }
+            let mut k = i + 1;
+            while k < n && is_ws(window[k]) {
+                k += 1;
+            }
+            if window.get(k) != Some(&b'"') {
+                continue;
+            }
+            let at = pos + i as u64;
+            if window[k..].starts_with(b"\"type\"") {
+                return Ok(at);
+            }
+            if at - offset >= PREFER_WITHIN {
+                return Ok(plain.unwrap_or(at));
+            }
+            plain.get_or_insert(at);
+        }
+        if at_eof || n == 0 {
+            return Ok(plain.unwrap_or(len));
+        }
+        from = pos + upto as u64;
+        if let Some(plain) = plain
+            && from - offset >= PREFER_WITHIN
+        {
+            return Ok(plain);
+        }
+    }
+}
+
+/// How far past a chunk's nominal start [`element_start_at`] looks for an
+/// element that starts with a `"type"` key before it settles for any.
+const PREFER_WITHIN: u64 = 1 << 16;
 
 /// The events of a chunk decoded into owned events (an SSE chunk), as the
 /// caller takes them: owned, or copied into an [`EventChunk`] one by one

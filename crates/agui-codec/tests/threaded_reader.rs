@@ -1,4 +1,4 @@
-//! `ThreadedReader` (background threads, NDJSON and SSE split across two) yields exactly
+//! `ThreadedReader` (background threads, big files split across two) yields exactly
 //! what `Reader` yields on the same file: the same events, the same errors
 //! at the same positions, ending at the same place. Checked on the whole
 //! generated corpus with chunks small enough that nearly every event lands
@@ -185,19 +185,128 @@ fn damage_is_reported_at_the_same_place() {
 }
 
 #[test]
-fn other_formats_and_empty_files_go_through_one_thread() {
-    let events = stream(Profile::Mixed, 1);
-    // A JSON array (SSE and NDJSON files are split).
-    let bytes = encode(&events, Format::Json);
-    check(&bytes, DecodeOptions::default(), &[64]);
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("f");
-    std::fs::write(&path, &bytes).unwrap();
-    let reader = ThreadedReader::open_with(&path, DecodeOptions::default(), split(64, 2)).unwrap();
-    assert!(!reader.is_parallel());
-    assert_eq!(reader.format(), Some(Format::Json));
+fn empty_and_unknown_files_go_through_one_thread() {
     for bytes in [&b""[..], b"  \n ", b"hello", b"\xEF\xBB"] {
         check(bytes, DecodeOptions::default(), &[1, 4]);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("f");
+    std::fs::write(&path, b"hello, world").unwrap();
+    let reader = ThreadedReader::open_with(&path, DecodeOptions::default(), split(4, 2)).unwrap();
+    assert!(!reader.is_parallel());
+}
+
+/// The events of `events` written as a JSON array in other layouts than
+/// the writer's: all on one line, and indented with members on lines of
+/// their own (the way `JSON.stringify(events, null, 2)` writes them).
+fn json_layouts(events: &[agui_protocol::Event]) -> Vec<Vec<u8>> {
+    let texts: Vec<&str> = events.iter().map(|e| e.json()).collect();
+    let one_line = format!("[{}]", texts.join(","));
+    let values: Vec<serde_json::Value> = texts
+        .iter()
+        .map(|t| serde_json::from_str(t).unwrap())
+        .collect();
+    let pretty = serde_json::to_string_pretty(&values).unwrap();
+    vec![
+        encode(events, Format::Json),
+        one_line.into_bytes(),
+        pretty.replace('\n', "\r\n").into_bytes(),
+        pretty.into_bytes(),
+    ]
+}
+
+/// Events whose insides look like element starts: arrays of objects that
+/// start with a `"type"` key (content parts), keys and strings holding
+/// `},{`, an event whose first key is not `"type"`.
+fn lookalikes() -> Vec<agui_protocol::Event> {
+    let parts: Vec<String> = (0..40)
+        .map(|i| format!(r#"{{"type":"text","text":"part {i} }},{{ x"}}"#))
+        .collect();
+    let texts = [
+        format!(
+            r#"{{"type":"MESSAGES_SNAPSHOT","messages":[{{"id":"u1","role":"user","content":[{}]}},{{"id":"a1","role":"assistant","content":"ok"}}]}}"#,
+            parts.join(",")
+        ),
+        r#"{"type":"CUSTOM","name":"n","value":{"a},{":[{"b":1},{"type":"x"}],"c":"},{\"type\":1}"}}"#
+            .to_owned(),
+        r#"{"messageId":"m","type":"TEXT_MESSAGE_CONTENT","delta":"},{"}"#.to_owned(),
+        format!(
+            r#"{{"type":"STATE_SNAPSHOT","snapshot":{{"rows":[{}]}}}}"#,
+            (0..60)
+                .map(|i| format!(r#"{{"type":"row","n":{i}}}"#))
+                .collect::<Vec<_>>()
+                .join(",")
+        ),
+    ];
+    texts
+        .iter()
+        .map(|t| agui_protocol::Event::from_json(t).unwrap())
+        .collect()
+}
+
+/// A JSON array of events is cut where elements seem to start; a guess
+/// that is wrong (inside an event) is found by the chunk before it, which
+/// decodes on. Either way the events, errors and positions are those of
+/// one decoder over the whole array.
+#[test]
+fn the_generated_corpus_as_a_json_array_decodes_the_same_split_or_not() {
+    let mut all = Vec::new();
+    for &profile in Profile::ALL {
+        all.extend(stream(profile, 0));
+    }
+    for seed in 0..3 {
+        all.extend(chunk_soup(seed));
+        all.extend(lookalikes());
+    }
+    for bytes in json_layouts(&all) {
+        assert!(bytes.len() > 50_000, "{}", bytes.len());
+        check(&bytes, DecodeOptions::default(), &[97, 4096, 65_536]);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("corpus.json");
+        std::fs::write(&path, &bytes).unwrap();
+        let mut reader =
+            ThreadedReader::open_with(&path, DecodeOptions::default(), split(512, 2)).unwrap();
+        assert!(reader.is_parallel());
+        assert_eq!(reader.format(), Some(Format::Json));
+        while reader.next_chunk().is_some() {}
+        // The lookalikes make some guesses wrong; most are right.
+        let (dropped, chunks) = reader.chunks_dropped();
+        assert!(dropped > 0, "no guess was wrong in {chunks} chunks");
+        assert!(dropped * 2 < chunks, "{dropped} of {chunks} chunks dropped");
+    }
+}
+
+/// JSON array damage, split everywhere: bad elements (decoding goes on),
+/// bad UTF-8, structural errors and an over-long element (decoding ends),
+/// a byte order mark, text after the closing `]`, no closing `]`.
+#[test]
+fn json_damage_is_reported_at_the_same_place() {
+    let cases: Vec<Vec<u8>> = vec![
+        b"[{\"type\":\"A\"},{\"type\":1},{\"a\":[}],{\"type\":\"B\"}]".to_vec(),
+        b"\xEF\xBB\xBF[\n {\"type\":\"A\"},\n {\"type\":\"\xc3\"},\r\n {\"type\":\"B\"}\n]\n"
+            .to_vec(),
+        b"[{\"type\":\"A\"},{\"type\":\"B\"}] x".to_vec(),
+        b"[{\"type\":\"A\"},{\"type\":\"B\"}".to_vec(),
+        b"[{\"type\":\"A\"},{\"type\":\"B\"".to_vec(),
+        b"[{\"type\":\"A\"},,{\"type\":\"B\"}]".to_vec(),
+        b"[{\"type\":\"A\"} {\"type\":\"B\"},{\"type\":\"C\"}]".to_vec(),
+        b"[{\"type\":\"A\"},1,{\"type\":\"B\"}]".to_vec(),
+        b"[{\"type\":\"A\",\"s\":\"},{\\\"type\"},{\"type\":\"B\",\"k\":{\"},{\":1}}]".to_vec(),
+        format!(
+            "[{{\"type\":\"A\"}},{},{{\"type\":\"B\"}}]",
+            "{\"type\":\"L\",\"x\":\"".to_owned() + &"y".repeat(300) + "\"}"
+        )
+        .into_bytes(),
+        b"[]".to_vec(),
+        b"[{\"type\":\"A\"}]\n\n".to_vec(),
+    ];
+    for bytes in &cases {
+        check(bytes, DecodeOptions::default(), &[1, 2, 3, 5, 8, 13, 64]);
+        check(
+            bytes,
+            DecodeOptions::format(Format::Json).with_max_event_size(40),
+            &[1, 3, 7, 50],
+        );
     }
 }
 
@@ -514,54 +623,96 @@ proptest! {
 }
 
 /// A file cut short by another process while it is read (a log rotated, a
-/// copy still being written): whatever the policy, the reader yields valid
-/// events from the start of the file, in order, then an error or its end,
-/// and returns `None` from then on; it neither panics nor hangs.
+/// copy still being written): whatever the format and policy, the reader
+/// yields valid events from the start of the file, in order, then an error
+/// or its end, and returns `None` from then on; it neither panics nor hangs.
 #[test]
 fn a_file_cut_short_while_it_is_read_ends_cleanly() {
-    let bytes = ndjson(&realistic(20_000, 7));
-    let original: Vec<String> = bytes
-        .split(|&b| b == b'\n')
-        .filter(|l| !l.is_empty())
-        .map(|l| String::from_utf8(l.to_vec()).unwrap())
-        .collect();
-    for policy in [split(1 << 12, 2), helped(1 << 12)] {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("cut");
-        std::fs::write(&path, &bytes).unwrap();
-        let mut reader =
-            ThreadedReader::open_with(&path, DecodeOptions::default(), policy).unwrap();
-        let mut got: Vec<Result<String, String>> = Vec::new();
-        let first = reader.next_chunk().expect("a first chunk").unwrap();
-        got.extend(first.iter().map(|e| Ok(e.json().to_owned())));
-        // Cut the file at a third, in the middle of a line.
-        let cut = bytes.len() as u64 / 3 + 17;
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(&path)
-            .unwrap()
-            .set_len(cut)
-            .unwrap();
-        got.extend(calls_until_none(reader, "next_chunk"));
-        let events: Vec<&String> = got.iter().map_while(|r| r.as_ref().ok()).collect();
-        assert!(
-            events.len() <= original.len(),
-            "{policy:?}: more events than the file held"
-        );
-        for (i, e) in events.iter().enumerate() {
-            assert_eq!(**e, original[i], "{policy:?}: event {i} is not the file's");
-        }
-        // Past the cut, nothing but errors: no event after the first error
-        // that stands for text the file no longer has.
-        if events.len() < original.len() {
-            let next = got.get(events.len());
-            let at = format!("event {} (", events.len());
+    let events = realistic(20_000, 7);
+    for format in [Format::Ndjson, Format::Sse, Format::Json] {
+        let bytes = encode(&events, format);
+        for policy in [split(1 << 12, 2), helped(1 << 12)] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("cut");
+            std::fs::write(&path, &bytes).unwrap();
+            let original: Vec<String> = reference(&path, DecodeOptions::default())
+                .into_iter()
+                .map(Result::unwrap)
+                .collect();
+            let mut reader =
+                ThreadedReader::open_with(&path, DecodeOptions::default(), policy).unwrap();
+            assert!(reader.is_parallel(), "{format:?}");
+            let mut got: Vec<Result<String, String>> = Vec::new();
+            let first = reader.next_chunk().expect("a first chunk").unwrap();
+            got.extend(first.iter().map(|e| Ok(e.json().to_owned())));
+            // Cut the file at a third, in the middle of an event.
+            let cut = bytes.len() as u64 / 3 + 17;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .unwrap()
+                .set_len(cut)
+                .unwrap();
+            got.extend(calls_until_none(reader, "next_chunk"));
+            let decoded: Vec<&String> = got.iter().map_while(|r| r.as_ref().ok()).collect();
+            let how = format!("{format:?}, {policy:?}");
             assert!(
-                matches!(next, Some(Err(e)) if e.starts_with(&at)),
-                "{policy:?}: after {} of {} events, the file having been cut, the reader gave {next:?}",
-                events.len(),
-                original.len()
+                decoded.len() <= original.len(),
+                "{how}: more events than the file held"
             );
+            for (i, e) in decoded.iter().enumerate() {
+                assert_eq!(**e, original[i], "{how}: event {i} is not the file's");
+            }
+            // Past the cut, nothing but errors: no event after the first
+            // error that stands for text the file no longer has.
+            if decoded.len() < original.len() {
+                let next = got.get(decoded.len());
+                let at = format!("event {} (", decoded.len());
+                assert!(
+                    matches!(next, Some(Err(e)) if e.starts_with(&at)),
+                    "{how}: after {} of {} events, the file having been cut, the reader gave {next:?}",
+                    decoded.len(),
+                    original.len()
+                );
+            }
         }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Random elements (events, lookalike insides, damage) between random
+    /// whitespace, in a JSON array sometimes left open or followed by junk,
+    /// cut into random chunk sizes.
+    #[test]
+    fn random_json_arrays_decode_the_same(
+        elements in prop::collection::vec(prop_oneof![
+            Just(r#"{"type":"A","delta":"x"}"#.to_owned()),
+            Just(r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"h},{\"type\"éllo"}"#.to_owned()),
+            Just(r#"{"type":"S","v":[{"type":"p"},{"type":"q"}],"k":{"},{":1}}"#.to_owned()),
+            Just(r#"{"id":"x","type":"B"}"#.to_owned()),
+            Just(r#"{"type":1}"#.to_owned()),
+            Just("7".to_owned()),
+            Just(String::new()),
+            "[a-z{}\":, ]{0,30}",
+        ], 0..40),
+        gaps in prop::collection::vec(prop_oneof![Just(""), Just(" "), Just("\n"), Just("\r\n  "), Just("\t")], 41),
+        close in any::<bool>(),
+        chunk in 1u64..200,
+    ) {
+        let mut text = String::from("[");
+        for (i, (element, gap)) in elements.iter().zip(&gaps).enumerate() {
+            if i > 0 {
+                text.push(',');
+            }
+            text.push_str(gap);
+            text.push_str(element);
+        }
+        if close {
+            text.push_str(gaps[40]);
+            text.push(']');
+        }
+        check(text.as_bytes(), DecodeOptions::format(Format::Json), &[chunk]);
     }
 }
