@@ -11,8 +11,8 @@ mod fuzz_check;
 #[path = "../../../fuzz/fuzz_targets/decode_ndjson_chunks_check.rs"]
 mod chunks_check;
 
-#[path = "../../../fuzz/fuzz_targets/decode_sse_split_check.rs"]
-mod sse_split_check;
+#[path = "../../../fuzz/fuzz_targets/decode_split_check.rs"]
+mod split_check;
 
 fn inputs(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -74,7 +74,18 @@ fn sse_split_regressions() {
     for target in ["decode_sse_split", "decode_sse"] {
         for (path, data) in inputs(target) {
             eprintln!("replaying {}", path.display());
-            sse_split_check::check(&data);
+            split_check::check(&data, agui_codec::Format::Sse);
+        }
+    }
+}
+
+#[test]
+fn json_split_regressions() {
+    // The JSON array push decoder's inputs too.
+    for target in ["decode_json_split", "decode_json"] {
+        for (path, data) in inputs(target) {
+            eprintln!("replaying {}", path.display());
+            split_check::check(&data, agui_codec::Format::Json);
         }
     }
 }

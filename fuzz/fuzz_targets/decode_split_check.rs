@@ -1,6 +1,7 @@
-//! The property of the `decode_sse_split` target: a file of SSE read by
-//! `ThreadedReader` cut into chunks at frame ends and decoded on two threads
-//! (and on one, with a helping caller) gives exactly what the one-thread
+//! The property of the `decode_sse_split` and `decode_json_split` targets:
+//! a file of SSE (or a JSON array) read by `ThreadedReader`, cut into chunks
+//! at frame ends (where elements seem to start) and decoded on two threads
+//! (and on one, with a helping caller), gives exactly what the one-thread
 //! `Reader` gives on the same file: the same events, the same errors at the
 //! same positions, in the same order, ending at the same place, handed
 //! over as owned events or as chunks.
@@ -21,15 +22,16 @@ fn outcome(
         .collect()
 }
 
-pub fn check(data: &[u8]) {
+pub fn check(data: &[u8], format: Format) {
     let Some((&pick, input)) = data.split_first() else {
         return;
     };
     let max = if pick & 0x80 != 0 { 64 } else { 1 << 20 };
     let chunk = u64::from(pick & 0x3f) + 1;
-    let options = DecodeOptions::format(Format::Sse).with_max_event_size(max);
+    let options = DecodeOptions::format(format).with_max_event_size(max);
     let path = std::env::temp_dir().join(format!(
-        "agui-fuzz-sse-split-{}-{:?}",
+        "agui-fuzz-{}-split-{}-{:?}",
+        format.name(),
         std::process::id(),
         std::thread::current().id()
     ));
