@@ -1,5 +1,5 @@
-//! [`ThreadedReader`]: a stream decoded on a background thread; a big NDJSON
-//! or SSE file on two.
+//! [`ThreadedReader`]: a stream decoded on a background thread; a big file
+//! on two.
 //!
 //! The caller's thread only receives batches of decoded events, so decoding
 //! overlaps with whatever the caller does with them (compaction, reduction,
@@ -19,6 +19,16 @@
 //! data may span lines) and copied into the chunk handed over. An SSE file
 //! without such a frame end in its first 64 KiB (CR line ends only) is read
 //! on one thread.
+//!
+//! A JSON array is cut where an element seems to start (a `{` after a `}`
+//! and a `,`, see `element_start_at`): a guess, since only a scan from the
+//! array's start knows whether that `}` closed an element or something
+//! inside one. The chunk before a guess checks it: it decodes from a true
+//! element start, so it ends only where its decoder stands before an
+//! element, and when the next chunk's start is not such a place it decodes
+//! on over that chunk and the reader drops the chunk's own decoding. A wrong
+//! guess so costs time, never a different result. Its elements are
+//! validated in place and copied into the chunk handed over.
 //!
 //! A split file's chunk is read into one buffer and decoded in place
 //! ([`EventChunk`]: the events are slices of that buffer), so decoding costs
@@ -248,7 +258,7 @@ impl Default for Split {
 }
 
 impl ThreadedReader {
-    /// NDJSON and SSE files from this size on are decoded on two threads.
+    /// Files from this size on are decoded on two threads.
     pub const PARALLEL_THRESHOLD: u64 = 16 << 20;
 
     /// Opens `path` and starts decoding it (format detected unless given).

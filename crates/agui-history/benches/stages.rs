@@ -1,7 +1,10 @@
 //! Stage profile of the event-reading paths, in one process on a file
 //! already in memory: how much of the wall time of `agui compact` (deltas)
 //! each stage takes, one stage added at a time, beside the memchr and
-//! memcpy ceilings of the same bytes.
+//! memcpy ceilings of the same bytes; then the stages the other commands
+//! are made of: decoding each input format on one thread (the work one
+//! decoding thread of `convert`, `verify` and `compact` does, read from the
+//! page cache), writing each output format, verifying, and reducing.
 //!
 //! ```text
 //! cargo bench -p agui-history --bench stages -- FILE.ndjson
@@ -64,9 +67,13 @@ impl std::io::Write for Count {
 }
 
 fn sink() -> Writer<std::io::BufWriter<Count>> {
+    sink_as(Format::Ndjson)
+}
+
+fn sink_as(format: Format) -> Writer<std::io::BufWriter<Count>> {
     Writer::new(
         std::io::BufWriter::with_capacity(1 << 16, Count::default()),
-        Format::Ndjson,
+        format,
     )
 }
 
@@ -157,6 +164,9 @@ fn main() {
         written(w)
     });
     rows.push(("write only (NDJSON)", t, n));
+    if !only_deltas {
+        other_stages(rounds, &events, &mut rows);
+    }
     println!(
         "input: {} events, {mb:.1} MB; best of {rounds}",
         events.len()
@@ -166,4 +176,83 @@ fn main() {
     for (name, t, n) in rows {
         println!("| {name} | {:.1} | {:.0} | {n} |", t * 1e3, mb / t);
     }
+}
+
+/// The stages of `convert`, `verify` and `reduce`, on the same events.
+fn other_stages(rounds: usize, events: &[Event], rows: &mut Vec<(&'static str, f64, usize)>) {
+    use agui_codec::{DecodeOptions, Split, ThreadedReader};
+    let dir = std::env::temp_dir().join(format!("agui-stages-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    for (format, decode, write) in [
+        (
+            Format::Ndjson,
+            "decode NDJSON on one thread (chunks, from the page cache)",
+            "write only (NDJSON)",
+        ),
+        (
+            Format::Sse,
+            "decode SSE on one thread (chunks, from the page cache)",
+            "write only (SSE)",
+        ),
+        (
+            Format::Json,
+            "decode a JSON array on one thread (chunks, from the page cache)",
+            "write only (JSON array)",
+        ),
+    ] {
+        let path = dir.join(format.name());
+        let mut w = Writer::new(
+            std::io::BufWriter::new(std::fs::File::create(&path).unwrap()),
+            format,
+        );
+        for e in events {
+            w.write_event(e).unwrap();
+        }
+        w.finish().unwrap();
+        // One decoding thread, as split files are read, without the
+        // caller's help: the thread's work alone.
+        let split = Split {
+            threshold: 0,
+            chunk: 1 << 20,
+            threads: 1,
+            caller_helps: false,
+        };
+        let (t, n) = best(rounds, || {
+            let mut reader =
+                ThreadedReader::open_chunked(&path, DecodeOptions::default(), split).unwrap();
+            let mut n = 0;
+            while let Some(chunk) = reader.next_chunk() {
+                n += chunk.unwrap().len();
+            }
+            n
+        });
+        rows.push((decode, t, n));
+        if format != Format::Ndjson {
+            let (t, n) = best(rounds, || {
+                let mut w = sink_as(format);
+                for e in events {
+                    w.write_event(e).unwrap();
+                }
+                written(w)
+            });
+            rows.push((write, t, n));
+        }
+        let _ = std::fs::remove_file(&path);
+    }
+    let _ = std::fs::remove_dir(&dir);
+    let (t, n) = best(rounds, || {
+        let mut v = agui_protocol::verify::Verifier::new();
+        events.iter().filter(|e| v.push(*e).is_ok()).count()
+    });
+    rows.push(("verify (events in memory)", t, n));
+    let (t, n) = best(rounds.min(2), || {
+        let mut r = agui_history::reduce::Reducer::new(Default::default());
+        for e in events {
+            r.apply(e).unwrap();
+        }
+        let mut out = Count::default();
+        serde_json::to_writer(&mut out, &r.into_conversation()).unwrap();
+        out.0
+    });
+    rows.push(("reduce + write the conversation (events in memory)", t, n));
 }
