@@ -152,6 +152,13 @@ impl EventChunk {
         }
     }
 
+    /// Makes room for `text` more bytes of event text, so a chunk filled
+    /// to a size known in advance grows its buffer once, not by doubling
+    /// (each doubling would leave the old buffer's pages to the allocator).
+    pub(crate) fn reserve(&mut self, text: usize) {
+        self.text.reserve(text);
+    }
+
     /// Validates `bytes` as one event (found at `at`) and appends a copy of
     /// it, with its member table when `tables`; an error says what and
     /// where, and leaves the chunk as it was.
