@@ -303,7 +303,8 @@ impl ThreadedReader {
                 format = Some(found);
             }
         }
-        let big = len >= split.threshold && split.threads >= 1 && split.chunk > 0;
+        // An empty file has no chunk to decode: it goes through one thread.
+        let big = len > 0 && len >= split.threshold && split.threads >= 1 && split.chunk > 0;
         // An SSE file is cut where frames end after a `\n`; one without
         // such an end near its start (CR or CRLF line ends only) is read
         // on one thread rather than as one huge chunk.

@@ -188,6 +188,11 @@ fn damage_is_reported_at_the_same_place() {
 fn empty_and_unknown_files_go_through_one_thread() {
     for bytes in [&b""[..], b"  \n ", b"hello", b"\xEF\xBB"] {
         check(bytes, DecodeOptions::default(), &[1, 4]);
+        // With the format given, too (an empty file has no chunk at all:
+        // found by the `decode_json_split` fuzz target).
+        for format in [Format::Ndjson, Format::Sse, Format::Json] {
+            check(bytes, DecodeOptions::format(format), &[1, 4]);
+        }
     }
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("f");
