@@ -152,6 +152,11 @@ impl EventChunk {
         }
     }
 
+    /// Bytes of event text held as slices.
+    pub(crate) fn text_len(&self) -> usize {
+        self.text.len()
+    }
+
     /// Makes room for `text` more bytes of event text, so a chunk filled
     /// to a size known in advance grows its buffer once, not by doubling
     /// (each doubling would leave the old buffer's pages to the allocator).

@@ -1162,6 +1162,13 @@ fn decode_json_chunk(
                 crate::PushDecoder::finish(&mut decoder);
             }
             while let Some(item) = decoder.pull_into(&mut chunk, options.member_tables) {
+                // A chunk that decodes over the ones after it hands its
+                // events over about two chunks' worth at a time, so a file
+                // whose guesses all fail is not held whole (a chunk that
+                // ends where it should never holds that much).
+                if chunk.text_len() as u64 > 2 * span.size {
+                    flush(&mut chunk)?;
+                }
                 if let Err(err) = item {
                     flush(&mut chunk)?;
                     let fatal = !err.is_recoverable();

@@ -721,3 +721,36 @@ proptest! {
         check(text.as_bytes(), DecodeOptions::format(Format::Json), &[chunk]);
     }
 }
+
+/// Events whose insides are all lookalikes: nearly every guessed chunk
+/// start is wrong, so chunks decode over the ones after them. Their events
+/// are still handed over a few at a time, not held until a right guess.
+#[test]
+fn a_chunk_that_decodes_over_others_hands_its_events_over_as_it_goes() {
+    let rows: Vec<String> = (0..50)
+        .map(|i| format!(r#"{{"type":"r","n":{i}}}"#))
+        .collect();
+    let event = format!(
+        r#"{{"type":"STATE_SNAPSHOT","snapshot":{{"rows":[{}]}}}}"#,
+        rows.join(",")
+    );
+    let text = format!("[{}]", vec![event.as_str(); 400].join(","));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("lookalikes.json");
+    std::fs::write(&path, &text).unwrap();
+    check(text.as_bytes(), DecodeOptions::default(), &[100]);
+    let mut reader =
+        ThreadedReader::open_chunked(&path, DecodeOptions::default(), split(100, 2)).unwrap();
+    let mut most = 0;
+    let mut events = 0;
+    while let Some(chunk) = reader.next_chunk() {
+        let chunk = chunk.unwrap();
+        most = most.max(chunk.len());
+        events += chunk.len();
+    }
+    assert_eq!(events, 400);
+    let (dropped, chunks) = reader.chunks_dropped();
+    assert!(dropped * 2 > chunks, "{dropped} of {chunks} chunks dropped");
+    // Each event is over twice the chunk size: one event per hand-over.
+    assert_eq!(most, 1, "a chunk of {most} events was handed over");
+}
