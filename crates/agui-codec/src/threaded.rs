@@ -841,7 +841,19 @@ fn decode_chunk(
     } else {
         match boundary(file, nominal, span.len) {
             Ok(start) => start,
-            Err(e) => return io_error(e, nominal),
+            Err(e) => {
+                io_error(e, nominal)?;
+                // A JSON chunk may be one the reader drops (its start a
+                // wrong guess): it must end for the reader to go on.
+                if span.format == Format::Json {
+                    send(Msg::End {
+                        events: 0,
+                        lines: 0,
+                        skip: 0,
+                    })?;
+                }
+                return Ok(());
+            }
         }
     };
     match span.format {
@@ -1102,7 +1114,16 @@ fn decode_json_chunk(
     keep: &mut Option<EventChunk>,
 ) -> Result<(), Hangup> {
     let send = |msg: Msg| to.tx.send(msg).map_err(|_| Hangup);
-    let io_error = |source: io::Error, byte: u64| send(io_error(source, byte));
+    // A read error ends the reader, unless this chunk is one it drops: so
+    // the chunk still ends, and the thread goes on to its next.
+    let io_error = |source: io::Error, byte: u64| {
+        send(io_error(source, byte))?;
+        send(Msg::End {
+            events: 0,
+            lines: 0,
+            skip: 0,
+        })
+    };
     // The start of the chunk after chunk `k`.
     let start_after = |k: u64| element_start_at(file, (k + 1) * span.size, span.len);
     let mut last = span.index;
