@@ -1051,15 +1051,10 @@ fn decode_sse_chunk(
     let mut pos = start;
     loop {
         if pos < end {
-            let want = (end - pos).min(piece.len() as u64) as usize;
-            match read_at_most(file, pos, &mut piece[..want]) {
-                Ok(0) => pos = end,
-                Ok(n) => {
-                    decoder.push(&piece[..n]);
-                    pos += n as u64;
-                }
+            pos = match push_next_piece(file, pos, end, &mut piece, &mut decoder) {
+                Ok(pos) => pos,
                 Err(e) => return io_error(e, pos),
-            }
+            };
         }
         if pos >= end {
             decoder.finish();
@@ -1113,6 +1108,7 @@ fn decode_json_chunk(
     to: &Sink<'_>,
     keep: &mut Option<EventChunk>,
 ) -> Result<(), Hangup> {
+    use crate::PushDecoder;
     let send = |msg: Msg| to.tx.send(msg).map_err(|_| Hangup);
     // A read error ends the reader, unless this chunk is one it drops: so
     // the chunk still ends, and the thread goes on to its next.
@@ -1168,19 +1164,13 @@ fn decode_json_chunk(
         let mut pos = start;
         loop {
             if pos < end {
-                let want = (end - pos).min(piece.len() as u64) as usize;
-                match read_at_most(file, pos, &mut piece[..want]) {
-                    // The file got shorter since it was opened.
-                    Ok(0) => pos = end,
-                    Ok(n) => {
-                        crate::PushDecoder::push(&mut decoder, &piece[..n]);
-                        pos += n as u64;
-                    }
+                pos = match push_next_piece(file, pos, end, &mut piece, &mut decoder) {
+                    Ok(pos) => pos,
                     Err(e) => return io_error(e, pos),
-                }
+                };
             }
             if pos >= end && end >= span.len {
-                crate::PushDecoder::finish(&mut decoder);
+                decoder.finish();
             }
             while let Some(item) = decoder.pull_into(&mut chunk, options.member_tables) {
                 // A chunk that decodes over the ones after it hands its
@@ -1233,6 +1223,26 @@ fn decode_json_chunk(
         lines: 0,
         skip,
     })
+}
+
+/// Reads the next piece of the bytes from `pos` to `end` into `piece` and
+/// pushes it to `decoder`; the position after it (`end` when the file got
+/// shorter since it was opened).
+fn push_next_piece(
+    file: &File,
+    pos: u64,
+    end: u64,
+    piece: &mut [u8],
+    decoder: &mut impl crate::PushDecoder,
+) -> io::Result<u64> {
+    let want = (end - pos).min(piece.len() as u64) as usize;
+    match read_at_most(file, pos, &mut piece[..want])? {
+        0 => Ok(end),
+        n => {
+            decoder.push(&piece[..n]);
+            Ok(pos + n as u64)
+        }
+    }
 }
 
 /// Keeps a JSON chunk's buffers for the thread's next chunk when its events
