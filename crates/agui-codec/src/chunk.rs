@@ -164,6 +164,38 @@ impl EventChunk {
         self.text.reserve(text);
     }
 
+    /// Appends the event that starts `bytes` when the one-pass scanner
+    /// accepts it there ([`Event::scan_prefix_recording`]), is valid UTF-8
+    /// and at most `max` bytes long: a copy of its text, with its member
+    /// table when `tables`; returns its length. `None` (the chunk as it
+    /// was): the caller finds the element's end and checks it with
+    /// [`EventChunk::push_checked`], which gives the same for an event this
+    /// accepts and says what is wrong with any other.
+    pub(crate) fn push_prefix(&mut self, bytes: &[u8], tables: bool, max: usize) -> Option<usize> {
+        let recorded = self.members.len();
+        let (ty, len) = Event::scan_prefix_recording(bytes, &mut self.members)?;
+        let text = (len <= max)
+            .then(|| simdutf8::basic::from_utf8(&bytes[..len]).ok())
+            .flatten();
+        let Some(json) = text else {
+            self.members.truncate(recorded);
+            return None;
+        };
+        if !tables {
+            self.members.truncate(recorded);
+        }
+        let start = self.text.len();
+        self.text.push_str(json);
+        let members = self.table(recorded);
+        self.spans.push(Span::Slice {
+            start,
+            len,
+            ty,
+            members,
+        });
+        Some(len)
+    }
+
     /// Validates `bytes` as one event (found at `at`) and appends a copy of
     /// it, with its member table when `tables`; an error says what and
     /// where, and leaves the chunk as it was.

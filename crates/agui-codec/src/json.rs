@@ -98,7 +98,8 @@ impl JsonArrayDecoder {
         chunk: &mut EventChunk,
         tables: bool,
     ) -> Option<Result<(), DecodeError>> {
-        self.pull_with(|bytes, at| chunk.push_checked(bytes, at, tables))
+        let max = self.max;
+        self.pull_with(&mut IntoChunk { chunk, tables, max })
     }
 
     fn at(&self) -> Position {
@@ -176,6 +177,56 @@ impl JsonArrayDecoder {
     }
 }
 
+/// How [`JsonArrayDecoder::pull_with`] makes an item of an element.
+trait Take {
+    type Item;
+
+    /// The element that starts `bytes`, when it can be taken from there
+    /// without knowing where it ends (and lies on one line), and its
+    /// length; `None` leaves it to [`Take::element`] once the element scan
+    /// has found its end. For any element both take, they give the same.
+    fn whole(&mut self, _bytes: &[u8]) -> Option<(Self::Item, usize)> {
+        None
+    }
+
+    /// The element that is exactly `bytes`, found at `at`.
+    fn element(&mut self, bytes: &[u8], at: Position) -> Result<Self::Item, DecodeError>;
+}
+
+/// Elements as owned events.
+struct Owned;
+
+impl Take for Owned {
+    type Item = Event;
+
+    fn element(&mut self, bytes: &[u8], at: Position) -> Result<Event, DecodeError> {
+        parse_event(bytes, at)
+    }
+}
+
+/// Elements appended to a chunk: one the envelope scanner accepts where it
+/// starts is found and checked in one pass; any other (not buffered whole
+/// yet, deferred by the scanner, invalid, too large) is cut by the element
+/// scan and checked alone, which says what is wrong with it.
+struct IntoChunk<'c> {
+    chunk: &'c mut EventChunk,
+    tables: bool,
+    max: usize,
+}
+
+impl Take for IntoChunk<'_> {
+    type Item = ();
+
+    fn whole(&mut self, bytes: &[u8]) -> Option<((), usize)> {
+        let n = self.chunk.push_prefix(bytes, self.tables, self.max)?;
+        Some(((), n))
+    }
+
+    fn element(&mut self, bytes: &[u8], at: Position) -> Result<(), DecodeError> {
+        self.chunk.push_checked(bytes, at, self.tables)
+    }
+}
+
 /// A printable description of the byte that starts `bytes`.
 fn describe(bytes: &[u8]) -> String {
     match bytes.first() {
@@ -199,7 +250,7 @@ impl PushDecoder for JsonArrayDecoder {
     }
 
     fn pull(&mut self) -> Option<Result<Event, DecodeError>> {
-        self.pull_with(parse_event)
+        self.pull_with(&mut Owned)
     }
 
     fn position(&self) -> Position {
@@ -208,11 +259,8 @@ impl PushDecoder for JsonArrayDecoder {
 }
 
 impl JsonArrayDecoder {
-    /// The next element, as `take` makes it from its bytes and position.
-    fn pull_with<T>(
-        &mut self,
-        take: impl FnOnce(&[u8], Position) -> Result<T, DecodeError>,
-    ) -> Option<Result<T, DecodeError>> {
+    /// The next element, as `take` makes it.
+    fn pull_with<T: Take>(&mut self, take: &mut T) -> Option<Result<T::Item, DecodeError>> {
         if self.failed {
             return None;
         }
@@ -267,6 +315,21 @@ impl JsonArrayDecoder {
                     }
                     None => return None,
                 },
+                // A fresh element that can be taken whole from where it
+                // starts: no element scan.
+                State::InElement if self.scan == 0 => {
+                    if let Some((item, n)) = take.whole(self.buf.bytes()) {
+                        // It lies on one line.
+                        self.buf.consume_counted(n, 0);
+                        self.index += 1;
+                        self.state = State::AfterElement;
+                        return Some(Ok(item));
+                    }
+                    // The element scan goes on past its `{` (it is not
+                    // tried again for this element).
+                    self.scan = 1;
+                    self.depth = 1;
+                }
                 State::InElement => match self.scan_element() {
                     Some(n) => {
                         let at = self.at();
@@ -274,7 +337,7 @@ impl JsonArrayDecoder {
                             let limit = self.max;
                             return self.fail(DecodeError::TooLarge { at, limit });
                         }
-                        let result = take(&self.buf.bytes()[..n], at);
+                        let result = take.element(&self.buf.bytes()[..n], at);
                         self.buf.consume(n);
                         self.index += 1;
                         self.state = State::AfterElement;

@@ -368,6 +368,34 @@ impl Event {
         check_reference(text)
     }
 
+    /// The event at the start of `text`, when the one-pass scanner accepts
+    /// it there: its type and length (the offset after its closing `}`),
+    /// with its member table appended to `members`; whatever follows is not
+    /// read. For `text[..len]`, [`Event::check_recording`] gives exactly
+    /// this (a slice of that type, the same table), so a decoder of a JSON
+    /// array finds and checks an element in one pass. `None` (nothing
+    /// appended) when the text does not start with an event the scanner
+    /// accepts: the caller then finds the object's end by other means and
+    /// checks its exact text, which may still be an event (one the
+    /// reference path accepts). The bytes are not checked as UTF-8: that is
+    /// the caller's, on `text[..len]`.
+    pub fn scan_prefix_recording(
+        text: &[u8],
+        members: &mut Vec<Member>,
+    ) -> Option<(EventType, usize)> {
+        let mark = members.len();
+        let found = scan::scan_object(text, members).and_then(|(scanned, len)| {
+            // A type that is not UTF-8: the caller's check of the text
+            // reports it.
+            let name = std::str::from_utf8(&text[scanned.ty.0..scanned.ty.1]).ok()?;
+            Some((EventType::from_wire(name), len))
+        });
+        if found.is_none() {
+            members.truncate(mark);
+        }
+        found
+    }
+
     /// The reference path of [`Event::from_json`]: `serde_json` validates and
     /// finds the `type`, then a byte pass checks depth, line breaks and the
     /// escapes a full parse must judge. [`Event::from_json`] takes it only

@@ -214,6 +214,18 @@ fn has_special(x: u64) -> bool {
 /// envelope. `None`: take the reference path.
 #[inline]
 pub(crate) fn scan<S: Sink>(text: &[u8], sink: &mut S) -> Option<Scanned> {
+    let (scanned, end) = scan_object(text, sink)?;
+    (end == text.len()).then_some(scanned)
+}
+
+/// Scans the event envelope that starts `text` and returns where it ends
+/// (the offset after its closing `}`), whatever follows. The scan never
+/// reads past that `}`, so for `text[..end]` [`scan`] finds the same (and
+/// records the same members). `None`: the text does not start with an
+/// envelope this scanner accepts (take the reference path on the object's
+/// exact text).
+#[inline]
+pub(crate) fn scan_object<S: Sink>(text: &[u8], sink: &mut S) -> Option<(Scanned, usize)> {
     let n = text.len();
     if n < 2 || text[0] != b'{' || n > u32::MAX as usize {
         return None;
@@ -229,7 +241,7 @@ pub(crate) fn scan<S: Sink>(text: &[u8], sink: &mut S) -> Option<Scanned> {
         match state {
             State::ObjectFirst | State::ObjectKey => {
                 if c == b'}' && state == State::ObjectFirst {
-                    return finish(i + 1 == n, ty);
+                    return finish(i + 1, ty);
                 }
                 if c != b'"' {
                     return None;
@@ -289,7 +301,7 @@ pub(crate) fn scan<S: Sink>(text: &[u8], sink: &mut S) -> Option<Scanned> {
                     i += 1;
                     state = State::ObjectKey;
                 }
-                b'}' => return finish(i + 1 == n, ty),
+                b'}' => return finish(i + 1, ty),
                 _ => return None,
             },
         }
@@ -431,12 +443,8 @@ fn member(key: (usize, usize), value: (usize, usize), plain: bool) -> Member {
 /// The verdict once the event object closed: nothing may follow it, and it
 /// must have had a `type`.
 #[inline]
-fn finish(at_end: bool, ty: Option<(usize, usize)>) -> Option<Scanned> {
-    if at_end {
-        ty.map(|ty| Scanned { ty })
-    } else {
-        None
-    }
+fn finish(end: usize, ty: Option<(usize, usize)>) -> Option<(Scanned, usize)> {
+    ty.map(|ty| (Scanned { ty }, end))
 }
 
 #[inline(always)]

@@ -42,6 +42,45 @@ fn same(text: &str) {
         assert!(agui_protocol::members_of_valid(json, |k, v| walked.push((k, v))));
         assert_eq!(from_table, walked, "members of {text:?}");
     }
+    same_as_a_prefix(text);
+}
+
+/// The scan of an event at the start of longer text (a JSON array's
+/// element) agrees with the check of its exact text: whatever follows it,
+/// it finds the same length, type and member table, or declines.
+fn same_as_a_prefix(text: &str) {
+    let mut whole = vec![];
+    let checked = Event::check_recording(text, &mut whole);
+    for suffix in ["", ",", "]", " ,{\"type\":\"X\"}", "}", "x\n", "\u{e9}"] {
+        let longer = format!("{text}{suffix}");
+        let mut members = vec![];
+        let found = Event::scan_prefix_recording(longer.as_bytes(), &mut members);
+        match &found {
+            Some((ty, len)) => {
+                let len = *len;
+                let mut exact = vec![];
+                let checked = Event::check_recording(&longer[..len], &mut exact)
+                    .unwrap_or_else(|e| panic!("{longer:?}: prefix of {len} bytes: {e}"));
+                assert_eq!(checked.json(), &longer[..len], "{longer:?}");
+                assert_eq!(checked.event_type(), ty, "{longer:?}");
+                assert!(!members.is_empty(), "{longer:?}: no table");
+                assert_eq!(members, exact, "{longer:?}");
+            }
+            None => assert!(members.is_empty(), "{longer:?}: a table left behind"),
+        }
+        // An event the scanner takes whole, with nothing around it, is
+        // found as a prefix of any longer text.
+        if let Ok(c) = &checked
+            && !whole.is_empty()
+            && c.json().len() == text.len()
+        {
+            assert_eq!(
+                found.as_ref().map(|&(_, len)| len),
+                Some(text.len()),
+                "{longer:?}"
+            );
+        }
+    }
 }
 
 #[test]
