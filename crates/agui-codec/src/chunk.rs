@@ -213,6 +213,16 @@ impl EventChunk {
                 bad_byte: at.byte + e.valid_up_to() as u64,
             })?,
         };
+        self.push_checked_str(text, at, tables)
+    }
+
+    /// [`EventChunk::push_checked`] for text already known to be UTF-8.
+    pub(crate) fn push_checked_str(
+        &mut self,
+        text: &str,
+        at: crate::Position,
+        tables: bool,
+    ) -> Result<(), DecodeError> {
         let recorded = self.members.len();
         let checked = if tables {
             Event::check_recording(text, &mut self.members)

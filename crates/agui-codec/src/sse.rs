@@ -380,6 +380,26 @@ impl SseEventDecoder {
         decoder
     }
 
+    /// Like [`PushDecoder::pull`], with the next event appended to `chunk`
+    /// as a copy of the frame's data (no event of its own is allocated),
+    /// with its member table when `tables`.
+    pub(crate) fn pull_into(
+        &mut self,
+        chunk: &mut crate::EventChunk,
+        tables: bool,
+    ) -> Option<Result<(), DecodeError>> {
+        match self.core.step() {
+            Ok(Step::Pending) => None,
+            Err(e) => Some(Err(e)),
+            Ok(Step::Frame) => {
+                let at = self.core.frame.at;
+                let result = chunk.push_checked_str(&self.core.frame.data, at, tables);
+                self.core.frame.reset();
+                Some(result)
+            }
+        }
+    }
+
     /// Event indexes taken so far (dispatched frames and bad ones).
     pub(crate) fn indexes(&self) -> u64 {
         self.core.frames

@@ -1046,7 +1046,7 @@ fn decode_sse_chunk(
     // one message ahead of the caller), cut only by errors. Events go into
     // it as they are decoded, so the thread holds one piece of text, the
     // decoder's unread rest and the message.
-    let mut out = Out::new(to.handover, keep, to.spare);
+    let mut out = Filling::new(to, keep);
     let mut piece = vec![0u8; PIECE.min((end.saturating_sub(start)) as usize)];
     let mut pos = start;
     loop {
@@ -1059,11 +1059,11 @@ fn decode_sse_chunk(
         if pos >= end {
             decoder.finish();
         }
-        while let Some(item) = decoder.pull() {
+        while let Some(item) = decoder.pull_into(&mut out.chunk, options.member_tables) {
             match item {
-                Ok(event) => out.push(event),
+                Ok(()) => {}
                 Err(err) => {
-                    out.flush(&send, keep)?;
+                    out.flush()?;
                     let fatal = !err.is_recoverable();
                     send(Msg::Error(err.shifted(0, 0, start)))?;
                     if fatal {
@@ -1077,7 +1077,7 @@ fn decode_sse_chunk(
             break;
         }
     }
-    out.flush(&send, keep)?;
+    out.done(keep)?;
     send(Msg::End {
         events: decoder.indexes(),
         lines: decoder.line_ends(),
@@ -1128,30 +1128,10 @@ fn decode_json_chunk(
         Err(e) => return io_error(e, (last + 1) * span.size),
     };
     let mut skip = 0;
-    let mut chunk = keep
-        .take()
-        .or_else(|| to.spare.try_recv().ok())
-        .unwrap_or_default();
-    chunk.clear();
-    // Hands the events gathered so far over, keeping a chunk to fill next.
-    let flush = |chunk: &mut EventChunk| -> Result<(), Hangup> {
-        if chunk.is_empty() {
-            return Ok(());
-        }
-        let msg = match to.handover {
-            // The reader gives the chunk back for a later one (see below).
-            Handover::Chunks => Msg::Chunk(std::mem::take(chunk)),
-            Handover::Events => {
-                let events = chunk.to_events();
-                chunk.clear();
-                Msg::Events(events)
-            }
-        };
-        send(msg)
-    };
+    let mut out = Filling::new(to, keep);
     if start < end {
         // The events' text is at most the chunk's bytes.
-        chunk.reserve((end - start) as usize);
+        out.chunk.reserve((end - start) as usize);
         let mut decoder = if span.index == 0 {
             crate::JsonArrayDecoder::new(options)
         } else {
@@ -1173,16 +1153,16 @@ fn decode_json_chunk(
             if pos >= end && end >= span.len {
                 decoder.finish();
             }
-            while let Some(item) = decoder.pull_into(&mut chunk, options.member_tables) {
+            while let Some(item) = decoder.pull_into(&mut out.chunk, options.member_tables) {
                 // A chunk that decodes over the ones after it hands its
                 // events over about two chunks' worth at a time, so a file
                 // whose guesses all fail is not held whole (a chunk that
                 // ends where it should never holds that much).
-                if chunk.text_len() as u64 > 2 * span.size {
-                    flush(&mut chunk)?;
+                if out.chunk.text_len() as u64 > 2 * span.size {
+                    out.flush()?;
                 }
                 if let Err(err) = item {
-                    flush(&mut chunk)?;
+                    out.flush()?;
                     let fatal = !err.is_recoverable();
                     send(Msg::Error(err.shifted(0, 0, start)))?;
                     if fatal {
@@ -1210,15 +1190,14 @@ fn decode_json_chunk(
                 Err(e) => return io_error(e, (last + 1) * span.size),
             };
         }
-        flush(&mut chunk)?;
-        keep_for_next(to.handover, chunk, keep);
+        out.done(keep)?;
         return send(Msg::End {
             events: decoder.indexes(),
             lines: decoder.line_ends(),
             skip,
         });
     }
-    keep_for_next(to.handover, chunk, keep);
+    out.done(keep)?;
     send(Msg::End {
         events: 0,
         lines: 0,
@@ -1243,16 +1222,6 @@ fn push_next_piece(
             decoder.push(&piece[..n]);
             Ok(pos + n as u64)
         }
-    }
-}
-
-/// Keeps a JSON chunk's buffers for the thread's next chunk when its events
-/// were copied out (owned hand-over); a chunk handed over comes back
-/// through the spare channel instead, one for each taken, so buffers are
-/// neither piled up nor made anew.
-fn keep_for_next(handover: Handover, chunk: EventChunk, keep: &mut Option<EventChunk>) {
-    if handover == Handover::Events {
-        *keep = Some(chunk);
     }
 }
 
@@ -1343,51 +1312,53 @@ fn element_start_at(file: &File, offset: u64, len: u64) -> io::Result<u64> {
 /// element that starts with a `"type"` key before it settles for any.
 const PREFER_WITHIN: u64 = 1 << 16;
 
-/// The events of a chunk decoded into owned events (an SSE chunk), as the
-/// caller takes them: owned, or copied into an [`EventChunk`] one by one
-/// (each owned event freed on the thread that made it).
-enum Out {
-    Events(Vec<Event>),
-    Chunk(EventChunk),
+/// The chunk a decoding thread fills with copies of the events it decodes
+/// (an SSE or JSON chunk, whose events are not slices of what it read),
+/// handed over as the caller takes events: the chunk itself, or owned
+/// events copied out of it.
+struct Filling<'a, 's> {
+    chunk: EventChunk,
+    to: &'a Sink<'s>,
 }
 
-impl Out {
-    fn new(handover: Handover, keep: &mut Option<EventChunk>, spare: &Receiver<EventChunk>) -> Out {
-        match handover {
-            Handover::Events => Out::Events(Vec::new()),
-            Handover::Chunks => {
-                let mut chunk = keep
-                    .take()
-                    .or_else(|| spare.try_recv().ok())
-                    .unwrap_or_default();
-                chunk.clear();
-                Out::Chunk(chunk)
-            }
-        }
+impl<'a, 's> Filling<'a, 's> {
+    /// An empty chunk: the one the thread kept, or one the reader gave back.
+    fn new(to: &'a Sink<'s>, keep: &mut Option<EventChunk>) -> Filling<'a, 's> {
+        let mut chunk = keep
+            .take()
+            .or_else(|| to.spare.try_recv().ok())
+            .unwrap_or_default();
+        chunk.clear();
+        Filling { chunk, to }
     }
 
-    fn push(&mut self, event: Event) {
-        match self {
-            Out::Events(events) => events.push(event),
-            Out::Chunk(chunk) => chunk.push(event.as_event_ref()),
+    /// Hands the events gathered so far over (nothing when there are none).
+    fn flush(&mut self) -> Result<(), Hangup> {
+        if self.chunk.is_empty() {
+            return Ok(());
         }
-    }
-
-    /// Sends what it holds, if anything, and starts anew.
-    fn flush(
-        &mut self,
-        send: &impl Fn(Msg) -> Result<(), Hangup>,
-        keep: &mut Option<EventChunk>,
-    ) -> Result<(), Hangup> {
-        let msg = match self {
-            Out::Events(events) if !events.is_empty() => Msg::Events(std::mem::take(events)),
-            Out::Chunk(chunk) if !chunk.is_empty() => {
-                let next = keep.take().unwrap_or_default();
-                Msg::Chunk(std::mem::replace(chunk, next))
+        let msg = match self.to.handover {
+            // The reader gives the chunk back through the spare channel,
+            // one for each the thread takes, so buffers are neither piled
+            // up nor made anew.
+            Handover::Chunks => Msg::Chunk(std::mem::take(&mut self.chunk)),
+            Handover::Events => {
+                let events = self.chunk.to_events();
+                self.chunk.clear();
+                Msg::Events(events)
             }
-            _ => return Ok(()),
         };
-        send(msg)
+        self.to.tx.send(msg).map_err(|_| Hangup)
+    }
+
+    /// The chunk's end: hands the last events over, and keeps the buffers
+    /// of a chunk whose events were copied out for the thread's next.
+    fn done(mut self, keep: &mut Option<EventChunk>) -> Result<(), Hangup> {
+        self.flush()?;
+        if self.to.handover == Handover::Events {
+            *keep = Some(self.chunk);
+        }
+        Ok(())
     }
 }
 

@@ -20,7 +20,8 @@
 //! ```
 //!
 //! `AGUI_BENCH_DELTAS_ONLY` leaves out the snapshot and latest rows (about
-//! 35 s a round on 1M events) and every conversion but NDJSON to SSE.
+//! 35 s a round on 1M events) and every conversion but NDJSON to SSE;
+//! `AGUI_BENCH_NO_MODES` leaves out only the snapshot and latest rows.
 //! `AGUI_BENCH_EVENTS` sets the stream length (default 1,000,000 events of
 //! `agui_testkit::realistic`), `AGUI_BENCH_ROUNDS` the rounds (default 3;
 //! the median is reported), `AGUI_BIN` the `agui` binary (default
@@ -203,7 +204,11 @@ fn main() {
             )
         });
     }
-    if std::env::var_os("AGUI_BENCH_DELTAS_ONLY").is_none() {
+    // `AGUI_BENCH_NO_MODES`: every row but snapshot and latest (which take
+    // most of a run's time).
+    if std::env::var_os("AGUI_BENCH_DELTAS_ONLY").is_none()
+        && std::env::var_os("AGUI_BENCH_NO_MODES").is_none()
+    {
         jobs.extend([
             ours(
                 "agui compact --mode snapshot",
