@@ -30,9 +30,9 @@ pub const SPLIT_ENV: &str = "AGUI_DECODE_SPLIT";
 /// Decodes `path` (standard input for `-` or no path) on background
 /// threads, for a command whose own work per event is light next to
 /// decoding (`convert`, reading a whole stream into memory, counting runs):
-/// the caller's thread gets decoded events in batches, and an NDJSON file
-/// of 16 MiB or more is decoded on two threads ([`ThreadedReader`], in its
-/// default 1 MiB chunks). Events, errors and their positions are those
+/// the caller's thread gets decoded events in batches, and a file of
+/// 16 MiB or more is decoded on two threads ([`ThreadedReader`], in its
+/// default 512 KiB chunks). Events, errors and their positions are those
 /// of [`agui_codec::Reader`] over the same input.
 ///
 /// The file is opened read-only. A path that is not a regular file (a

@@ -73,7 +73,7 @@ const BATCH: usize = 1024;
 /// caller.
 const QUEUE: usize = 4;
 /// Chunks a decoding thread of a split file may hold ahead of the caller
-/// (beside the one it decodes): a chunk is about 1 MiB of text, a batch
+/// (beside the one it decodes): a chunk is about 512 KiB of text, a batch
 /// about 170 KB.
 const CHUNK_QUEUE: usize = 1;
 /// Messages the one decoding thread of a split file with a helping caller
@@ -247,10 +247,14 @@ impl Default for Split {
             // one queued, one lent or given back). Measured before chunks
             // were handed over whole, `agui convert --to sse`, 1M events
             // (165 MB), 2 cores, medians: 149 ms in 1 MiB chunks, 207 ms in
-            // 8 MiB chunks, 221 ms on one decoding thread; with whole
-            // chunks, peak memory 13.5 MB in 1 MiB chunks, 10 MB in 512 KiB
-            // ones, at the same speed within noise.
-            chunk: 1 << 20,
+            // 8 MiB chunks, 221 ms on one decoding thread. With whole chunks,
+            // `agui convert --to ndjson`, three runs each: 1 MiB chunks
+            // 0.11 to 0.13 s and 13.5 to 14.1 MB from NDJSON, 0.15 to 0.20 s
+            // and 18.0 to 19.1 MB from SSE, 0.15 to 0.17 s and 17.5 to 17.9
+            // MB from a JSON array; 512 KiB chunks 0.11 s and 10.3 to 10.5
+            // MB, 0.14 to 0.16 s and 14.0 to 14.2 MB, 0.13 to 0.14 s and
+            // 12.5 to 12.8 MB.
+            chunk: 1 << 19,
             threads: 2,
             caller_helps: false,
         }
