@@ -40,6 +40,9 @@ pub struct JsonArrayDecoder {
     max: usize,
     bom_done: bool,
     failed: bool,
+    /// The scan's member table of the last element taken whole by
+    /// [`PushDecoder::pull`] (kept for its allocation).
+    members: Vec<agui_protocol::Member>,
 }
 
 impl JsonArrayDecoder {
@@ -55,6 +58,7 @@ impl JsonArrayDecoder {
             max: options.max_event_size,
             bom_done: false,
             failed: false,
+            members: Vec::new(),
         }
     }
 
@@ -193,11 +197,29 @@ trait Take {
     fn element(&mut self, bytes: &[u8], at: Position) -> Result<Self::Item, DecodeError>;
 }
 
-/// Elements as owned events.
-struct Owned;
+/// Elements as owned events: one the envelope scanner accepts where it
+/// starts is found and checked in one pass, as [`IntoChunk`] does.
+struct Owned<'m> {
+    /// Where the scan records members (dropped: an owned event keeps none).
+    members: &'m mut Vec<agui_protocol::Member>,
+    max: usize,
+}
 
-impl Take for Owned {
+impl Take for Owned<'_> {
     type Item = Event;
+
+    fn whole(&mut self, bytes: &[u8]) -> Option<(Event, usize)> {
+        self.members.clear();
+        let (ty, len) = Event::scan_prefix_recording(bytes, self.members)?;
+        if len > self.max {
+            return None;
+        }
+        let json = simdutf8::basic::from_utf8(&bytes[..len]).ok()?;
+        Some((
+            agui_protocol::EventRef::from_checked(json, &ty).to_event(),
+            len,
+        ))
+    }
 
     fn element(&mut self, bytes: &[u8], at: Position) -> Result<Event, DecodeError> {
         parse_event(bytes, at)
@@ -250,7 +272,14 @@ impl PushDecoder for JsonArrayDecoder {
     }
 
     fn pull(&mut self) -> Option<Result<Event, DecodeError>> {
-        self.pull_with(&mut Owned)
+        let mut members = std::mem::take(&mut self.members);
+        let max = self.max;
+        let item = self.pull_with(&mut Owned {
+            members: &mut members,
+            max,
+        });
+        self.members = members;
+        item
     }
 
     fn position(&self) -> Position {
