@@ -440,8 +440,8 @@ fn member(key: (usize, usize), value: (usize, usize), plain: bool) -> Member {
     }
 }
 
-/// The verdict once the event object closed: nothing may follow it, and it
-/// must have had a `type`.
+/// The verdict once the event object closed, right before `end`: it must
+/// have had a `type` ([`scan`] also wants nothing after it).
 #[inline]
 fn finish(end: usize, ty: Option<(usize, usize)>) -> Option<(Scanned, usize)> {
     ty.map(|ty| (Scanned { ty }, end))
