@@ -102,6 +102,17 @@ fn main() {
         }
     };
     let mb = bytes.len() as f64 / 1e6;
+    // `AGUI_STAGES=verify`: only the verifier over decoded chunks (as
+    // `agui verify` gets them, member tables included), for a profiler.
+    if std::env::var("AGUI_STAGES").is_ok_and(|v| v == "verify") {
+        let (t, n) = verify_chunks(rounds, bytes);
+        println!(
+            "| verify (chunks in memory, member tables) | {:.1} | {:.0} | {n} |",
+            t * 1e3,
+            mb / t
+        );
+        return;
+    }
     // `AGUI_STAGES=deltas`: only the compaction row, for a profiler.
     let only_deltas = std::env::var("AGUI_STAGES").is_ok_and(|v| v == "deltas");
     let mut rows: Vec<(&str, f64, usize)> = Vec::new();
@@ -176,6 +187,24 @@ fn main() {
     for (name, t, n) in rows {
         println!("| {name} | {:.1} | {:.0} | {n} |", t * 1e3, mb / t);
     }
+}
+
+/// The verifier alone, over the events of `bytes` (NDJSON) decoded into
+/// chunks first, as `agui verify` receives them from its decoding threads.
+fn verify_chunks(rounds: usize, bytes: Vec<u8>) -> (f64, usize) {
+    let options = agui_codec::DecodeOptions::default();
+    let chunks: Vec<agui_codec::EventChunk> = agui_codec::decode_ndjson_buffer(bytes, &options)
+        .into_iter()
+        .map(|c| c.expect("a valid stream"))
+        .collect();
+    best(rounds, || {
+        let mut v = agui_protocol::verify::Verifier::new();
+        chunks
+            .iter()
+            .flat_map(|c| c.iter())
+            .filter(|e| v.push(*e).is_ok())
+            .count()
+    })
 }
 
 /// The stages of `convert`, `verify` and `reduce`, on the same events.

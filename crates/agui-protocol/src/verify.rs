@@ -1786,6 +1786,79 @@ where
 mod tests {
     use super::*;
 
+    /// Every field name, as `DerivedView` (the JSON library) names it.
+    const NAMES: [&str; FIELDS] = [
+        "subagentRunId",
+        "messageId",
+        "toolCallId",
+        "parentMessageId",
+        "stepName",
+        "entityId",
+        "subtype",
+        "replace",
+        "name",
+        "message",
+        "description",
+        "parentSubagentRunId",
+        "parentToolCallId",
+        "code",
+        "outcome",
+        "messages",
+        "input",
+    ];
+
+    #[test]
+    fn field_of_finds_each_name_and_nothing_else() {
+        let reference = |k: &[u8]| {
+            NAMES
+                .iter()
+                .position(|n| n.as_bytes() == k)
+                .map(|i| i as u32)
+        };
+        for (field, name) in NAMES.iter().enumerate() {
+            assert_eq!(field_of(name.as_bytes()), Some(field as u32), "{name}");
+            // The same length with any one byte changed, a byte more, a
+            // byte less, a trailing NUL: what the plain comparison says.
+            let b = name.as_bytes();
+            let mut keys = vec![
+                b[..b.len() - 1].to_vec(),
+                [b, b"x"].concat(),
+                [b, &[0u8][..]].concat(),
+            ];
+            for i in 0..b.len() {
+                for flip in [1u8, 0x20, 0x80] {
+                    let mut k = b.to_vec();
+                    k[i] ^= flip;
+                    keys.push(k);
+                }
+            }
+            for k in keys {
+                assert_eq!(
+                    field_of(&k),
+                    reference(&k),
+                    "{:?}",
+                    String::from_utf8_lossy(&k)
+                );
+            }
+        }
+        for other in [
+            "",
+            "type",
+            "timestamp",
+            "delta",
+            "role",
+            "rawEvent",
+            "metadata",
+            "runId",
+        ] {
+            assert_eq!(field_of(other.as_bytes()), None, "{other}");
+        }
+        // A NUL-padded key of a shorter length never matches a longer name.
+        assert_eq!(field_of(b"nam\0"), None);
+        assert_eq!(field_of(&[0u8; 16]), None);
+        assert_eq!(field_of(&[0u8; 19]), None);
+    }
+
     /// The reader the views were first written as (every field decoded by
     /// the JSON library as the rules read it): the reference the views are
     /// tested against. Its fields are read only through `Debug`.
