@@ -158,7 +158,7 @@ const CALLER: usize = usize::MAX - 1;
 /// `c`, either it took `c` itself or the thread did, and then `c` is the
 /// next chunk on the thread's channel.
 struct Helper {
-    file: Arc<File>,
+    file: Arc<dyn Source>,
     options: DecodeOptions,
     size: u64,
     len: u64,
@@ -205,7 +205,7 @@ impl Helper {
         };
         // A fatal error ends the chunk's messages with it; the receiver
         // (this reader) cannot be gone.
-        let _ = decode_chunk(&self.file, span, &self.options, &to, &mut self.keep);
+        let _ = decode_chunk(&*self.file, span, &self.options, &to, &mut self.keep);
     }
 }
 
@@ -296,12 +296,29 @@ impl ThreadedReader {
         split: Split,
         handover: Handover,
     ) -> io::Result<ThreadedReader> {
-        let file = File::open(path)?;
+        let file = Arc::new(File::open(path)?);
         let len = file.metadata()?.len();
+        // Read as a stream, from the file's own position, when it is not
+        // split (as a path that is not a regular file must be).
+        let stream = SharedFile(Arc::clone(&file));
+        ThreadedReader::start_source(file, len, Box::new(stream), options, split, handover)
+    }
+
+    /// [`ThreadedReader::start`] over any source read at offsets, `len`
+    /// bytes long; `stream` reads the same bytes in order, for a source
+    /// that is not split.
+    fn start_source(
+        file: Arc<dyn Source>,
+        len: u64,
+        stream: Box<dyn Read + Send>,
+        options: DecodeOptions,
+        split: Split,
+        handover: Handover,
+    ) -> io::Result<ThreadedReader> {
         let mut format = options.format;
         if format.is_none() {
             let mut head = vec![0u8; (len.min(1 << 16)) as usize];
-            let n = read_at_most(&file, 0, &mut head)?;
+            let n = read_at_most(&*file, 0, &mut head)?;
             head.truncate(n);
             if let Detection::Format(found) = detect_format(&head, n as u64 == len) {
                 format = Some(found);
@@ -313,12 +330,11 @@ impl ThreadedReader {
         // such an end near its start (CR or CRLF line ends only) is read
         // on one thread rather than as one huge chunk.
         let split_as = match format {
-            Some(Format::Sse) if big && frames_end_with_lf(&file, len)? => Some(Format::Sse),
+            Some(Format::Sse) if big && frames_end_with_lf(&*file, len)? => Some(Format::Sse),
             Some(found @ (Format::Ndjson | Format::Json)) if big => Some(found),
             _ => None,
         };
         if let Some(split_as) = split_as {
-            let file = Arc::new(file);
             let chunks = len.div_ceil(split.chunk);
             let threads = split.threads.min(chunks as usize).max(1);
             let mut channels = Vec::with_capacity(threads);
@@ -364,7 +380,7 @@ impl ThreadedReader {
                                 spare: &spare_rx,
                                 handover,
                             };
-                            if decode_chunk(&file, span, &options, &to, &mut keep).is_err() {
+                            if decode_chunk(&*file, span, &options, &to, &mut keep).is_err() {
                                 return;
                             }
                             k += threads as u64;
@@ -399,7 +415,7 @@ impl ThreadedReader {
             });
             return Ok(reader);
         }
-        let mut reader = ThreadedReader::sequential(file, options, handover)?;
+        let mut reader = ThreadedReader::sequential(stream, options, handover)?;
         reader.format = format;
         Ok(reader)
     }
@@ -695,9 +711,31 @@ impl Drop for ThreadedReader {
     }
 }
 
+/// What a split file is read from: bytes at offsets, from any thread at
+/// once. A file; in tests, a source that fails where it is told to.
+trait Source: Send + Sync {
+    /// Reads into `buf` from `offset`: how many bytes (0 at the end), as
+    /// `pread` does.
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
+}
+
+impl Source for File {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        std::os::unix::fs::FileExt::read_at(self, buf, offset)
+    }
+}
+
+/// A file shared with the split path, read as a stream.
+struct SharedFile(Arc<File>);
+
+impl Read for SharedFile {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        (&*self.0).read(buf)
+    }
+}
+
 /// Reads into `buf` from `offset` until it is full or the file ends.
-fn read_at_most(file: &File, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
-    use std::os::unix::fs::FileExt;
+fn read_at_most(file: &dyn Source, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
     let mut n = 0;
     while n < buf.len() {
         match file.read_at(&mut buf[n..], offset + n as u64) {
@@ -824,7 +862,7 @@ fn io_error(source: io::Error, byte: u64) -> Msg {
 /// 0, or right after a `\n`). The chunk is read into one buffer and its
 /// events are slices of it.
 fn decode_chunk(
-    file: &File,
+    file: &dyn Source,
     span: ChunkSpan,
     options: &DecodeOptions,
     to: &Sink<'_>,
@@ -917,7 +955,7 @@ fn decode_chunk(
 /// the last line end is read no further: it is too large, which decoding
 /// reports.
 fn read_chunk(
-    file: &File,
+    file: &dyn Source,
     start: u64,
     limit: u64,
     len: u64,
@@ -961,7 +999,7 @@ fn read_chunk(
 
 /// True when the first 64 KiB of the file hold a frame end after a `\n`
 /// (see [`frame_start_at`]).
-fn frames_end_with_lf(file: &File, len: u64) -> io::Result<bool> {
+fn frames_end_with_lf(file: &dyn Source, len: u64) -> io::Result<bool> {
     let mut head = vec![0u8; len.min(1 << 16) as usize];
     let n = read_at_most(file, 0, &mut head)?;
     let head = &head[..n];
@@ -974,7 +1012,7 @@ fn frames_end_with_lf(file: &File, len: u64) -> io::Result<bool> {
 /// `\n\r\n`). An empty line ends the frame before it, and since the byte
 /// before such a start is a `\n`, it never splits a CRLF. A chunk's end is
 /// the next chunk's start, so the two are found by this one rule.
-fn frame_start_at(file: &File, offset: u64, len: u64) -> io::Result<u64> {
+fn frame_start_at(file: &dyn Source, offset: u64, len: u64) -> io::Result<u64> {
     if offset >= len {
         return Ok(len);
     }
@@ -1026,7 +1064,7 @@ fn frame_start_at(file: &File, offset: u64, len: u64) -> io::Result<u64> {
 /// never cross a chunk's edge, and the counts it hands back (event
 /// indexes, line ends) shift the next chunk's positions.
 fn decode_sse_chunk(
-    file: &File,
+    file: &dyn Source,
     span: ChunkSpan,
     start: u64,
     options: &DecodeOptions,
@@ -1105,7 +1143,7 @@ fn decode_sse_chunk(
 /// those of the whole array's decoder whatever the guesses were; a wrong
 /// guess costs a chunk decoded twice.
 fn decode_json_chunk(
-    file: &File,
+    file: &dyn Source,
     span: ChunkSpan,
     start: u64,
     options: &DecodeOptions,
@@ -1213,7 +1251,7 @@ fn decode_json_chunk(
 /// pushes it to `decoder`; the position after it (`end` when the file got
 /// shorter since it was opened).
 fn push_next_piece(
-    file: &File,
+    file: &dyn Source,
     pos: u64,
     end: u64,
     piece: &mut [u8],
@@ -1238,7 +1276,7 @@ fn push_next_piece(
 /// The look is only a guess (see [`decode_json_chunk`]); what matters is
 /// that it depends on the file and `offset` alone, so a chunk's end and the
 /// next chunk's start agree.
-fn element_start_at(file: &File, offset: u64, len: u64) -> io::Result<u64> {
+fn element_start_at(file: &dyn Source, offset: u64, len: u64) -> io::Result<u64> {
     /// The first window is small (a start is usually a few hundred bytes
     /// on, and each chunk looks for two); each next one is twice as large,
     /// up to [`WINDOW`].
@@ -1368,7 +1406,7 @@ impl<'a, 's> Filling<'a, 's> {
 
 /// The first line start at or after `offset`: `offset` itself when the byte
 /// before it is `\n`, else the byte after the next `\n` (or `len`).
-fn line_start_at(file: &File, offset: u64, len: u64) -> io::Result<u64> {
+fn line_start_at(file: &dyn Source, offset: u64, len: u64) -> io::Result<u64> {
     let mut pos = offset - 1;
     let mut buf = vec![0u8; 1 << 14];
     while pos < len {
@@ -1383,4 +1421,257 @@ fn line_start_at(file: &File, offset: u64, len: u64) -> io::Result<u64> {
         pos += n as u64;
     }
     Ok(len)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+    use std::time::Duration;
+
+    const INJECTED: &str = "injected device error";
+
+    /// Bytes that fail to read from `fail_at` on: a read that would reach
+    /// that byte returns an error, as a disk with a bad sector does.
+    struct Failing {
+        bytes: Vec<u8>,
+        fail_at: u64,
+        fault: Fault,
+        /// Whether a read failed yet.
+        failed: AtomicBool,
+    }
+
+    /// Which reads that reach the bad byte fail.
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    enum Fault {
+        /// Every one.
+        Always,
+        /// The first only (a transient error: a later read gets the bytes).
+        Once,
+        /// Those of one decoding thread: the same read from another
+        /// thread (the chunk before, searching for its end where this
+        /// one searches for its start) gets the bytes.
+        OnThread(&'static str),
+    }
+
+    impl Source for Failing {
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+            let len = self.bytes.len() as u64;
+            let end = (offset + buf.len() as u64).min(len);
+            let fails = offset < len
+                && end > self.fail_at
+                && match self.fault {
+                    Fault::Always => true,
+                    Fault::Once => !self.failed.swap(true, Ordering::AcqRel),
+                    Fault::OnThread(name) => std::thread::current().name() == Some(name),
+                };
+            if fails {
+                return Err(io::Error::other(INJECTED));
+            }
+            let from = offset.min(len) as usize;
+            let n = end as usize - from;
+            buf[..n].copy_from_slice(&self.bytes[from..end as usize]);
+            Ok(n)
+        }
+    }
+
+    /// A [`Source`] read as a stream, for a source that is not split.
+    struct Stream(Arc<Failing>, u64);
+
+    impl Read for Stream {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let n = self.0.read_at(buf, self.1)?;
+            self.1 += n as u64;
+            Ok(n)
+        }
+    }
+
+    fn encode(events: &[Event], format: Format) -> Vec<u8> {
+        let mut w = crate::Writer::new(Vec::new(), format);
+        for e in events {
+            w.write_event(e).unwrap();
+        }
+        w.finish().unwrap()
+    }
+
+    /// Realistic events, every tenth one holding what looks like the start
+    /// of an array element (`},{"type"`) inside it, so that many guessed
+    /// JSON chunk starts are wrong and their chunks are dropped.
+    fn corpus() -> Vec<Event> {
+        let mut events = agui_testkit::realistic(1500, 11);
+        for (i, e) in events.iter_mut().enumerate().filter(|(i, _)| i % 10 == 5) {
+            let rows = (0..8)
+                .map(|k| format!(r#"{{"type":"row","n":{k},"i":{i}}}"#))
+                .collect::<Vec<_>>()
+                .join(" , ");
+            let text = format!(r#"{{"type":"CUSTOM","name":"rows","value":[{rows}]}}"#);
+            *e = Event::from_json(&text).unwrap();
+        }
+        events
+    }
+
+    /// Everything the reader yields (events as text, errors as messages)
+    /// until it ends, checking that three more calls yield nothing, and how
+    /// many chunks it dropped; on another thread, so that a reader that
+    /// never ends fails the test instead of hanging it.
+    fn drain(mut reader: ThreadedReader, chunks: bool) -> (Vec<Result<String, String>>, usize) {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut got = Vec::new();
+            loop {
+                let item = if chunks {
+                    reader.next_chunk().map(|item| {
+                        item.map(|c| c.iter().map(|e| e.json().to_owned()).collect::<Vec<_>>())
+                    })
+                } else {
+                    reader
+                        .next_batch()
+                        .map(|item| item.map(|b| b.iter().map(|e| e.json().to_owned()).collect()))
+                };
+                match item {
+                    None => break,
+                    Some(Ok(events)) => got.extend(events.into_iter().map(Ok)),
+                    Some(Err(e)) => got.push(Err(e.to_string())),
+                }
+            }
+            for _ in 0..3 {
+                assert!(reader.next_chunk().is_none(), "an item after the end");
+            }
+            let _ = tx.send((got, reader.chunks_dropped().0));
+        });
+        rx.recv_timeout(Duration::from_secs(60))
+            .expect("the reader ended (no hang, no panic)")
+    }
+
+    /// A read error anywhere in a split file, on every path (a chunk's
+    /// boundary search, its body, the tail of its last line, a JSON chunk
+    /// that decodes over others, the caller's own chunk): the reader hands
+    /// over the file's first events in order, then the one read error, then
+    /// nothing; it never hangs, panics or hands over an event twice. An
+    /// error that happens once may be met only by a chunk the reader drops
+    /// (a wrong JSON guess); the file then reads whole.
+    #[test]
+    fn a_read_error_anywhere_in_a_split_file_ends_it_cleanly() {
+        let events = corpus();
+        let expected: Vec<String> = events.iter().map(|e| e.json().to_owned()).collect();
+        let mut dropped = 0;
+        let mut whole = 0;
+        for (format, fault) in [
+            (Format::Ndjson, Fault::Always),
+            (Format::Sse, Fault::Always),
+            (Format::Json, Fault::Always),
+            (Format::Json, Fault::Once),
+            (Format::Json, Fault::OnThread("agui-decode-1")),
+            (Format::Ndjson, Fault::Once),
+        ] {
+            let strict = fault == Fault::Always;
+            let bytes = encode(&events, format);
+            let len = bytes.len() as u64;
+            // Where each event's text ends in the file (written in order,
+            // so each is found after the one before).
+            let mut ends = Vec::new();
+            let mut from = 0;
+            for text in &expected {
+                let at = memchr::memmem::find(&bytes[from..], text.as_bytes()).unwrap() + from;
+                from = at + text.len();
+                ends.push(from as u64);
+            }
+            let mut fail_ats = vec![0, 1, 4095, 4096, 70_000, len - 2, len - 1];
+            fail_ats.extend((1..24).map(|k| k * len / 24 + 17));
+            if !strict {
+                // Where chunks start: the boundary searches of a chunk and
+                // of the one before it read there, in either order.
+                fail_ats.extend((1..len / 4096).map(|k| k * 4096 + 1));
+                fail_ats.extend((1..len / 9000).map(|k| k * 9000 + 1));
+            }
+            let policies = [
+                (4096, 2, false, "2 threads"),
+                (9000, 3, false, "3 threads"),
+                (4096, 1, true, "a helping caller"),
+            ];
+            for fail_at in fail_ats {
+                for (chunk, threads, caller_helps, name) in policies {
+                    let split = Split {
+                        threshold: 0,
+                        chunk,
+                        threads,
+                        caller_helps,
+                    };
+                    for handover in [Handover::Chunks, Handover::Events] {
+                        let source = Arc::new(Failing {
+                            bytes: bytes.clone(),
+                            fail_at,
+                            fault,
+                            failed: AtomicBool::new(false),
+                        });
+                        let stream = Box::new(Stream(Arc::clone(&source), 0));
+                        let what = format!(
+                            "{format:?}, {fault:?} at {fail_at} of {len}, {name}, {handover:?}"
+                        );
+                        let started = ThreadedReader::start_source(
+                            source,
+                            len,
+                            stream,
+                            DecodeOptions::default(),
+                            split,
+                            handover,
+                        );
+                        let reader = match started {
+                            Ok(reader) => reader,
+                            Err(e) => {
+                                // Only the format's detection reads before
+                                // the reader starts (its first 64 KiB).
+                                assert!(fail_at < 1 << 16, "{what}: {e}");
+                                assert!(e.to_string().contains(INJECTED), "{what}: {e}");
+                                continue;
+                            }
+                        };
+                        let (got, drops) = drain(reader, handover == Handover::Chunks);
+                        dropped += drops;
+                        if !strict && got.len() == expected.len() && got.iter().all(Result::is_ok) {
+                            // Only chunks the reader dropped met the error.
+                            whole += 1;
+                            let got: Vec<&String> = got.iter().flatten().collect();
+                            assert!(got.iter().zip(&expected).all(|(a, b)| *a == b), "{what}");
+                            continue;
+                        }
+                        let (last, ok) = got.split_last().expect("at least the error");
+                        let last = last.as_ref().expect_err(&what);
+                        assert!(
+                            last.contains("read error") && last.contains(INJECTED),
+                            "{what}: {last}"
+                        );
+                        let ok: Vec<&String> =
+                            ok.iter().map(|r| r.as_ref().expect(&what)).collect();
+                        // The events before it are the file's first ones.
+                        assert!(ok.len() <= expected.len(), "{what}");
+                        for (i, (a, b)) in ok.iter().zip(&expected).enumerate() {
+                            assert_eq!(*a, b, "{what}: event {i}");
+                        }
+                        // Every event that ends well before the bad byte
+                        // (further than a chunk's boundary search reads
+                        // ahead, 64 KiB, and three chunks) is there; where
+                        // every read of it fails, none that ends past it.
+                        assert!(
+                            !strict || ok.is_empty() || ends[ok.len() - 1] <= fail_at,
+                            "{what}: an event past the bad byte"
+                        );
+                        let surely = ends
+                            .iter()
+                            .take_while(|&&end| end + (1 << 16) + 3 * chunk < fail_at)
+                            .count();
+                        assert!(
+                            ok.len() >= surely,
+                            "{what}: {} events, {surely} expected",
+                            ok.len()
+                        );
+                    }
+                }
+            }
+        }
+        // The JSON runs went through dropped chunks, and some transient
+        // errors were met only by them.
+        assert!(dropped > 0, "no chunk dropped");
+        eprintln!("{dropped} chunks dropped; {whole} reads whole past a transient error");
+    }
 }
