@@ -900,8 +900,16 @@ fn decode_chunk(
     };
     match span.format {
         Format::Ndjson => {}
-        Format::Sse => return decode_sse_chunk(file, span, start, options, to, keep),
-        Format::Json => return decode_json_chunk(file, span, start, options, to, keep),
+        Format::Sse => {
+            return decode_copied_chunk::<crate::SseEventDecoder>(
+                file, span, start, options, to, keep,
+            );
+        }
+        Format::Json => {
+            return decode_copied_chunk::<crate::JsonArrayDecoder>(
+                file, span, start, options, to, keep,
+            );
+        }
     }
     // Bytes before `limit` surely belong to this chunk; it ends at the first
     // line end at or after `limit - 1`, i.e. at the next line start at or
@@ -1057,92 +1065,137 @@ fn frame_start_at(file: &dyn Source, offset: u64, len: u64) -> io::Result<u64> {
     Ok(len)
 }
 
-/// Decodes one SSE chunk: from the frame start at or after `index * size`
-/// to the one at or after `(index + 1) * size` (see [`frame_start_at`]),
-/// with an SSE decoder of its own that starts mid-stream. Events, errors
-/// and positions are those the whole stream's decoder gives there: frames
-/// never cross a chunk's edge, and the counts it hands back (event
-/// indexes, line ends) shift the next chunk's positions.
-fn decode_sse_chunk(
-    file: &dyn Source,
-    span: ChunkSpan,
-    start: u64,
-    options: &DecodeOptions,
-    to: &Sink<'_>,
-    keep: &mut Option<EventChunk>,
-) -> Result<(), Hangup> {
-    use crate::PushDecoder;
-    let send = |msg: Msg| to.tx.send(msg).map_err(|_| Hangup);
-    let io_error = |source: io::Error, byte: u64| send(io_error(source, byte));
-    let nominal = span.index * span.size;
-    let end = match frame_start_at(file, nominal + span.size, span.len) {
-        Ok(end) => end,
-        Err(e) => return io_error(e, nominal + span.size),
-    };
-    let mut decoder = if span.index == 0 {
-        crate::SseEventDecoder::new(options)
-    } else {
-        crate::SseEventDecoder::mid_stream(options)
-    };
-    // One message per chunk, as on the NDJSON path (a decoding thread holds
-    // one message ahead of the caller), cut only by errors. Events go into
-    // it as they are decoded, so the thread holds one piece of text, the
-    // decoder's unread rest and the message.
-    let mut out = Filling::new(to, keep);
-    let mut piece = vec![0u8; PIECE.min((end.saturating_sub(start)) as usize)];
-    let mut pos = start;
-    loop {
-        if pos < end {
-            pos = match push_next_piece(file, pos, end, &mut piece, &mut decoder) {
-                Ok(pos) => pos,
-                Err(e) => return io_error(e, pos),
-            };
-        }
-        if pos >= end {
-            decoder.finish();
-        }
-        while let Some(item) = decoder.pull_into(&mut out.chunk, options.member_tables) {
-            match item {
-                Ok(()) => {}
-                Err(err) => {
-                    out.flush()?;
-                    let fatal = !err.is_recoverable();
-                    send(Msg::Error(err.shifted(0, 0, start)))?;
-                    if fatal {
-                        // The reader ends at a fatal error: nothing after it.
-                        return Err(Hangup);
-                    }
-                }
-            }
-        }
-        if pos >= end {
-            break;
-        }
-    }
-    out.done(keep)?;
-    send(Msg::End {
-        events: decoder.indexes(),
-        lines: decoder.line_ends(),
-        skip: 0,
-    })
+/// The decoder of a chunk of a split file whose events are copied into the
+/// chunk handed over (SSE and JSON arrays: an event is not a slice of what
+/// was read), with what [`decode_copied_chunk`] needs to know of its format.
+trait ChunkDecoder: crate::PushDecoder {
+    /// Where the chunk after chunk `k` starts (see [`frame_start_at`] and
+    /// [`element_start_at`]).
+    const START_AT: fn(&dyn Source, u64, u64) -> io::Result<u64>;
+    /// Whether those starts are guesses that a chunk may find wrong (see
+    /// [`decode_copied_chunk`]), so that a chunk may be one the reader drops.
+    const GUESSED_STARTS: bool;
+    /// Bytes read at once.
+    const PIECE: usize;
+
+    /// A decoder for the stream's first chunk, or for one that starts at
+    /// a chunk start.
+    fn starting(first: bool, options: &DecodeOptions) -> Self;
+    /// The next event appended to `chunk` (see [`crate::PushDecoder::pull`]).
+    fn pull_into(
+        &mut self,
+        chunk: &mut EventChunk,
+        tables: bool,
+    ) -> Option<Result<(), DecodeError>>;
+    /// Event indexes taken so far.
+    fn indexes(&self) -> u64;
+    /// Line ends consumed so far.
+    fn line_ends(&self) -> u64;
+    /// True when it stands where the next chunk's decoder starts.
+    fn at_chunk_start(&self) -> bool;
+    /// True when decoding is over, `fatal` telling whether the last error
+    /// it gave was one that ends the stream.
+    fn stopped(&self, fatal: bool) -> bool;
+    /// Whether the chunk's end ends a piece of the stream that stands
+    /// alone (its decoder is finished there), or only the file's end does.
+    const FINISH_AT_CHUNK_END: bool;
 }
 
-/// Decodes one chunk of a JSON array of events: from the element start at
-/// or after `index * size` to the one at or after `(index + 1) * size`
-/// (see [`element_start_at`]), each element validated in place and copied
-/// into the chunk handed over.
+impl ChunkDecoder for crate::SseEventDecoder {
+    const START_AT: fn(&dyn Source, u64, u64) -> io::Result<u64> = frame_start_at;
+    const GUESSED_STARTS: bool = false;
+    const PIECE: usize = PIECE;
+    // Frames never cross a chunk's edge.
+    const FINISH_AT_CHUNK_END: bool = true;
+
+    fn starting(first: bool, options: &DecodeOptions) -> Self {
+        if first {
+            crate::SseEventDecoder::new(options)
+        } else {
+            crate::SseEventDecoder::mid_stream(options)
+        }
+    }
+    fn pull_into(
+        &mut self,
+        chunk: &mut EventChunk,
+        tables: bool,
+    ) -> Option<Result<(), DecodeError>> {
+        crate::SseEventDecoder::pull_into(self, chunk, tables)
+    }
+    fn indexes(&self) -> u64 {
+        crate::SseEventDecoder::indexes(self)
+    }
+    fn line_ends(&self) -> u64 {
+        crate::SseEventDecoder::line_ends(self)
+    }
+    fn at_chunk_start(&self) -> bool {
+        true
+    }
+    fn stopped(&self, fatal: bool) -> bool {
+        fatal
+    }
+}
+
+impl ChunkDecoder for crate::JsonArrayDecoder {
+    const START_AT: fn(&dyn Source, u64, u64) -> io::Result<u64> = element_start_at;
+    const GUESSED_STARTS: bool = true;
+    // Read in small pieces: the decoder copies each into its buffer, which
+    // grows with them (measured, `compact` of a 1M-event array, peak: 18.8
+    // MB with 256 KiB pieces, 15.4 to 16.1 MB with 64 KiB, 13.6 to 14.3 MB
+    // with 16 KiB, as fast).
+    const PIECE: usize = PIECE / 16;
+    // The array's `]` ends it.
+    const FINISH_AT_CHUNK_END: bool = false;
+
+    fn starting(first: bool, options: &DecodeOptions) -> Self {
+        if first {
+            crate::JsonArrayDecoder::new(options)
+        } else {
+            crate::JsonArrayDecoder::mid_stream(options)
+        }
+    }
+    fn pull_into(
+        &mut self,
+        chunk: &mut EventChunk,
+        tables: bool,
+    ) -> Option<Result<(), DecodeError>> {
+        crate::JsonArrayDecoder::pull_into(self, chunk, tables)
+    }
+    fn indexes(&self) -> u64 {
+        crate::JsonArrayDecoder::indexes(self)
+    }
+    fn line_ends(&self) -> u64 {
+        crate::JsonArrayDecoder::line_ends(self)
+    }
+    fn at_chunk_start(&self) -> bool {
+        self.at_element_start()
+    }
+    fn stopped(&self, _: bool) -> bool {
+        self.failed()
+    }
+}
+
+/// Decodes one chunk of an SSE stream or a JSON array of events, from the
+/// chunk start at or after `index * size` to the next chunk's start, with
+/// a decoder of its own that starts mid-stream, each event validated and
+/// copied into the chunk handed over. Events, errors and
+/// positions are those the whole stream's decoder gives there; the counts
+/// its end hands back (event indexes, line ends) shift the next chunk's
+/// positions.
 ///
-/// A chunk start is found by how the bytes around it look, so it may be
-/// wrong: the `},{` before it may lie in a string or in an array nested in
-/// an event. The chunk before it knows, because it decodes from a true
-/// start (chunk 0 from the array's `[`): it stops only where its decoder
-/// stands before an element, exactly as a decoder that starts there does.
-/// When the next chunk's start is not such a place, it decodes on through
-/// that chunk (and as many more as it takes) and its end tells the reader
-/// to drop the chunks it decoded over. So events, errors and positions are
-/// those of the whole array's decoder whatever the guesses were; a wrong
-/// guess costs a chunk decoded twice.
-fn decode_json_chunk(
+/// An SSE chunk starts where a frame does, and frames never cross a
+/// chunk's edge. A JSON chunk starts where an element *seems* to start, by
+/// how the bytes around it look, so the start may be wrong: the `},{`
+/// before it may lie in a string or in an array nested in an event. The
+/// chunk before it knows, because it decodes from a true start (chunk 0
+/// from the array's `[`): it stops only where its decoder stands before an
+/// element, exactly as a decoder that starts there does. When the next
+/// chunk's start is not such a place, it decodes on through that chunk
+/// (and as many more as it takes), and its end tells the reader to drop the
+/// chunks it decoded over. So a wrong guess costs a chunk decoded twice,
+/// and a chunk that may be dropped always ends, whatever went wrong, so the
+/// reader can go on past it.
+fn decode_copied_chunk<D: ChunkDecoder>(
     file: &dyn Source,
     span: ChunkSpan,
     start: u64,
@@ -1150,20 +1203,23 @@ fn decode_json_chunk(
     to: &Sink<'_>,
     keep: &mut Option<EventChunk>,
 ) -> Result<(), Hangup> {
-    use crate::PushDecoder;
     let send = |msg: Msg| to.tx.send(msg).map_err(|_| Hangup);
-    // A read error ends the reader, unless this chunk is one it drops: so
-    // the chunk still ends, and the thread goes on to its next.
-    let io_error = |source: io::Error, byte: u64| {
-        send(io_error(source, byte))?;
+    let droppable = D::GUESSED_STARTS && span.index > 0;
+    let ended = |events: u64, lines: u64, skip: u64| {
         send(Msg::End {
-            events: 0,
-            lines: 0,
-            skip: 0,
+            events,
+            lines,
+            skip,
         })
     };
+    // A read error ends the reader, unless this chunk is one it drops: so
+    // such a chunk still ends, and the thread goes on to its next.
+    let io_error = |source: io::Error, byte: u64| {
+        send(io_error(source, byte))?;
+        if droppable { ended(0, 0, 0) } else { Ok(()) }
+    };
     // The start of the chunk after chunk `k`.
-    let start_after = |k: u64| element_start_at(file, (k + 1) * span.size, span.len);
+    let start_after = |k: u64| D::START_AT(file, (k + 1) * span.size, span.len);
     let mut last = span.index;
     let mut end = match start_after(last) {
         Ok(end) => end,
@@ -1171,80 +1227,64 @@ fn decode_json_chunk(
     };
     let mut skip = 0;
     let mut out = Filling::new(to, keep);
-    if start < end {
-        // The events' text is at most the chunk's bytes.
-        out.chunk.reserve((end - start) as usize);
-        let mut decoder = if span.index == 0 {
-            crate::JsonArrayDecoder::new(options)
-        } else {
-            crate::JsonArrayDecoder::mid_stream(options)
-        };
-        // Read in small pieces: the decoder copies each into its buffer,
-        // which grows with them (measured, `compact` of a 1M-event array,
-        // peak: 18.8 MB with 256 KiB pieces, 15.4 to 16.1 MB with 64 KiB,
-        // 13.6 to 14.3 MB with 16 KiB, as fast).
-        let mut piece = vec![0u8; (PIECE / 16).min((span.len - start) as usize)];
-        let mut pos = start;
-        loop {
-            if pos < end {
-                pos = match push_next_piece(file, pos, end, &mut piece, &mut decoder) {
-                    Ok(pos) => pos,
-                    Err(e) => return io_error(e, pos),
-                };
-            }
-            if pos >= end && end >= span.len {
-                decoder.finish();
-            }
-            while let Some(item) = decoder.pull_into(&mut out.chunk, options.member_tables) {
-                // A chunk that decodes over the ones after it hands its
-                // events over about two chunks' worth at a time, so a file
-                // whose guesses all fail is not held whole (a chunk that
-                // ends where it should never holds that much).
-                if out.chunk.text_len() as u64 > 2 * span.size {
-                    out.flush()?;
-                }
-                if let Err(err) = item {
-                    out.flush()?;
-                    let fatal = !err.is_recoverable();
-                    send(Msg::Error(err.shifted(0, 0, start)))?;
-                    if fatal {
-                        break;
-                    }
-                }
-            }
-            if decoder.failed() {
-                // The reader ends at this error, unless this chunk is one it
-                // drops: so end the chunk, and the thread goes on to its next.
-                break;
-            }
-            if pos < end {
-                continue;
-            }
-            if end >= span.len || decoder.at_element_start() {
-                break;
-            }
-            // The next chunk does not start where an element does: decode
-            // on through it.
-            skip += 1;
-            last += 1;
-            end = match start_after(last) {
-                Ok(end) => end,
-                Err(e) => return io_error(e, (last + 1) * span.size),
+    // The events' text is at most the chunk's bytes.
+    out.chunk.reserve(end.saturating_sub(start) as usize);
+    let mut decoder = D::starting(span.index == 0, options);
+    let mut piece = vec![0u8; D::PIECE.min(end.saturating_sub(start) as usize)];
+    let mut pos = start;
+    while start < end {
+        if pos < end {
+            pos = match push_next_piece(file, pos, end, &mut piece, &mut decoder) {
+                Ok(pos) => pos,
+                Err(e) => return io_error(e, pos),
             };
         }
-        out.done(keep)?;
-        return send(Msg::End {
-            events: decoder.indexes(),
-            lines: decoder.line_ends(),
-            skip,
-        });
+        if pos >= end && (D::FINISH_AT_CHUNK_END || end >= span.len) {
+            decoder.finish();
+        }
+        let mut fatal = false;
+        while let Some(item) = decoder.pull_into(&mut out.chunk, options.member_tables) {
+            // A chunk that decodes over the ones after it hands its events
+            // over about two chunks' worth at a time, so a file whose
+            // guesses all fail is not held whole (a chunk that ends where
+            // it should never holds that much).
+            if out.chunk.text_len() as u64 > 2 * span.size {
+                out.flush()?;
+            }
+            if let Err(err) = item {
+                out.flush()?;
+                fatal = !err.is_recoverable();
+                send(Msg::Error(err.shifted(0, 0, start)))?;
+                if fatal {
+                    break;
+                }
+            }
+        }
+        if decoder.stopped(fatal) {
+            // The reader ends at this error, unless this chunk is one it
+            // drops: then end the chunk, and the thread goes on to its next.
+            if !droppable {
+                return Err(Hangup);
+            }
+            break;
+        }
+        if pos < end {
+            continue;
+        }
+        if end >= span.len || decoder.at_chunk_start() {
+            break;
+        }
+        // The next chunk does not start where an element does: decode on
+        // through it.
+        skip += 1;
+        last += 1;
+        end = match start_after(last) {
+            Ok(end) => end,
+            Err(e) => return io_error(e, (last + 1) * span.size),
+        };
     }
     out.done(keep)?;
-    send(Msg::End {
-        events: 0,
-        lines: 0,
-        skip,
-    })
+    ended(decoder.indexes(), decoder.line_ends(), skip)
 }
 
 /// Reads the next piece of the bytes from `pos` to `end` into `piece` and
