@@ -1313,7 +1313,7 @@ fn push_next_piece(
 /// before it, and a `"` (after whitespace) follows it; one followed by a
 /// `"type"` key is preferred within [`PREFER_WITHIN`] bytes of `offset`,
 /// since nested objects seldom start with that key and events mostly do.
-/// The look is only a guess (see [`decode_json_chunk`]); what matters is
+/// The look is only a guess (see [`decode_copied_chunk`]); what matters is
 /// that it depends on the file and `offset` alone, so a chunk's end and the
 /// next chunk's start agree.
 fn element_start_at(file: &dyn Source, offset: u64, len: u64) -> io::Result<u64> {
