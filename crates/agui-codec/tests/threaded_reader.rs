@@ -684,6 +684,52 @@ fn a_file_cut_short_while_it_is_read_ends_cleanly() {
     }
 }
 
+/// A split file that grows while it is read (a log still being written)
+/// is read as it was when it was opened: its events then, no error, and
+/// nothing of what was appended, whatever was appended (whole events, a
+/// line cut short, bytes that are not an event).
+#[test]
+fn a_file_that_grows_while_it_is_read_is_read_as_it_was_opened() {
+    let events = realistic(20_000, 9);
+    let more = realistic(500, 10);
+    for format in [Format::Ndjson, Format::Sse, Format::Json] {
+        let bytes = encode(&events, format);
+        let appended = [
+            encode(&more, format),
+            b"{\"type\":\"RUN_STA".to_vec(),
+            b"\n\0garbage, not an event\n".to_vec(),
+        ];
+        for tail in &appended {
+            for policy in [split(1 << 12, 2), helped(1 << 12)] {
+                let dir = tempfile::tempdir().unwrap();
+                let path = dir.path().join("growing");
+                std::fs::write(&path, &bytes).unwrap();
+                let expected = reference(&path, DecodeOptions::default());
+                assert!(expected.iter().all(Result::is_ok));
+                let mut reader =
+                    ThreadedReader::open_chunked(&path, DecodeOptions::default(), policy).unwrap();
+                assert!(reader.is_parallel(), "{format:?}");
+                let mut got: Vec<Result<String, String>> = Vec::new();
+                let first = reader.next_chunk().expect("a first chunk").unwrap();
+                got.extend(first.iter().map(|e| Ok(e.json().to_owned())));
+                std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(&path)
+                    .unwrap()
+                    .write_all(tail)
+                    .unwrap();
+                got.extend(calls_until_none(reader, "next_chunk"));
+                assert_eq!(
+                    got,
+                    expected,
+                    "{format:?}, {policy:?}, {} bytes appended",
+                    tail.len()
+                );
+            }
+        }
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
