@@ -120,7 +120,7 @@ use agui_store::index::ThreadHead;
 use agui_store::{
     Backend, Batch, CheckpointChain, Commit, Durability, EventPage, Result, RunFilter, RunPage,
     RunRecord, StoreError, StoreStats, StoredEvent, ThreadFilter, ThreadInfo, ThreadPage,
-    Timestamp, check_id, page_size,
+    Timestamp, page_size,
 };
 use async_trait::async_trait;
 
@@ -957,8 +957,6 @@ impl Backend for FileStore {
 
     async fn commit(&self, tenant: &str, thread: &str, batch: &Batch) -> Result<Commit> {
         self.check_writable()?;
-        check_id("tenant", tenant)?;
-        check_id("thread", thread)?;
         self.check_open()?;
         // A write to the page cache takes microseconds: done here, with no
         // hop to a blocking thread. Only a sync (an fdatasync: milliseconds)
@@ -1075,7 +1073,6 @@ impl Backend for FileStore {
 
     async fn rename_thread(&self, tenant: &str, from: &str, to: &str) -> Result<()> {
         self.check_writable()?;
-        check_id("thread", to)?;
         let (t, f, n) = (tenant.to_owned(), from.to_owned(), to.to_owned());
         self.blocking(move |i| {
             let mut w = lock(&i.writer);
@@ -1117,9 +1114,6 @@ impl Backend for FileStore {
         thread: &str,
         channel: agui_store::Channel,
     ) -> Result<()> {
-        check_id("tenant", tenant)?;
-        check_id("thread", thread)?;
-        channel.check()?;
         let (t, th) = (tenant.to_owned(), thread.to_owned());
         self.blocking(move |i| {
             if channel.state.len() > record::MAX_PAYLOAD / 2 {

@@ -86,7 +86,7 @@ use agui_store::subscribe::Hub;
 use agui_store::{
     Backend, Batch, CheckpointChain, Commit, ErrorKind, EventPage, Result, RunFilter, RunPage,
     RunRecord, RunStatus, StoreError, StoreStats, StoredEvent, ThreadFilter, ThreadInfo,
-    ThreadPage, Timestamp, check_id, checkpoint, page_size,
+    ThreadPage, Timestamp, checkpoint, page_size,
 };
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
@@ -1305,8 +1305,6 @@ impl Backend for PgStore {
     }
 
     async fn commit(&self, tenant: &str, thread: &str, batch: &Batch) -> Result<Commit> {
-        check_id("tenant", tenant)?;
-        check_id("thread", thread)?;
         if batch.events.is_empty() {
             return Err(StoreError::invalid("an append needs at least one event"));
         }
@@ -1453,7 +1451,6 @@ impl Backend for PgStore {
     }
 
     async fn rename_thread(&self, tenant: &str, from: &str, to: &str) -> Result<()> {
-        check_id("thread", to)?;
         let mut c = self.conn().await?;
         let tx = c.transaction().await.map_err(pg)?;
         // Both rows locked in a fixed order (by id), so that two renames
@@ -1545,9 +1542,6 @@ impl Backend for PgStore {
         thread: &str,
         channel: agui_store::Channel,
     ) -> Result<()> {
-        check_id("tenant", tenant)?;
-        check_id("thread", thread)?;
-        channel.check()?;
         let c = self.conn().await?;
         let n = c
             .execute(

@@ -51,7 +51,7 @@ use agui_store::cursor::{run_page, thread_page};
 use agui_store::index::ThreadHead;
 use agui_store::{
     Backend, Batch, CheckpointChain, Commit, EventPage, Result, RunFilter, RunPage, RunRecord,
-    StoreError, StoreStats, ThreadFilter, ThreadInfo, ThreadPage, Timestamp, check_id, page_size,
+    StoreError, StoreStats, ThreadFilter, ThreadInfo, ThreadPage, Timestamp, page_size,
 };
 use agui_store::{checkpoint, frame};
 use async_trait::async_trait;
@@ -423,8 +423,6 @@ impl Backend for SqliteStore {
     }
 
     async fn commit(&self, tenant: &str, thread: &str, batch: &Batch) -> Result<Commit> {
-        check_id("tenant", tenant)?;
-        check_id("thread", thread)?;
         let (tenant_s, thread_s) = (tenant.to_owned(), thread.to_owned());
         // The writer thread owns what it writes: the events are shared
         // (one reference count each), the plan is small.
@@ -618,7 +616,6 @@ impl Backend for SqliteStore {
     }
 
     async fn rename_thread(&self, tenant: &str, from: &str, to: &str) -> Result<()> {
-        check_id("thread", to)?;
         let (t, f, n) = (tenant.to_owned(), from.to_owned(), to.to_owned());
         self.write(|reply| Op::Rename {
             tenant: t,
@@ -662,9 +659,6 @@ impl Backend for SqliteStore {
         thread: &str,
         channel: agui_store::Channel,
     ) -> Result<()> {
-        check_id("tenant", tenant)?;
-        check_id("thread", thread)?;
-        channel.check()?;
         let (tenant, thread) = (tenant.to_owned(), thread.to_owned());
         self.write(|reply| Op::PutChannel {
             tenant,

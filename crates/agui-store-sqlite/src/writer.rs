@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use agui_store::frame;
 use agui_store::index::ThreadHead;
-use agui_store::{Batch, Commit, Result, RunStatus, StoreError, Timestamp, check_id};
+use agui_store::{Batch, Commit, Result, RunStatus, StoreError, Timestamp};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use tokio::sync::oneshot;
 
@@ -762,8 +762,6 @@ impl Writer {
         local: &mut HashMap<(String, String), Option<Head>>,
         sync: bool,
     ) -> Result<Commit> {
-        check_id("tenant", tenant)?;
-        check_id("thread", thread)?;
         let key = (tenant.to_owned(), thread.to_owned());
         let current = match overlay.get(&key) {
             Some(h) => h.clone(),

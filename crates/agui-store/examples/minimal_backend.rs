@@ -38,7 +38,7 @@ use agui_store::index::{RunTable, ThreadHead};
 use agui_store::{
     AppendRequest, Backend, Batch, Channel, Commit, EventPage, Result, RunFilter, RunPage,
     RunRecord, Store, StoreError, StoreStats, StoredEvent, ThreadFilter, ThreadInfo, ThreadPage,
-    Timestamp, check_id, page_size,
+    Timestamp, page_size,
 };
 use async_trait::async_trait;
 
@@ -162,8 +162,6 @@ impl Backend for MinimalBackend {
     /// inserts the events and the plan's run updates, stores the new head and
     /// commits. The engine publishes the batch to subscribers.
     async fn commit(&self, tenant: &str, thread: &str, batch: &Batch) -> Result<Commit> {
-        check_id("tenant", tenant)?;
-        check_id("thread", thread)?;
         let mut data = self.data()?;
         let existing = data.get(&key(tenant, thread));
         if let Some(now) = batch.moved_from(existing.map(|t| &t.head)) {
@@ -257,7 +255,6 @@ impl Backend for MinimalBackend {
     /// A real backend: one transaction that checks `to` is free and rewrites
     /// the thread id of every row of `from` (a file backend: one rename).
     async fn rename_thread(&self, tenant: &str, from: &str, to: &str) -> Result<()> {
-        check_id("thread", to)?;
         let mut data = self.data()?;
         if !data.contains_key(&key(tenant, from)) {
             return Err(StoreError::not_found("thread"));
@@ -368,7 +365,6 @@ impl Backend for MinimalBackend {
     /// A real backend: one upsert by (tenant, thread, agent), refused when
     /// the thread does not exist.
     async fn put_channel(&self, tenant: &str, thread: &str, channel: Channel) -> Result<()> {
-        channel.check()?;
         self.with_thread(tenant, thread, |t| {
             t.channels.insert(channel.agent.clone(), channel);
             Ok(())

@@ -25,7 +25,10 @@ use crate::types::{
 /// Every method is scoped by a tenant id: a thread of one tenant is invisible
 /// to every other (`NotFound`). Ids are arbitrary non-empty strings of at most
 /// [`crate::MAX_ID_BYTES`] bytes (NUL, `../`, RTL marks and emoji included)
-/// and must round-trip exactly.
+/// and must round-trip exactly. The engine checks what it writes before a
+/// backend sees it ([`crate::check_id`] on the ids of a commit, a rename's
+/// new id and a channel's thread, [`Channel::check`] on a channel), so a
+/// backend stores what it is given and checks none of it again.
 ///
 /// The trait is object safe: the engine holds an `Arc<dyn Backend>`.
 #[async_trait]
@@ -213,8 +216,9 @@ pub trait Backend: Send + Sync {
     /// Empty when the thread has none or does not exist.
     async fn channels(&self, tenant: &str, thread: &str) -> Result<Vec<Channel>>;
 
-    /// Stores (or replaces) one agent's channel on a thread. `NotFound` when
-    /// the thread does not exist; `Invalid` when [`Channel::check`] fails.
+    /// Stores (or replaces) one agent's channel on a thread (already
+    /// checked: [`Channel::check`]). `NotFound` when the thread does not
+    /// exist.
     /// [`Backend::delete_thread`] removes a thread's channels with it.
     async fn put_channel(&self, tenant: &str, thread: &str, channel: Channel) -> Result<()>;
 

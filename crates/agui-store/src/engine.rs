@@ -724,6 +724,7 @@ impl Store {
     /// Gives thread `from` the id `to` in one atomic step (see
     /// [`Backend::rename_thread`]).
     pub async fn rename_thread(&self, tenant: &str, from: &str, to: &str) -> Result<()> {
+        check_id("thread", to)?;
         self.settle_thread(tenant, from).await;
         self.settle_thread(tenant, to).await;
         self.forget(tenant, from);
@@ -876,6 +877,9 @@ impl Store {
 
     /// Stores (or replaces) one agent's channel on a thread.
     pub async fn put_channel(&self, tenant: &str, thread: &str, channel: Channel) -> Result<()> {
+        check_id("tenant", tenant)?;
+        check_id("thread", thread)?;
+        channel.check()?;
         self.inner
             .backend
             .put_channel(tenant, thread, channel)

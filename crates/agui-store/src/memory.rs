@@ -12,7 +12,7 @@ use crate::error::{Result, StoreError};
 use crate::index::{RunTable, ThreadHead};
 use crate::types::{
     EventPage, RunFilter, RunPage, RunRecord, StoreStats, StoredEvent, ThreadFilter, ThreadInfo,
-    ThreadPage, Timestamp, check_id, page_size,
+    ThreadPage, Timestamp, page_size,
 };
 use crate::{Backend, Batch, Channel, CheckpointChain, Commit};
 
@@ -153,8 +153,6 @@ impl Backend for MemoryStore {
     }
 
     async fn commit(&self, tenant: &str, thread: &str, batch: &Batch) -> Result<Commit> {
-        check_id("tenant", tenant)?;
-        check_id("thread", thread)?;
         let mut state = self.state()?;
         let existing = state.threads.get(&key(tenant, thread));
         if let Some(now) = batch.moved_from(existing.map(|t| &t.head)) {
@@ -249,7 +247,6 @@ impl Backend for MemoryStore {
     }
 
     async fn rename_thread(&self, tenant: &str, from: &str, to: &str) -> Result<()> {
-        check_id("thread", to)?;
         let mut state = self.state()?;
         if !state.threads.contains_key(&key(tenant, from)) {
             return Err(StoreError::not_found("thread"));
@@ -279,7 +276,6 @@ impl Backend for MemoryStore {
     }
 
     async fn put_channel(&self, tenant: &str, thread: &str, channel: Channel) -> Result<()> {
-        channel.check()?;
         let mut state = self.state()?;
         let t = state
             .threads

@@ -1625,6 +1625,22 @@ pub async fn hostile_ids_round_trip<B: Harness>(b: &B) {
             .await
             .unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Invalid);
+        // A channel is refused the same way, on an existing thread's tenant
+        // or not; a rename to such an id too, and the thread keeps its id.
+        let e = s
+            .put_channel(tenant, thread, crate::Channel::new("a", "{}"))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            e.kind(),
+            ErrorKind::Invalid,
+            "channel {tenant:?}/{thread:?}"
+        );
+        if tenant == T {
+            let e = s.rename_thread(T, ids[0], thread).await.unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Invalid, "rename to {thread:?}");
+            assert_eq!(all(&s, T, ids[0]).await.len(), 1, "the thread is as it was");
+        }
     }
 }
 
