@@ -5,10 +5,15 @@
 //! (and the largest chunk pushed), never by the stream.
 
 /// Unconsumed input plus the stream coordinates of its first byte.
+///
+/// `data[start..end]` is the unconsumed input. `data[end..]` holds stale
+/// bytes of earlier input, kept so that [`Buffer::fill`] reads into memory
+/// that needs neither zeroing nor a copy.
 #[derive(Debug, Default)]
 pub(crate) struct Buffer {
     data: Vec<u8>,
     start: usize,
+    end: usize,
     /// Absolute stream offset of `data[start]`.
     offset: u64,
     /// Line number (from 1) of `data[start]`, counting `\n` only.
@@ -27,27 +32,53 @@ impl Buffer {
 
     /// Appends input, first dropping the consumed prefix.
     pub(crate) fn push(&mut self, bytes: &[u8]) {
-        if self.start == self.data.len() {
-            self.data.clear();
+        let room = self.room(bytes.len());
+        room.copy_from_slice(bytes);
+        self.end += bytes.len();
+    }
+
+    /// Appends what `read` puts at the start of the `max` bytes it is
+    /// lent (it returns how many), first dropping the consumed prefix: the
+    /// input is read straight into the buffer, not copied from another.
+    pub(crate) fn fill<E>(
+        &mut self,
+        max: usize,
+        read: impl FnOnce(&mut [u8]) -> Result<usize, E>,
+    ) -> Result<usize, E> {
+        let n = read(self.room(max))?.min(max);
+        self.end += n;
+        Ok(n)
+    }
+
+    /// The `n` bytes after the unconsumed ones, once the consumed prefix is
+    /// dropped (when nothing is left, or when it is at least half the data
+    /// or 64 KiB); grown with zeros only past the largest size so far.
+    fn room(&mut self, n: usize) -> &mut [u8] {
+        if self.start == self.end {
             self.start = 0;
-        } else if self.start > 0 && (self.start >= self.data.len() / 2 || self.start >= 1 << 16) {
-            self.data.copy_within(self.start.., 0);
-            self.data.truncate(self.data.len() - self.start);
+            self.end = 0;
+        } else if self.start > 0 && (self.start >= self.end / 2 || self.start >= 1 << 16) {
+            self.data.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
             self.start = 0;
         }
-        self.data.extend_from_slice(bytes);
+        let need = self.end + n;
+        if self.data.len() < need {
+            self.data.resize(need, 0);
+        }
+        &mut self.data[self.end..need]
     }
 
     /// The unconsumed bytes.
     #[inline]
     pub(crate) fn bytes(&self) -> &[u8] {
-        &self.data[self.start..]
+        &self.data[self.start..self.end]
     }
 
     /// Number of unconsumed bytes.
     #[inline]
     pub(crate) fn len(&self) -> usize {
-        self.data.len() - self.start
+        self.end - self.start
     }
 
     /// Marks `n` bytes as consumed, keeping the line count.
@@ -105,6 +136,7 @@ impl Buffer {
         self.offset += self.len() as u64;
         self.data = Vec::new();
         self.start = 0;
+        self.end = 0;
     }
 }
 
@@ -122,10 +154,49 @@ mod tests {
         assert_eq!(b.line(), 2);
         b.push(b"gh");
         assert_eq!(b.bytes(), b"defgh");
-        assert!(b.data.len() <= 5 + 4);
+        assert!(b.end <= 5 + 4);
         b.consume(5);
         b.push(b"x");
-        assert_eq!(b.data.len(), 1);
+        assert_eq!(b.end, 1);
+        assert_eq!(b.bytes(), b"x");
+    }
+
+    /// Reading into the buffer gives what pushing the same bytes gives,
+    /// whatever was consumed and however much the reader returns.
+    #[test]
+    fn fill_is_push_without_the_copy() {
+        let input: Vec<u8> = (0..5000u32).map(|i| (i * 7 % 251) as u8).collect();
+        for (step, eat) in [(1, 0), (7, 3), (64, 64), (300, 1), (4096, 2000)] {
+            let (mut pushed, mut filled) = (Buffer::new(), Buffer::new());
+            let mut at = 0;
+            while at < input.len() {
+                let piece = &input[at..(at + step).min(input.len())];
+                pushed.push(piece);
+                // Lent more room than it uses, as a read near the end is.
+                let n = filled
+                    .fill::<()>(step + 5, |room| {
+                        room[..piece.len()].copy_from_slice(piece);
+                        Ok(piece.len())
+                    })
+                    .unwrap();
+                assert_eq!(n, piece.len());
+                at += piece.len();
+                assert_eq!(pushed.bytes(), filled.bytes());
+                let eat = eat.min(pushed.len());
+                pushed.consume(eat);
+                filled.consume(eat);
+                assert_eq!(pushed.bytes(), filled.bytes());
+                assert_eq!(
+                    (pushed.offset(), pushed.line()),
+                    (filled.offset(), filled.line())
+                );
+            }
+        }
+        // A failed read appends nothing.
+        let mut b = Buffer::new();
+        b.push(b"ab");
+        assert_eq!(b.fill(10, |_| Err("no")), Err("no"));
+        assert_eq!(b.bytes(), b"ab");
     }
 
     #[test]

@@ -95,6 +95,21 @@ impl JsonArrayDecoder {
         self.failed
     }
 
+    /// Like [`PushDecoder::push`] of what `read` reads (at most `max`
+    /// bytes), read straight into the decoder's buffer.
+    pub(crate) fn push_read(
+        &mut self,
+        max: usize,
+        read: impl FnOnce(&mut [u8]) -> std::io::Result<usize>,
+    ) -> std::io::Result<usize> {
+        let n = self.buf.fill(max, read)?;
+        if self.failed {
+            // A decoder that failed keeps nothing (as `push` does).
+            self.buf.clear();
+        }
+        Ok(n)
+    }
+
     /// Like [`PushDecoder::pull`], with the next event appended to `chunk`
     /// as a copy of its text (no event of its own is allocated).
     pub(crate) fn pull_into(

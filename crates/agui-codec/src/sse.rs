@@ -409,6 +409,21 @@ impl SseEventDecoder {
     pub(crate) fn line_ends(&self) -> u64 {
         self.core.line - 1
     }
+
+    /// Like [`PushDecoder::push`] of what `read` reads (at most `max`
+    /// bytes), read straight into the decoder's buffer.
+    pub(crate) fn push_read(
+        &mut self,
+        max: usize,
+        read: impl FnOnce(&mut [u8]) -> std::io::Result<usize>,
+    ) -> std::io::Result<usize> {
+        let n = self.core.buf.fill(max, read)?;
+        if self.core.failed {
+            // A decoder that failed keeps nothing (as `push` does).
+            self.core.buf.clear();
+        }
+        Ok(n)
+    }
 }
 
 impl PushDecoder for SseEventDecoder {

@@ -1091,6 +1091,13 @@ trait ChunkDecoder: crate::PushDecoder {
     fn indexes(&self) -> u64;
     /// Line ends consumed so far.
     fn line_ends(&self) -> u64;
+    /// Pushes what `read` reads (at most `max` bytes), read straight into
+    /// the decoder's buffer; how many bytes that was.
+    fn push_read(
+        &mut self,
+        max: usize,
+        read: impl FnOnce(&mut [u8]) -> io::Result<usize>,
+    ) -> io::Result<usize>;
     /// True when it stands where the next chunk's decoder starts.
     fn at_chunk_start(&self) -> bool;
     /// True when decoding is over, `fatal` telling whether the last error
@@ -1127,6 +1134,13 @@ impl ChunkDecoder for crate::SseEventDecoder {
     }
     fn line_ends(&self) -> u64 {
         crate::SseEventDecoder::line_ends(self)
+    }
+    fn push_read(
+        &mut self,
+        max: usize,
+        read: impl FnOnce(&mut [u8]) -> io::Result<usize>,
+    ) -> io::Result<usize> {
+        crate::SseEventDecoder::push_read(self, max, read)
     }
     fn at_chunk_start(&self) -> bool {
         true
@@ -1166,6 +1180,13 @@ impl ChunkDecoder for crate::JsonArrayDecoder {
     }
     fn line_ends(&self) -> u64 {
         crate::JsonArrayDecoder::line_ends(self)
+    }
+    fn push_read(
+        &mut self,
+        max: usize,
+        read: impl FnOnce(&mut [u8]) -> io::Result<usize>,
+    ) -> io::Result<usize> {
+        crate::JsonArrayDecoder::push_read(self, max, read)
     }
     fn at_chunk_start(&self) -> bool {
         self.at_element_start()
@@ -1230,11 +1251,11 @@ fn decode_copied_chunk<D: ChunkDecoder>(
     // The events' text is at most the chunk's bytes.
     out.chunk.reserve(end.saturating_sub(start) as usize);
     let mut decoder = D::starting(span.index == 0, options);
-    let mut piece = vec![0u8; D::PIECE.min(end.saturating_sub(start) as usize)];
+    let piece = D::PIECE.min(end.saturating_sub(start) as usize);
     let mut pos = start;
     while start < end {
         if pos < end {
-            pos = match push_next_piece(file, pos, end, &mut piece, &mut decoder) {
+            pos = match push_next_piece(file, pos, end, piece, &mut decoder) {
                 Ok(pos) => pos,
                 Err(e) => return io_error(e, pos),
             };
@@ -1287,23 +1308,20 @@ fn decode_copied_chunk<D: ChunkDecoder>(
     ended(decoder.indexes(), decoder.line_ends(), skip)
 }
 
-/// Reads the next piece of the bytes from `pos` to `end` into `piece` and
-/// pushes it to `decoder`; the position after it (`end` when the file got
-/// shorter since it was opened).
-fn push_next_piece(
+/// Reads the next piece (at most `piece` bytes) of the bytes from `pos` to
+/// `end` straight into `decoder`'s buffer; the position after it (`end`
+/// when the file got shorter since it was opened).
+fn push_next_piece<D: ChunkDecoder>(
     file: &dyn Source,
     pos: u64,
     end: u64,
-    piece: &mut [u8],
-    decoder: &mut impl crate::PushDecoder,
+    piece: usize,
+    decoder: &mut D,
 ) -> io::Result<u64> {
-    let want = (end - pos).min(piece.len() as u64) as usize;
-    match read_at_most(file, pos, &mut piece[..want])? {
+    let want = (end - pos).min(piece as u64) as usize;
+    match decoder.push_read(want, |buf| read_at_most(file, pos, buf))? {
         0 => Ok(end),
-        n => {
-            decoder.push(&piece[..n]);
-            Ok(pos + n as u64)
-        }
+        n => Ok(pos + n as u64),
     }
 }
 
