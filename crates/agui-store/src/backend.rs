@@ -27,8 +27,9 @@ use crate::types::{
 /// [`crate::MAX_ID_BYTES`] bytes (NUL, `../`, RTL marks and emoji included)
 /// and must round-trip exactly. The engine checks what it writes before a
 /// backend sees it ([`crate::check_id`] on the ids of a commit, a rename's
-/// new id and a channel's thread, [`Channel::check`] on a channel), so a
-/// backend stores what it is given and checks none of it again.
+/// new id and a channel's tenant and thread, [`Channel::check`] on a
+/// channel), so a backend stores what it is given and checks none of it
+/// again.
 ///
 /// The trait is object safe: the engine holds an `Arc<dyn Backend>`.
 #[async_trait]
