@@ -41,6 +41,26 @@ enum Span {
     Owned(Event),
 }
 
+/// The event that starts `bytes` when the one-pass scanner accepts it there
+/// ([`Event::scan_prefix_recording`], its members appended to `members`),
+/// it is at most `max` bytes long and valid UTF-8: its type and text.
+/// `None` leaves `members` as it was.
+pub(crate) fn scan_whole<'b>(
+    bytes: &'b [u8],
+    members: &mut Vec<Member>,
+    max: usize,
+) -> Option<(EventType, &'b str)> {
+    let recorded = members.len();
+    let (ty, len) = Event::scan_prefix_recording(bytes, members)?;
+    let text = (len <= max)
+        .then(|| simdutf8::basic::from_utf8(&bytes[..len]).ok())
+        .flatten();
+    if text.is_none() {
+        members.truncate(recorded);
+    }
+    Some((ty, text?))
+}
+
 impl EventChunk {
     /// An empty chunk.
     pub fn new() -> EventChunk {
@@ -173,14 +193,8 @@ impl EventChunk {
     /// accepts and says what is wrong with any other.
     pub(crate) fn push_prefix(&mut self, bytes: &[u8], tables: bool, max: usize) -> Option<usize> {
         let recorded = self.members.len();
-        let (ty, len) = Event::scan_prefix_recording(bytes, &mut self.members)?;
-        let text = (len <= max)
-            .then(|| simdutf8::basic::from_utf8(&bytes[..len]).ok())
-            .flatten();
-        let Some(json) = text else {
-            self.members.truncate(recorded);
-            return None;
-        };
+        let (ty, json) = scan_whole(bytes, &mut self.members, max)?;
+        let len = json.len();
         if !tables {
             self.members.truncate(recorded);
         }

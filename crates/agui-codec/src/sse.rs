@@ -16,9 +16,12 @@
 //! line is still dispatched at the end of the stream, and field lines that
 //! are not valid UTF-8 are an error instead of being decoded with U+FFFD.
 
+use std::io;
+
 use agui_protocol::Event;
 
 use crate::buffer::Buffer;
+use crate::threaded::{self, ChunkDecoder, Source};
 use crate::{DecodeError, DecodeOptions, Position, PushDecoder};
 
 /// One dispatched SSE frame.
@@ -379,11 +382,24 @@ impl SseEventDecoder {
         decoder.core.bom_done = true;
         decoder
     }
+}
 
-    /// Like [`PushDecoder::pull`], with the next event appended to `chunk`
-    /// as a copy of the frame's data (no event of its own is allocated),
-    /// with its member table when `tables`.
-    pub(crate) fn pull_into(
+impl ChunkDecoder for SseEventDecoder {
+    const START_AT: fn(&dyn Source, u64, u64) -> io::Result<u64> = threaded::frame_start_at;
+    const GUESSED_STARTS: bool = false;
+    const PIECE: usize = threaded::PIECE;
+    // Frames never cross a chunk's edge.
+    const FINISH_AT_CHUNK_END: bool = true;
+
+    fn starting(first: bool, options: &DecodeOptions) -> Self {
+        if first {
+            SseEventDecoder::new(options)
+        } else {
+            SseEventDecoder::mid_stream(options)
+        }
+    }
+
+    fn pull_into(
         &mut self,
         chunk: &mut crate::EventChunk,
         tables: bool,
@@ -400,29 +416,25 @@ impl SseEventDecoder {
         }
     }
 
-    /// Event indexes taken so far (dispatched frames and bad ones).
-    pub(crate) fn indexes(&self) -> u64 {
+    /// Dispatched frames and bad ones.
+    fn indexes(&self) -> u64 {
         self.core.frames
     }
 
-    /// Line ends consumed so far.
-    pub(crate) fn line_ends(&self) -> u64 {
+    fn line_ends(&self) -> u64 {
         self.core.line - 1
     }
 
-    /// Like [`PushDecoder::push`] of what `read` reads (at most `max`
-    /// bytes), read straight into the decoder's buffer.
-    pub(crate) fn push_read(
-        &mut self,
-        max: usize,
-        read: impl FnOnce(&mut [u8]) -> std::io::Result<usize>,
-    ) -> std::io::Result<usize> {
-        let n = self.core.buf.fill(max, read)?;
-        if self.core.failed {
-            // A decoder that failed keeps nothing (as `push` does).
-            self.core.buf.clear();
-        }
-        Ok(n)
+    fn buffer(&mut self) -> (&mut Buffer, bool) {
+        (&mut self.core.buf, self.core.failed)
+    }
+
+    fn at_chunk_start(&self) -> bool {
+        true
+    }
+
+    fn stopped(&self, fatal: bool) -> bool {
+        fatal
     }
 }
 

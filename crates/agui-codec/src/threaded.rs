@@ -62,6 +62,7 @@ use std::thread::JoinHandle;
 
 use agui_protocol::Event;
 
+use crate::buffer::Buffer;
 use crate::chunk::{Piece, decode_ndjson};
 use crate::{
     DecodeError, DecodeOptions, Detection, EventChunk, Format, Position, Reader, detect_format,
@@ -82,7 +83,7 @@ const CHUNK_QUEUE: usize = 1;
 /// decoded, and `verify` got slower; three keep it busy).
 const HELPED_QUEUE: usize = 3;
 /// Bytes read at once.
-const PIECE: usize = 1 << 18;
+pub(crate) const PIECE: usize = 1 << 18;
 /// Bytes first read past a chunk's nominal end to finish its last line
 /// (then twice as many each time, up to [`PIECE`]).
 const TAIL: usize = 1 << 14;
@@ -713,7 +714,7 @@ impl Drop for ThreadedReader {
 
 /// What a split file is read from: bytes at offsets, from any thread at
 /// once. A file; in tests, a source that fails where it is told to.
-trait Source: Send + Sync {
+pub(crate) trait Source: Send + Sync {
     /// Reads into `buf` from `offset`: how many bytes (0 at the end), as
     /// `pread` does.
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
@@ -1020,7 +1021,7 @@ fn frames_end_with_lf(file: &dyn Source, len: u64) -> io::Result<bool> {
 /// `\n\r\n`). An empty line ends the frame before it, and since the byte
 /// before such a start is a `\n`, it never splits a CRLF. A chunk's end is
 /// the next chunk's start, so the two are found by this one rule.
-fn frame_start_at(file: &dyn Source, offset: u64, len: u64) -> io::Result<u64> {
+pub(crate) fn frame_start_at(file: &dyn Source, offset: u64, len: u64) -> io::Result<u64> {
     if offset >= len {
         return Ok(len);
     }
@@ -1068,7 +1069,8 @@ fn frame_start_at(file: &dyn Source, offset: u64, len: u64) -> io::Result<u64> {
 /// The decoder of a chunk of a split file whose events are copied into the
 /// chunk handed over (SSE and JSON arrays: an event is not a slice of what
 /// was read), with what [`decode_copied_chunk`] needs to know of its format.
-trait ChunkDecoder: crate::PushDecoder {
+/// Each format implements it beside its decoder.
+pub(crate) trait ChunkDecoder: crate::PushDecoder {
     /// Where the chunk after chunk `k` starts (see [`frame_start_at`] and
     /// [`element_start_at`]).
     const START_AT: fn(&dyn Source, u64, u64) -> io::Result<u64>;
@@ -1077,11 +1079,16 @@ trait ChunkDecoder: crate::PushDecoder {
     const GUESSED_STARTS: bool;
     /// Bytes read at once.
     const PIECE: usize;
+    /// Whether the chunk's end ends a piece of the stream that stands
+    /// alone (its decoder is finished there), or only the file's end does.
+    const FINISH_AT_CHUNK_END: bool;
 
     /// A decoder for the stream's first chunk, or for one that starts at
     /// a chunk start.
     fn starting(first: bool, options: &DecodeOptions) -> Self;
-    /// The next event appended to `chunk` (see [`crate::PushDecoder::pull`]).
+    /// The next event appended to `chunk` as a copy of its text (no event
+    /// of its own is allocated), with its member table when `tables` (see
+    /// [`crate::PushDecoder::pull`]).
     fn pull_into(
         &mut self,
         chunk: &mut EventChunk,
@@ -1091,108 +1098,28 @@ trait ChunkDecoder: crate::PushDecoder {
     fn indexes(&self) -> u64;
     /// Line ends consumed so far.
     fn line_ends(&self) -> u64;
+    /// The decoder's input buffer, and whether the decoder failed.
+    fn buffer(&mut self) -> (&mut Buffer, bool);
+    /// True when it stands where the next chunk's decoder starts.
+    fn at_chunk_start(&self) -> bool;
+    /// True when decoding is over, `fatal` telling whether the last error
+    /// it gave was one that ends the stream.
+    fn stopped(&self, fatal: bool) -> bool;
+
     /// Pushes what `read` reads (at most `max` bytes), read straight into
     /// the decoder's buffer; how many bytes that was.
     fn push_read(
         &mut self,
         max: usize,
         read: impl FnOnce(&mut [u8]) -> io::Result<usize>,
-    ) -> io::Result<usize>;
-    /// True when it stands where the next chunk's decoder starts.
-    fn at_chunk_start(&self) -> bool;
-    /// True when decoding is over, `fatal` telling whether the last error
-    /// it gave was one that ends the stream.
-    fn stopped(&self, fatal: bool) -> bool;
-    /// Whether the chunk's end ends a piece of the stream that stands
-    /// alone (its decoder is finished there), or only the file's end does.
-    const FINISH_AT_CHUNK_END: bool;
-}
-
-impl ChunkDecoder for crate::SseEventDecoder {
-    const START_AT: fn(&dyn Source, u64, u64) -> io::Result<u64> = frame_start_at;
-    const GUESSED_STARTS: bool = false;
-    const PIECE: usize = PIECE;
-    // Frames never cross a chunk's edge.
-    const FINISH_AT_CHUNK_END: bool = true;
-
-    fn starting(first: bool, options: &DecodeOptions) -> Self {
-        if first {
-            crate::SseEventDecoder::new(options)
-        } else {
-            crate::SseEventDecoder::mid_stream(options)
-        }
-    }
-    fn pull_into(
-        &mut self,
-        chunk: &mut EventChunk,
-        tables: bool,
-    ) -> Option<Result<(), DecodeError>> {
-        crate::SseEventDecoder::pull_into(self, chunk, tables)
-    }
-    fn indexes(&self) -> u64 {
-        crate::SseEventDecoder::indexes(self)
-    }
-    fn line_ends(&self) -> u64 {
-        crate::SseEventDecoder::line_ends(self)
-    }
-    fn push_read(
-        &mut self,
-        max: usize,
-        read: impl FnOnce(&mut [u8]) -> io::Result<usize>,
     ) -> io::Result<usize> {
-        crate::SseEventDecoder::push_read(self, max, read)
-    }
-    fn at_chunk_start(&self) -> bool {
-        true
-    }
-    fn stopped(&self, fatal: bool) -> bool {
-        fatal
-    }
-}
-
-impl ChunkDecoder for crate::JsonArrayDecoder {
-    const START_AT: fn(&dyn Source, u64, u64) -> io::Result<u64> = element_start_at;
-    const GUESSED_STARTS: bool = true;
-    // Read in small pieces: the decoder copies each into its buffer, which
-    // grows with them (measured, `compact` of a 1M-event array, peak: 18.8
-    // MB with 256 KiB pieces, 15.4 to 16.1 MB with 64 KiB, 13.6 to 14.3 MB
-    // with 16 KiB, as fast).
-    const PIECE: usize = PIECE / 16;
-    // The array's `]` ends it.
-    const FINISH_AT_CHUNK_END: bool = false;
-
-    fn starting(first: bool, options: &DecodeOptions) -> Self {
-        if first {
-            crate::JsonArrayDecoder::new(options)
-        } else {
-            crate::JsonArrayDecoder::mid_stream(options)
+        let (buf, failed) = self.buffer();
+        let n = buf.fill(max, read)?;
+        if failed {
+            // A decoder that failed keeps nothing (as `push` does).
+            buf.clear();
         }
-    }
-    fn pull_into(
-        &mut self,
-        chunk: &mut EventChunk,
-        tables: bool,
-    ) -> Option<Result<(), DecodeError>> {
-        crate::JsonArrayDecoder::pull_into(self, chunk, tables)
-    }
-    fn indexes(&self) -> u64 {
-        crate::JsonArrayDecoder::indexes(self)
-    }
-    fn line_ends(&self) -> u64 {
-        crate::JsonArrayDecoder::line_ends(self)
-    }
-    fn push_read(
-        &mut self,
-        max: usize,
-        read: impl FnOnce(&mut [u8]) -> io::Result<usize>,
-    ) -> io::Result<usize> {
-        crate::JsonArrayDecoder::push_read(self, max, read)
-    }
-    fn at_chunk_start(&self) -> bool {
-        self.at_element_start()
-    }
-    fn stopped(&self, _: bool) -> bool {
-        self.failed()
+        Ok(n)
     }
 }
 
@@ -1334,7 +1261,7 @@ fn push_next_piece<D: ChunkDecoder>(
 /// The look is only a guess (see [`decode_copied_chunk`]); what matters is
 /// that it depends on the file and `offset` alone, so a chunk's end and the
 /// next chunk's start agree.
-fn element_start_at(file: &dyn Source, offset: u64, len: u64) -> io::Result<u64> {
+pub(crate) fn element_start_at(file: &dyn Source, offset: u64, len: u64) -> io::Result<u64> {
     /// The first window is small (a start is usually a few hundred bytes
     /// on, and each chunk looks for two); each next one is twice as large,
     /// up to [`WINDOW`].
