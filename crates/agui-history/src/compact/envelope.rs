@@ -1,6 +1,8 @@
 //! Building the restating events of `snapshot` and `latest`, and checking
 //! them against the reducer before they are emitted.
 
+use std::collections::HashSet;
+
 use agui_protocol::Event;
 use serde_json::{Map, Value, json};
 
@@ -25,6 +27,19 @@ pub(crate) fn replay_owned(from: Conversation, events: &[Event]) -> Option<Conve
 /// True when two conversations hold the same messages (in order) and state.
 pub(crate) fn same(a: &Conversation, b: &Conversation) -> bool {
     a.messages == b.messages && a.state == b.state
+}
+
+/// The string ids of the messages in `lists`, to look up once per input
+/// message of a `RUN_STARTED` (a client that resends its whole history
+/// would otherwise cost a scan of the conversation per input message): an
+/// id `held(...).contains` is one a message `m` of the lists has as
+/// `m.get("id") == Some(&Value::String(id))`.
+pub(crate) fn held_ids<'a>(lists: &[&'a [Value]]) -> HashSet<&'a str> {
+    lists
+        .iter()
+        .flat_map(|list| list.iter())
+        .filter_map(|m| m.get("id").and_then(Value::as_str))
+        .collect()
 }
 
 /// `RUN_STARTED` with every `input.messages` entry whose id is already held

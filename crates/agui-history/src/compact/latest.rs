@@ -24,7 +24,7 @@ use agui_protocol::{Event, EventType};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::envelope::{normalize_run_started, replay, restate};
+use super::envelope::{held_ids, normalize_run_started, replay, restate};
 use super::{CompactError, DeltaCompactor, compact_deltas};
 use crate::lineage::{Lineage, Owner, Provenance, RunIndex, without_foreign};
 use crate::reduce::{Conversation, Reducer};
@@ -131,9 +131,9 @@ where
         started = with_parent(&started, &parent)?;
     }
     let start = &options.start;
+    let held = held_ids(&[&start.messages, &target.messages]);
     let normalized = normalize_run_started(&started, |id| {
-        let held = |list: &[Value]| list.iter().any(|m| m.get("id") == Some(id));
-        held(&start.messages) || held(&target.messages)
+        id.as_str().is_some_and(|id| held.contains(id))
     })?;
     let tail: Vec<Event> = chosen
         .terminal
@@ -226,7 +226,10 @@ struct PathFilter {
 
 impl PathFilter {
     fn keeps(&self, i: usize) -> bool {
-        self.ranges.iter().any(|&(a, b)| a <= i && i < b)
+        // The ranges are in log order and do not overlap: the one that may
+        // hold `i` is the last that starts at or before it.
+        let after = self.ranges.partition_point(|&(a, _)| a <= i);
+        after > 0 && i < self.ranges[after - 1].1
     }
 }
 
@@ -319,9 +322,9 @@ where
         started = with_parent(&started, parent)?;
     }
     let start = &options.start;
+    let held = held_ids(&[&start.messages, &target.messages]);
     let normalized = normalize_run_started(&started, |id| {
-        let held = |list: &[Value]| list.iter().any(|m| m.get("id") == Some(id));
-        held(&start.messages) || held(&target.messages)
+        id.as_str().is_some_and(|id| held.contains(id))
     })?;
     let tail: Vec<Event> = terminal.into_iter().collect();
     let restated = match replay(start, std::slice::from_ref(&normalized)) {
@@ -351,4 +354,31 @@ where
         emit(out)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The search finds exactly the positions some range holds, for
+        /// ranges in log order (empty ones included), as a scan of them all.
+        #[test]
+        fn the_path_filter_keeps_what_its_ranges_hold(
+            gaps in proptest::collection::vec((0usize..4, 0usize..4), 0..12),
+        ) {
+            let mut ranges = Vec::new();
+            let mut at = 0;
+            for (gap, len) in gaps {
+                ranges.push((at + gap, at + gap + len));
+                at += gap + len;
+            }
+            let filter = PathFilter { on_path: Vec::new(), ranges: ranges.clone() };
+            for i in 0..at + 3 {
+                let scan = ranges.iter().any(|&(a, b)| a <= i && i < b);
+                prop_assert_eq!(filter.keeps(i), scan, "{} in {:?}", i, ranges);
+            }
+        }
+    }
 }

@@ -44,8 +44,8 @@ use agui_protocol::{Event, EventType};
 use serde_json::Value;
 
 use super::envelope::{
-    Appended, messages_snapshot_with, normalize_run_started_reading, replay, replay_owned,
-    restate_owned, state_exists, state_snapshot,
+    Appended, held_ids, messages_snapshot_with, normalize_run_started_reading, replay,
+    replay_owned, restate_owned, state_exists, state_snapshot,
 };
 use super::{CompactError, DeltaCompactor};
 use crate::reduce::{Conversation, Reducer};
@@ -273,12 +273,7 @@ impl SnapshotCompactor {
             // The ids the consumer holds, looked up once per run (a client
             // that resends its whole history would otherwise cost a scan of
             // the conversation per input message).
-            let held: std::collections::HashSet<&str> = self
-                .replayed
-                .messages
-                .iter()
-                .filter_map(|m| m.get("id").and_then(serde_json::Value::as_str))
-                .collect();
+            let held = held_ids(&[&self.replayed.messages]);
             normalize_run_started_reading(&started, |id| {
                 id.as_str().is_some_and(|id| held.contains(id))
             })?
