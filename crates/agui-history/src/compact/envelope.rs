@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 
-use agui_protocol::Event;
+use agui_protocol::{Event, EventType, MAX_DEPTH};
 use serde_json::{Map, Value, json};
 
 use super::CompactError;
@@ -175,33 +175,60 @@ pub(crate) fn messages_snapshot_with(
     // Written straight from the messages: the same text as serializing
     // `{"type", "messages", "metadata"?}`, without copying the conversation
     // into a new JSON tree first (a snapshot restates all of it).
-    let mut text = Vec::with_capacity(64);
-    text.extend_from_slice(br#"{"type":"MESSAGES_SNAPSHOT","messages":"#);
+    let mut text = String::with_capacity(64);
+    text.push_str(r#"{"type":"MESSAGES_SNAPSHOT","messages":"#);
     match texts.filter(|t| t.len() == messages.len()) {
         // serde_json's compact array: `[`, the elements joined by `,`, `]`.
         Some(texts) => {
             let len: usize = texts.iter().map(|t| t.len() + 1).sum();
             text.reserve(len + 2);
-            text.push(b'[');
+            text.push('[');
             for (i, t) in texts.iter().enumerate() {
                 if i > 0 {
-                    text.push(b',');
+                    text.push(',');
                 }
-                text.extend_from_slice(t.as_bytes());
+                text.push_str(t);
             }
-            text.push(b']');
+            text.push(']');
         }
-        None => serde_json::to_writer(&mut text, messages).map_err(CompactError::Json)?,
+        None => text.push_str(&serde_json::to_string(messages).map_err(CompactError::Json)?),
     }
     if authoritative {
-        text.extend_from_slice(br#","metadata":"#);
+        text.push_str(r#","metadata":"#);
         let metadata = json!({"@ag-ui/client": {"authoritativeActivityTypes": null}});
-        serde_json::to_writer(&mut text, &metadata).map_err(CompactError::Json)?;
+        text.push_str(&serde_json::to_string(&metadata).map_err(CompactError::Json)?);
     }
-    text.push(b'}');
-    let text = String::from_utf8(text)
-        .map_err(|_| CompactError::Internal("serde_json wrote invalid UTF-8"))?;
-    Event::from_json_string(text).map_err(CompactError::Synthesized)
+    text.push('}');
+    // The text is serde_json's writing of values, so it is one line of
+    // valid JSON with no lone surrogate, and its only top-level keys are
+    // ours: all `Event::from_json` would check is how deep it nests (the
+    // event's object and the list hold each message two levels down). A
+    // conversation can nest deeper than any one event did (a patch or a
+    // merge moves values down), and then the full check says so.
+    if all_nest_within(messages, MAX_DEPTH - 2) {
+        Ok(Event::from_assembled(text, EventType::MessagesSnapshot))
+    } else {
+        Event::from_json_string(text).map_err(CompactError::Synthesized)
+    }
+}
+
+/// True when each of `values` nests at most `levels` arrays and objects
+/// deep (a scalar nests 0 deep, `[]` and `{}` 1, `[{}]` 2). Walks without
+/// recursion, and stops at the first value found deeper.
+fn all_nest_within(values: &[Value], levels: usize) -> bool {
+    let mut stack: Vec<(&Value, usize)> = values.iter().map(|v| (v, 1)).collect();
+    while let Some((value, depth)) = stack.pop() {
+        let children: &mut dyn Iterator<Item = &Value> = match value {
+            Value::Array(items) => &mut items.iter(),
+            Value::Object(map) => &mut map.values(),
+            _ => continue,
+        };
+        if depth > levels {
+            return false;
+        }
+        stack.extend(children.map(|child| (child, depth + 1)));
+    }
+    true
 }
 
 /// A `STATE_SNAPSHOT` of `state`.
@@ -327,6 +354,18 @@ mod tests {
                 assert_eq!(got.json(), want.json(), "{n} {authoritative}");
             }
         }
+        // Both are what serializing the whole event writes, and what the
+        // envelope check accepts unchanged.
+        for authoritative in [false, true] {
+            let mut whole = json!({"type": "MESSAGES_SNAPSHOT", "messages": messages});
+            if authoritative {
+                whole["metadata"] = json!({"@ag-ui/client": {"authoritativeActivityTypes": null}});
+            }
+            let want = Event::from_serialize(&whole).unwrap();
+            let got = messages_snapshot_with(&messages, Some(&texts), authoritative).unwrap();
+            assert_eq!(got.json(), want.json());
+            assert_eq!(got.event_type(), &EventType::MessagesSnapshot);
+        }
         // Texts that do not match the list in length are not used.
         let got = messages_snapshot_with(&messages, Some(&texts[..1]), false).unwrap();
         assert_eq!(
@@ -335,5 +374,45 @@ mod tests {
                 .unwrap()
                 .json()
         );
+    }
+
+    /// A message `levels` arrays and objects deep: an object whose
+    /// `content` nests the rest as arrays.
+    fn message_nesting(levels: usize) -> Value {
+        let mut content = json!([]);
+        for _ in 2..levels {
+            content = json!([content]);
+        }
+        json!({"id": "m", "role": "user", "content": content})
+    }
+
+    /// A snapshot is built without the envelope check only when its
+    /// messages nest shallowly enough; one that would nest deeper than an
+    /// event may is refused, as the envelope check refuses it.
+    #[test]
+    fn a_snapshot_nests_no_deeper_than_an_event_may() {
+        assert!(all_nest_within(&[json!(1), json!("s"), json!(null)], 0));
+        assert!(all_nest_within(&[json!([]), json!({})], 1));
+        assert!(!all_nest_within(&[json!([]), json!([[]])], 1));
+        assert!(all_nest_within(&[json!({"a": [1, {"b": 2}]})], 3));
+        assert!(!all_nest_within(&[json!({"a": [1, {"b": []}]})], 3));
+        for levels in [MAX_DEPTH - 3, MAX_DEPTH - 2, MAX_DEPTH - 1, MAX_DEPTH + 5] {
+            let m = message_nesting(levels);
+            assert!(all_nest_within(std::slice::from_ref(&m), levels));
+            assert!(!all_nest_within(std::slice::from_ref(&m), levels - 1));
+            let messages = vec![json!({"id": "a", "role": "user", "content": "x"}), m];
+            let texts: Vec<String> = messages.iter().map(|m| m.to_string()).collect();
+            let whole = json!({"type": "MESSAGES_SNAPSHOT", "messages": messages});
+            let checked = Event::from_json(&whole.to_string());
+            for kept in [None, Some(texts.as_slice())] {
+                let built = messages_snapshot_with(&messages, kept, false);
+                match (&checked, &built) {
+                    (Ok(want), Ok(got)) => assert_eq!(got.json(), want.json(), "{levels}"),
+                    (Err(_), Err(CompactError::Synthesized(_))) => {}
+                    _ => panic!("{levels}: envelope check {checked:?}, built {built:?}"),
+                }
+            }
+            assert_eq!(checked.is_ok(), levels + 2 <= MAX_DEPTH, "{levels}");
+        }
     }
 }
