@@ -162,14 +162,51 @@ pub(crate) fn normalize_run_started_reading(
     Ok((event, appended))
 }
 
+/// The compact JSON text of each message of a list, and how deep each
+/// nests, kept by a caller that restates the list often (`snapshot` mode):
+/// each message is serialized and measured once, and its text reused by
+/// every later restatement until the message changes.
+#[derive(Debug, Default)]
+pub(crate) struct MessageTexts {
+    texts: Vec<String>,
+    /// How deep each message nests (see [`nesting`]).
+    depths: Vec<usize>,
+}
+
+impl MessageTexts {
+    pub(crate) fn len(&self) -> usize {
+        self.texts.len()
+    }
+
+    /// The text of message `i`.
+    pub(crate) fn text(&self, i: usize) -> &str {
+        &self.texts[i]
+    }
+
+    /// Keeps the first `n` messages' texts.
+    pub(crate) fn truncate(&mut self, n: usize) {
+        self.texts.truncate(n);
+        self.depths.truncate(n);
+    }
+
+    /// Appends the text of the next message.
+    pub(crate) fn push(&mut self, message: &Value) -> Result<(), CompactError> {
+        self.texts
+            .push(serde_json::to_string(message).map_err(CompactError::Json)?);
+        self.depths.push(nesting(message));
+        Ok(())
+    }
+}
+
 /// A `MESSAGES_SNAPSHOT` of `messages`. With `authoritative`, it claims every
 /// activity type (`@ag-ui/client` metadata), so activity messages it leaves
-/// out are removed. `texts`, when the caller keeps them, are the compact
-/// JSON text of each message (`texts[i]` is `messages[i]` serialized): the
-/// same bytes, without serializing every message again.
+/// out are removed. `texts`, when the caller keeps them, are those of
+/// `messages` (`texts.text(i)` is `messages[i]` serialized): the same
+/// bytes, without serializing every message again, and without checking
+/// the event's text again.
 pub(crate) fn messages_snapshot_with(
     messages: &[Value],
-    texts: Option<&[String]>,
+    texts: Option<&MessageTexts>,
     authoritative: bool,
 ) -> Result<Event, CompactError> {
     // Written straight from the messages: the same text as serializing
@@ -177,13 +214,14 @@ pub(crate) fn messages_snapshot_with(
     // into a new JSON tree first (a snapshot restates all of it).
     let mut text = String::with_capacity(64);
     text.push_str(r#"{"type":"MESSAGES_SNAPSHOT","messages":"#);
-    match texts.filter(|t| t.len() == messages.len()) {
+    let texts = texts.filter(|t| t.len() == messages.len());
+    match texts {
         // serde_json's compact array: `[`, the elements joined by `,`, `]`.
         Some(texts) => {
-            let len: usize = texts.iter().map(|t| t.len() + 1).sum();
+            let len: usize = texts.texts.iter().map(|t| t.len() + 1).sum();
             text.reserve(len + 2);
             text.push('[');
-            for (i, t) in texts.iter().enumerate() {
+            for (i, t) in texts.texts.iter().enumerate() {
                 if i > 0 {
                     text.push(',');
                 }
@@ -202,33 +240,37 @@ pub(crate) fn messages_snapshot_with(
     // The text is serde_json's writing of values, so it is one line of
     // valid JSON with no lone surrogate, and its only top-level keys are
     // ours: all `Event::from_json` would check is how deep it nests (the
-    // event's object and the list hold each message two levels down). A
-    // conversation can nest deeper than any one event did (a patch or a
-    // merge moves values down), and then the full check says so.
-    if all_nest_within(messages, MAX_DEPTH - 2) {
+    // event's object and the list hold each message two levels down), which
+    // kept texts know. A conversation can nest deeper than any one event
+    // did (a patch or a merge moves values down), and then the full check
+    // says so; without kept texts, it checks everything.
+    let deepest = texts.map(|t| t.depths.iter().copied().max().unwrap_or(0));
+    if deepest.is_some_and(|d| d + 2 <= MAX_DEPTH) {
         Ok(Event::from_assembled(text, EventType::MessagesSnapshot))
     } else {
         Event::from_json_string(text).map_err(CompactError::Synthesized)
     }
 }
 
-/// True when each of `values` nests at most `levels` arrays and objects
-/// deep (a scalar nests 0 deep, `[]` and `{}` 1, `[{}]` 2). Walks without
-/// recursion, and stops at the first value found deeper.
-fn all_nest_within(values: &[Value], levels: usize) -> bool {
-    let mut stack: Vec<(&Value, usize)> = values.iter().map(|v| (v, 1)).collect();
+/// How many arrays and objects deep `value` nests: a scalar 0, `[]` and
+/// `{}` 1, `[{}]` 2. Walks without recursion.
+fn nesting(value: &Value) -> usize {
+    let mut deepest = 0;
+    let mut stack = vec![(value, 1)];
     while let Some((value, depth)) = stack.pop() {
         let children: &mut dyn Iterator<Item = &Value> = match value {
             Value::Array(items) => &mut items.iter(),
             Value::Object(map) => &mut map.values(),
             _ => continue,
         };
-        if depth > levels {
-            return false;
-        }
-        stack.extend(children.map(|child| (child, depth + 1)));
+        deepest = deepest.max(depth);
+        stack.extend(
+            children
+                .filter(|child| child.is_array() || child.is_object())
+                .map(|child| (child, depth + 1)),
+        );
     }
-    true
+    deepest
 }
 
 /// A `STATE_SNAPSHOT` of `state`.
@@ -288,7 +330,7 @@ pub(crate) fn restate_owned(
     local: Conversation,
     again: impl FnOnce() -> Option<Conversation>,
     target: &Conversation,
-    target_texts: Option<&[String]>,
+    target_texts: Option<&MessageTexts>,
     head: &[Event],
     tail: &[Event],
 ) -> Result<Option<(Vec<Event>, Conversation)>, CompactError> {
@@ -331,6 +373,14 @@ pub(crate) fn restate_owned(
 mod tests {
     use super::*;
 
+    fn kept(messages: &[Value]) -> MessageTexts {
+        let mut texts = MessageTexts::default();
+        for m in messages {
+            texts.push(m).unwrap();
+        }
+        texts
+    }
+
     /// Kept message texts give exactly the bytes of serializing the list.
     #[test]
     fn a_snapshot_from_kept_texts_is_byte_identical() {
@@ -342,15 +392,12 @@ mod tests {
             json!({"id": 7, "role": "tool", "content": [1, -2, 0.1, 1e-7, 18446744073709551615u64], "toolCallId": "t1"}),
             json!({"id": "e", "role": "user", "content": "", "nested": {"b": {}, "a": []}}),
         ];
-        let texts: Vec<String> = messages
-            .iter()
-            .map(|m| serde_json::to_string(m).unwrap())
-            .collect();
         for n in 0..=messages.len() {
+            let texts = kept(&messages[..n]);
             for authoritative in [false, true] {
                 let want = messages_snapshot_with(&messages[..n], None, authoritative).unwrap();
-                let got = messages_snapshot_with(&messages[..n], Some(&texts[..n]), authoritative)
-                    .unwrap();
+                let got =
+                    messages_snapshot_with(&messages[..n], Some(&texts), authoritative).unwrap();
                 assert_eq!(got.json(), want.json(), "{n} {authoritative}");
             }
         }
@@ -362,12 +409,13 @@ mod tests {
                 whole["metadata"] = json!({"@ag-ui/client": {"authoritativeActivityTypes": null}});
             }
             let want = Event::from_serialize(&whole).unwrap();
-            let got = messages_snapshot_with(&messages, Some(&texts), authoritative).unwrap();
+            let got =
+                messages_snapshot_with(&messages, Some(&kept(&messages)), authoritative).unwrap();
             assert_eq!(got.json(), want.json());
             assert_eq!(got.event_type(), &EventType::MessagesSnapshot);
         }
         // Texts that do not match the list in length are not used.
-        let got = messages_snapshot_with(&messages, Some(&texts[..1]), false).unwrap();
+        let got = messages_snapshot_with(&messages, Some(&kept(&messages[..1])), false).unwrap();
         assert_eq!(
             got.json(),
             messages_snapshot_with(&messages, None, false)
@@ -391,20 +439,25 @@ mod tests {
     /// event may is refused, as the envelope check refuses it.
     #[test]
     fn a_snapshot_nests_no_deeper_than_an_event_may() {
-        assert!(all_nest_within(&[json!(1), json!("s"), json!(null)], 0));
-        assert!(all_nest_within(&[json!([]), json!({})], 1));
-        assert!(!all_nest_within(&[json!([]), json!([[]])], 1));
-        assert!(all_nest_within(&[json!({"a": [1, {"b": 2}]})], 3));
-        assert!(!all_nest_within(&[json!({"a": [1, {"b": []}]})], 3));
+        for (value, depth) in [
+            (json!(1), 0),
+            (json!("s"), 0),
+            (json!([]), 1),
+            (json!({}), 1),
+            (json!([[]]), 2),
+            (json!({"a": [1, {"b": 2}]}), 3),
+            (json!({"a": [1, {"b": []}], "c": {}}), 4),
+        ] {
+            assert_eq!(nesting(&value), depth, "{value}");
+        }
         for levels in [MAX_DEPTH - 3, MAX_DEPTH - 2, MAX_DEPTH - 1, MAX_DEPTH + 5] {
             let m = message_nesting(levels);
-            assert!(all_nest_within(std::slice::from_ref(&m), levels));
-            assert!(!all_nest_within(std::slice::from_ref(&m), levels - 1));
+            assert_eq!(nesting(&m), levels);
             let messages = vec![json!({"id": "a", "role": "user", "content": "x"}), m];
-            let texts: Vec<String> = messages.iter().map(|m| m.to_string()).collect();
+            let texts = kept(&messages);
             let whole = json!({"type": "MESSAGES_SNAPSHOT", "messages": messages});
             let checked = Event::from_json(&whole.to_string());
-            for kept in [None, Some(texts.as_slice())] {
+            for kept in [None, Some(&texts)] {
                 let built = messages_snapshot_with(&messages, kept, false);
                 match (&checked, &built) {
                     (Ok(want), Ok(got)) => assert_eq!(got.json(), want.json(), "{levels}"),

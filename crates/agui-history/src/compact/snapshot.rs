@@ -44,8 +44,8 @@ use agui_protocol::{Event, EventType};
 use serde_json::Value;
 
 use super::envelope::{
-    Appended, held_ids, messages_snapshot_with, normalize_run_started_reading, replay,
-    replay_owned, restate_owned, state_exists, state_snapshot,
+    Appended, MessageTexts, held_ids, messages_snapshot_with, normalize_run_started_reading,
+    replay, replay_owned, restate_owned, state_exists, state_snapshot,
 };
 use super::{CompactError, DeltaCompactor};
 use crate::reduce::{Conversation, Reducer};
@@ -105,7 +105,7 @@ pub struct SnapshotCompactor {
     /// the last checkpoint: each message is serialized once and its text
     /// reused by every later checkpoint until the message changes (the
     /// reducer's change mark says from which index on they did).
-    texts: Vec<String>,
+    texts: MessageTexts,
     /// A `MESSAGES_SNAPSHOT` reached the original since the texts were last
     /// brought up to date: the reducer's change mark counts a message it
     /// replaced by an equal one (keys in another order) as unchanged, but
@@ -139,7 +139,7 @@ impl SnapshotCompactor {
             index: 0,
             runs: 0,
             deltas_before: 0,
-            texts: Vec::new(),
+            texts: MessageTexts::default(),
             texts_stale: false,
             synced: true,
             verified: 0,
@@ -290,8 +290,7 @@ impl SnapshotCompactor {
         self.texts.truncate(mark.min(target.messages.len()));
         let kept = self.texts.len();
         for m in &target.messages[self.texts.len()..] {
-            self.texts
-                .push(serde_json::to_string(m).map_err(CompactError::Json)?);
+            self.texts.push(m)?;
         }
         if let (true, Appended::Messages(appended)) = (self.proof && self.synced, &appended) {
             // Below `from`, `replayed` (the original as of the last mark)
@@ -307,7 +306,7 @@ impl SnapshotCompactor {
             }
         }
         let target = self.original.conversation();
-        let texts = Some(self.texts.as_slice());
+        let texts = Some(&self.texts);
         let head = std::slice::from_ref(&normalized);
         let restated = match replay(&self.replayed, head) {
             Some(local) => restate_owned(
@@ -386,7 +385,7 @@ impl SnapshotCompactor {
             {
                 return Ok(None);
             }
-            match serde_json::from_str::<Value>(&self.texts[i]) {
+            match serde_json::from_str::<Value>(self.texts.text(i)) {
                 Ok(parsed) if parsed == *m => {}
                 _ => return Ok(None),
             }
