@@ -2,6 +2,7 @@
 
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, BufWriter, Write};
+use std::os::fd::AsFd;
 use std::path::Path;
 
 use agui_codec::{DecodeError, DecodeOptions, EventChunk, Format, Split, ThreadedReader};
@@ -233,8 +234,52 @@ impl Drop for Events {
 }
 
 /// A buffered standard output.
-pub fn stdout() -> BufWriter<io::StdoutLock<'static>> {
-    BufWriter::with_capacity(1 << 16, io::stdout().lock())
+pub type Stdout = BufWriter<StdoutSink>;
+
+/// A buffered standard output, written through its own descriptor while
+/// the standard library's handle stays locked (so nothing else writes in
+/// between). The library's handle is line-buffered: it searches every
+/// write for its last line end, a pass over each large write (a snapshot
+/// event of many megabytes) that nothing here needs.
+pub fn stdout() -> Stdout {
+    let mut lock = io::stdout().lock();
+    let fd = lock
+        .flush()
+        .and_then(|()| lock.as_fd().try_clone_to_owned())
+        .ok()
+        .map(File::from);
+    BufWriter::with_capacity(1 << 16, StdoutSink { fd, lock })
+}
+
+/// Where [`stdout`] writes: a duplicate of the standard output's
+/// descriptor, with the handle held locked beside it, or the handle itself
+/// when the descriptor could not be duplicated.
+pub struct StdoutSink {
+    fd: Option<File>,
+    lock: io::StdoutLock<'static>,
+}
+
+impl Write for StdoutSink {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match &mut self.fd {
+            Some(file) => file.write(buf),
+            None => self.lock.write(buf),
+        }
+    }
+
+    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        match &mut self.fd {
+            Some(file) => file.write_vectored(bufs),
+            None => self.lock.write_vectored(bufs),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match &mut self.fd {
+            Some(file) => file.flush(),
+            None => self.lock.flush(),
+        }
+    }
 }
 
 /// Writes and flushes, for one-shot outputs.

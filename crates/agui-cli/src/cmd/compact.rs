@@ -11,7 +11,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::fs::File;
-use std::io::{self, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -370,7 +370,7 @@ impl Work {
 
 /// The output, written step by step once the format is known.
 struct Output {
-    writer: Option<Writer<io::BufWriter<io::StdoutLock<'static>>>>,
+    writer: Option<Writer<crate::io::Stdout>>,
     to: Option<Format>,
     mode: Mode,
     warned: bool,
@@ -419,7 +419,7 @@ impl Output {
         format: Option<Format>,
         tally: &mut Tally,
         bar: &indicatif::ProgressBar,
-    ) -> anyhow::Result<&mut Option<Writer<io::BufWriter<io::StdoutLock<'static>>>>> {
+    ) -> anyhow::Result<&mut Option<Writer<crate::io::Stdout>>> {
         if self.marks.is_empty() {
             return Ok(&mut self.writer);
         }
