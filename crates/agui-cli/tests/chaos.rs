@@ -269,6 +269,9 @@ impl GatewayLog {
         } else if line.contains(" ERROR ") {
             self.errors.fetch_add(1, Ordering::Relaxed);
             eprintln!("gateway: {line}");
+        } else if line.contains(" WARN ") && line.contains("cannot") {
+            // Not a failure by itself; shown for a failure's diagnosis.
+            eprintln!("gateway: {line}");
         }
     }
 }

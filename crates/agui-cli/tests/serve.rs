@@ -432,6 +432,76 @@ fn on_postgres_a_run_of_a_gateway_whose_lock_outlives_it_is_interrupted_once_the
     );
 }
 
+/// A run left `running` by a process that is gone, written after this
+/// gateway started (a killed gateway's last transaction committing late, or
+/// a replica dying while this one runs), is closed as `interrupted` by the
+/// running gateway's sweep: its open message ended, then `RUN_ERROR`.
+#[test]
+fn on_postgres_a_run_left_by_a_process_gone_after_start_up_is_interrupted() {
+    let Some(url) = postgres_url() else { return };
+    let _one_at_a_time = postgres_tests();
+    let schema = PgSchema::new(url);
+    let store = schema.store_url();
+    let dir = tempfile::tempdir().unwrap();
+    let b = serve(dir.path(), &["--store", &store]);
+    // Another process's store appends a run's first events and goes.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let other = agui_store::Store::new(agui_store_postgres::open(&store).await.unwrap());
+        let events = [
+            r#"{"type":"RUN_STARTED","threadId":"late","runId":"r1"}"#,
+            r#"{"type":"TEXT_MESSAGE_START","messageId":"m1","role":"assistant"}"#,
+            r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"half"}"#,
+        ]
+        .map(|e| agui_protocol::Event::from_json(e).unwrap());
+        other
+            .append(
+                agui_server::DEFAULT_TENANT,
+                "late",
+                agui_store::AppendRequest::new(events.to_vec()),
+            )
+            .await
+            .unwrap();
+        other.close().await.unwrap();
+    });
+    drop(rt);
+    let status = || {
+        let (_, thread) = get_json(&b.addr, "/threads/late");
+        thread["runs"][0]["status"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned()
+    };
+    let mut waited = 0;
+    while status() != "interrupted" && waited < 150 {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        waited += 1;
+    }
+    assert_eq!(status(), "interrupted");
+    let mut raw = String::new();
+    request(&b.addr, "GET", "/threads/late/events", None)
+        .read_to_string(&mut raw)
+        .unwrap();
+    let types: Vec<String> = frames(split_response(&raw).1)
+        .into_iter()
+        .map(|(_, e)| e["type"].as_str().unwrap_or("").to_owned())
+        .collect();
+    assert_eq!(
+        types,
+        [
+            "RUN_STARTED",
+            "TEXT_MESSAGE_START",
+            "TEXT_MESSAGE_CONTENT",
+            "TEXT_MESSAGE_END",
+            "RUN_ERROR"
+        ]
+    );
+}
+
 /// The PostgreSQL tests of this file run one at a time: each looks up its
 /// gateways' advisory locks by session number, which another test's schema
 /// may also use at the same moment.

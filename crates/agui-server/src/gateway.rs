@@ -500,62 +500,6 @@ impl Gateway {
     /// messages and tool calls ended and a `RUN_ERROR` with code
     /// `interrupted`; its status becomes `interrupted`. Returns how many.
     pub async fn recover(&self) -> Result<u64, ServerError> {
-        self.recover_pass(false).await.map(|(closed, _)| closed)
-    }
-
-    /// [`Gateway::recover`] at start-up, then again in the background while
-    /// runs are left `running` by an owner that still looked alive: on a
-    /// store shared by replicas (PostgreSQL), a gateway killed a moment ago
-    /// can still hold its session lock for a while (its database connection
-    /// ends after it), and its runs would otherwise stay `running` until the
-    /// next start. Runs of live replicas (and this gateway's own) are never
-    /// closed: their owners' locks are held. Retries every 250 ms for 30 s.
-    pub async fn recover_at_start(self: &Arc<Self>) -> Result<u64, ServerError> {
-        let (closed, left) = self.recover_pass(false).await?;
-        let joined = crate::aside::join_all(self).await?;
-        if joined > 0 {
-            tracing::info!(runs = joined, "runs set aside joined their threads");
-        }
-        if left > 0 {
-            let gw = Arc::downgrade(self);
-            tokio::spawn(async move {
-                for _ in 0..120 {
-                    tokio::time::sleep(std::time::Duration::from_millis(250)).await;
-                    let Some(gw) = gw.upgrade() else { return };
-                    if gw.shutting_down.is_cancelled() {
-                        return;
-                    }
-                    match gw.recover_pass(true).await {
-                        Ok((n, left)) => {
-                            if n > 0 {
-                                tracing::warn!(
-                                    runs = n,
-                                    "closed runs left in flight by a gateway that is gone as interrupted"
-                                );
-                                // Some may have been set aside.
-                                if let Err(e) = crate::aside::join_all(&gw).await {
-                                    tracing::warn!(error = %e, "cannot join runs set aside");
-                                }
-                            }
-                            if left == 0 {
-                                return;
-                            }
-                        }
-                        Err(e) => {
-                            tracing::warn!(error = %e, "cannot recover runs left in flight");
-                            return;
-                        }
-                    }
-                }
-            });
-        }
-        Ok(closed)
-    }
-
-    /// One recovery pass: how many runs it closed, and how many it left
-    /// `running` because their owner still looked alive. `later`: while this
-    /// gateway runs, so only other processes' runs may be closed.
-    async fn recover_pass(&self, later: bool) -> Result<(u64, u64), ServerError> {
         let err = |during: &'static str| {
             move |e: StoreError| ServerError::Store {
                 during,
@@ -587,36 +531,126 @@ impl Gateway {
             }
         }
         if stale.is_empty() {
-            return Ok((0, 0));
+            return Ok(0);
         }
-        if later {
-            self.store.mark_interrupted_elsewhere().await
-        } else {
-            self.store.mark_interrupted().await
-        }
-        .map_err(err("marking runs interrupted"))?;
-        let mut closed = 0;
-        let mut left = 0;
+        self.store
+            .mark_interrupted()
+            .await
+            .map_err(err("marking runs interrupted"))?;
+        let mut interrupted = Vec::new();
         for (tenant, run) in stale {
             // A store shared by replicas interrupts only the runs whose
             // owner is gone: a run another live gateway is streaming stays
             // `running` and is not ours to close.
             match self.store.run(&tenant, &run.thread_id, &run.run_id).await {
-                Ok(now) if now.status == RunStatus::Interrupted => {}
-                Ok(now) => {
-                    if now.status == RunStatus::Running {
-                        left += 1;
-                    }
-                    continue;
-                }
-                Err(e) if e.kind() == agui_store::ErrorKind::NotFound => continue,
+                Ok(now) if now.status == RunStatus::Interrupted => interrupted.push((tenant, run)),
+                Ok(_) => {}
+                Err(e) if e.kind() == agui_store::ErrorKind::NotFound => {}
                 Err(e) => return Err(err("re-reading an interrupted run")(e)),
             }
-            let events = self
+        }
+        self.close_interrupted(interrupted).await
+    }
+
+    /// [`Gateway::recover`] at start-up, then a sweep in the background for
+    /// as long as the gateway runs: on a store shared by replicas
+    /// (PostgreSQL), the runs of a replica that is gone are closed by the
+    /// live ones. That covers a gateway killed a moment ago whose session
+    /// lock outlives it for a while (its database connection ends after
+    /// it), a run its last transaction committed after this gateway looked,
+    /// and a replica that dies while the others run and never comes back.
+    /// Runs of live replicas (and this gateway's own) are never closed:
+    /// their owners' locks are held. The sweep looks every 250 ms for the
+    /// first 30 s, then every second; on a single-process store it does no
+    /// I/O.
+    pub async fn recover_at_start(self: &Arc<Self>) -> Result<u64, ServerError> {
+        let closed = self.recover().await?;
+        let joined = crate::aside::join_all(self).await?;
+        if joined > 0 {
+            tracing::info!(runs = joined, "runs set aside joined their threads");
+        }
+        let gw = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let started = tokio::time::Instant::now();
+            let mut failing = false;
+            loop {
+                let pause = if started.elapsed() < std::time::Duration::from_secs(30) {
+                    std::time::Duration::from_millis(250)
+                } else {
+                    std::time::Duration::from_secs(1)
+                };
+                tokio::time::sleep(pause).await;
+                let Some(gw) = gw.upgrade() else { return };
+                if gw.shutting_down.is_cancelled() {
+                    return;
+                }
+                match gw.sweep().await {
+                    Ok(n) => {
+                        if failing {
+                            tracing::info!("recovering runs left in flight works again");
+                            failing = false;
+                        }
+                        if n > 0 {
+                            tracing::warn!(
+                                runs = n,
+                                "closed runs left in flight by a gateway that is gone as interrupted"
+                            );
+                        }
+                    }
+                    Err(e) => {
+                        // Said once per outage; the sweep goes on.
+                        if !failing {
+                            tracing::warn!(error = %e, "cannot recover runs left in flight");
+                            failing = true;
+                        }
+                    }
+                }
+            }
+        });
+        Ok(closed)
+    }
+
+    /// One background pass: marks the runs of processes that are gone and
+    /// closes exactly those (another replica sweeping at once gets others).
+    async fn sweep(self: &Arc<Self>) -> Result<u64, ServerError> {
+        let marked =
+            self.store
+                .mark_interrupted_elsewhere()
+                .await
+                .map_err(|e| ServerError::Store {
+                    during: "marking runs interrupted",
+                    message: e.to_string(),
+                })?;
+        if marked.is_empty() {
+            return Ok(0);
+        }
+        let closed = self.close_interrupted(marked).await?;
+        // Some may have been set aside.
+        crate::aside::join_all(self).await?;
+        Ok(closed)
+    }
+
+    /// Ends each run, now `interrupted`, in its log: its open messages and
+    /// tool calls closed, then a `RUN_ERROR` with code `interrupted`.
+    /// Returns how many were closed.
+    async fn close_interrupted(&self, runs: Vec<(String, RunRecord)>) -> Result<u64, ServerError> {
+        let mut closed = 0;
+        for (tenant, run) in runs {
+            let events = match self
                 .store
                 .read_run(&tenant, &run.thread_id, &run.run_id)
                 .await
-                .map_err(err("reading an interrupted run"))?;
+            {
+                Ok(events) => events,
+                // Deleted since.
+                Err(e) if e.kind() == agui_store::ErrorKind::NotFound => continue,
+                Err(e) => {
+                    return Err(ServerError::Store {
+                        during: "reading an interrupted run",
+                        message: e.to_string(),
+                    });
+                }
+            };
             let mut open = OpenItems::default();
             for e in &events {
                 open.track(&e.event);
@@ -644,7 +678,7 @@ impl Gateway {
         self.metrics
             .runs_interrupted
             .fetch_add(closed, std::sync::atomic::Ordering::Relaxed);
-        Ok((closed, left))
+        Ok(closed)
     }
 
     /// Starts shutting down: live streams end; runs may go on until

@@ -63,10 +63,15 @@
 //!   touches. `mark_interrupted` interrupts only running runs whose owner is
 //!   gone (no lock held, no owner recorded, or the calling store itself),
 //!   so a replica starting up leaves the runs other live replicas stream
-//!   alone. Limits: while a listening connection reconnects, its session
-//!   looks gone; a host that vanishes without closing its connections keeps
-//!   its lock until the server's TCP keepalives (set to about a minute on
-//!   that connection) drop it.
+//!   alone. `mark_interrupted_elsewhere`, which a running gateway calls
+//!   every second, never takes its own store's runs and takes another
+//!   session's only once it has looked gone for 3 s (a live replica's
+//!   listening connection, reconnecting 200 ms apart, holds no lock for a
+//!   moment); it returns the runs it marked, so of two replicas sweeping at
+//!   once only one closes each. Limits: a listening connection lost for
+//!   longer than that looks gone; a host that vanishes without closing its
+//!   connections keeps its lock until the server's TCP keepalives (set to
+//!   about a minute on that connection) drop it.
 //! - **Errors** map onto the portable kinds; `Display` never shows SQL.
 
 mod error;
@@ -213,7 +218,16 @@ struct Inner {
     session: i32,
     /// The first key of the session locks of this schema.
     lock_space: i32,
+    /// Other sessions with `running` runs whose lock no connection held,
+    /// and when `mark_interrupted_elsewhere` first saw them so: their runs
+    /// are interrupted once they stay gone for [`GONE_GRACE`].
+    gone_since: Mutex<HashMap<i32, std::time::Instant>>,
 }
+
+/// How long another session must look gone before a running store
+/// interrupts its runs: a live replica whose listening connection is
+/// reconnecting (200 ms apart) holds no lock for that moment.
+const GONE_GRACE: Duration = Duration::from_secs(3);
 
 impl Drop for Inner {
     fn drop(&mut self) {
@@ -559,19 +573,24 @@ const RUN_COLUMNS: &str = "r.thread, r.run_id, r.parent_run_id, r.agent, r.statu
      r.finished_at, r.first_seq, r.last_seq, r.event_count, r.bytes, r.thread_id";
 
 fn run_from_row(row: &Row) -> Result<RunRecord> {
+    run_from_row_at(row, 0)
+}
+
+/// A run from [`RUN_COLUMNS`] starting at column `at`.
+fn run_from_row_at(row: &Row, at: usize) -> Result<RunRecord> {
     Ok(RunRecord {
-        thread_id: text(get(row, 0)?)?,
-        run_id: text(get(row, 1)?)?,
-        parent_run_id: opt_text(get(row, 2)?)?,
-        agent: opt_text(get(row, 3)?)?,
-        status: status_from(get(row, 4)?)?,
-        started_at: Timestamp(get(row, 5)?),
-        finished_at: get::<Option<i64>>(row, 6)?.map(Timestamp),
-        first_seq: to_u64(get(row, 7)?)?,
-        last_seq: to_u64(get(row, 8)?)?,
-        event_count: to_u64(get(row, 9)?)?,
-        bytes: to_u64(get(row, 10)?)?,
-        thread_instance: to_u64(get(row, 11)?)?,
+        thread_id: text(get(row, at)?)?,
+        run_id: text(get(row, at + 1)?)?,
+        parent_run_id: opt_text(get(row, at + 2)?)?,
+        agent: opt_text(get(row, at + 3)?)?,
+        status: status_from(get(row, at + 4)?)?,
+        started_at: Timestamp(get(row, at + 5)?),
+        finished_at: get::<Option<i64>>(row, at + 6)?.map(Timestamp),
+        first_seq: to_u64(get(row, at + 7)?)?,
+        last_seq: to_u64(get(row, at + 8)?)?,
+        event_count: to_u64(get(row, at + 9)?)?,
+        bytes: to_u64(get(row, at + 10)?)?,
+        thread_instance: to_u64(get(row, at + 11)?)?,
     })
 }
 
@@ -664,6 +683,7 @@ impl PgStore {
             closed: AtomicBool::new(false),
             listener: Mutex::new(None),
             heads: Mutex::new(HashMap::new()),
+            gone_since: Mutex::new(HashMap::new()),
             session,
             lock_space,
         });
@@ -1756,10 +1776,11 @@ impl Backend for PgStore {
     /// process exited or lost the database). Runs that live replicas are
     /// streaming are left alone.
     async fn mark_interrupted(&self) -> Result<u64> {
-        self.interrupt_runs_of_gone_owners(true).await
+        let marked = self.interrupt_runs_of_gone_owners(true).await?;
+        Ok(marked.len() as u64)
     }
 
-    async fn mark_interrupted_elsewhere(&self) -> Result<u64> {
+    async fn mark_interrupted_elsewhere(&self) -> Result<Vec<(String, RunRecord)>> {
         self.interrupt_runs_of_gone_owners(false).await
     }
 
@@ -1872,40 +1893,96 @@ impl Backend for PgStore {
 }
 
 impl PgStore {
-    /// `mark_interrupted` (`include_own`: this store's runs too, at
-    /// start-up) and `mark_interrupted_elsewhere` (not them: while it runs).
-    async fn interrupt_runs_of_gone_owners(&self, include_own: bool) -> Result<u64> {
+    /// `mark_interrupted` (`include_own`: at start-up, this store's runs
+    /// too and every gone owner's at once) and `mark_interrupted_elsewhere`
+    /// (while it runs: never this store's own runs, and another session's
+    /// only once it has looked gone for [`GONE_GRACE`]): the runs marked,
+    /// with their tenants, as they now stand. One statement marks and
+    /// returns them, so of two replicas sweeping at once only one gets each
+    /// run.
+    async fn interrupt_runs_of_gone_owners(
+        &self,
+        include_own: bool,
+    ) -> Result<Vec<(String, RunRecord)>> {
+        const LIVE: &str = "live AS (SELECT l.objid::bigint AS s FROM pg_locks l \
+               WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 \
+               AND l.classid::bigint = $1 AND l.database = \
+                 (SELECT oid FROM pg_database WHERE datname = current_database()))";
         let c = self.conn().await?;
+        let space = i64::from(self.inner.lock_space);
+        let mut ripe: Vec<i32> = Vec::new();
+        if !include_own {
+            // Which other owners of running runs look gone now: one cheap
+            // read (running runs are indexed), and nothing more when none.
+            let rows = c
+                .query(
+                    &format!(
+                        "WITH {LIVE} SELECT DISTINCT r.owner FROM runs r WHERE r.status = 0 \
+                         AND (r.owner IS NULL OR (r.owner <> $2 \
+                           AND r.owner NOT IN (SELECT s FROM live)))"
+                    ),
+                    &[&space, &self.inner.session],
+                )
+                .await
+                .map_err(pg)?;
+            let mut ownerless = false;
+            let now = std::time::Instant::now();
+            let mut gone = self
+                .inner
+                .gone_since
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            let mut seen = HashSet::new();
+            for row in &rows {
+                match get::<Option<i32>>(row, 0)? {
+                    None => ownerless = true,
+                    Some(owner) => {
+                        seen.insert(owner);
+                        let since = *gone.entry(owner).or_insert(now);
+                        if now.duration_since(since) >= GONE_GRACE {
+                            ripe.push(owner);
+                        }
+                    }
+                }
+            }
+            gone.retain(|owner, _| seen.contains(owner));
+            drop(gone);
+            if ripe.is_empty() && !ownerless {
+                return Ok(Vec::new());
+            }
+        }
         let now = Timestamp::now().0;
-        let row = c
-            .query_one(
-                "WITH live AS (SELECT l.objid::bigint AS s FROM pg_locks l \
-                   WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 \
-                   AND l.classid::bigint = $2 AND l.database = \
-                     (SELECT oid FROM pg_database WHERE datname = current_database())), \
-                 x AS (UPDATE runs SET status = 3, finished_at = $1 WHERE status = 0 \
-                   AND (owner IS NULL OR ($3 AND owner = $4) OR owner NOT IN (SELECT s FROM live)) \
-                   RETURNING thread_id, run_id), \
-                 y AS (UPDATE threads t SET last_run_status = 3 FROM x \
-                   WHERE t.id = x.thread_id AND t.last_run = x.run_id AND t.last_run_status = 0) \
-                 SELECT count(*) FROM x",
-                &[
-                    &now,
-                    &i64::from(self.inner.lock_space),
-                    &include_own,
-                    &self.inner.session,
-                ],
+        let rows = c
+            .query(
+                &format!(
+                    "WITH {LIVE}, \
+                     x AS (UPDATE runs r SET status = 3, finished_at = $2 WHERE r.status = 0 \
+                       AND (r.owner IS NULL \
+                         OR ($3 AND (r.owner = $4 OR r.owner NOT IN (SELECT s FROM live))) \
+                         OR (NOT $3 AND r.owner = ANY($5) AND r.owner <> $4 \
+                           AND r.owner NOT IN (SELECT s FROM live))) \
+                       RETURNING r.tenant AS run_tenant, {RUN_COLUMNS}), \
+                     y AS (UPDATE threads t SET last_run_status = 3 FROM x \
+                       WHERE t.id = x.thread_id AND t.last_run = x.run_id \
+                       AND t.last_run_status = 0) \
+                     SELECT * FROM x"
+                ),
+                &[&space, &now, &include_own, &self.inner.session, &ripe],
             )
             .await
             .map_err(pg)?;
-        let n: i64 = get(&row, 0)?;
+        let mut marked = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let tenant = text(get(row, 0)?)?;
+            marked.push((tenant, run_from_row_at(row, 1)?));
+        }
         // Last-run statuses changed: plan against fresh heads.
         self.inner
             .heads
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clear();
-        to_u64(n)
+        Ok(marked)
     }
 }
 

@@ -396,6 +396,76 @@ async fn start_up_interrupts_only_runs_whose_replica_is_gone() {
     );
 }
 
+/// A running store's sweep (`mark_interrupted_elsewhere`) never takes its
+/// own runs nor a live replica's; a gone replica's it takes once that one
+/// has looked gone for the grace, and returns them with their tenants; two
+/// replicas sweeping at once share them out, each run to one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_sweep_returns_a_gone_replicas_runs_once_each_after_the_grace() {
+    let Some(url) = common::url() else { return };
+    let schema = Schema::new(url);
+    let open = || async { agui_store::Store::new(schema.open().await.unwrap()) };
+    let (a, b, c) = (open().await, open().await, open().await);
+    let started = |run: &str| {
+        Event::from_json(&format!(
+            r#"{{"type":"RUN_STARTED","threadId":"x","runId":"{run}"}}"#
+        ))
+        .unwrap()
+    };
+    for (tenant, thread, run) in [("t1", "a1", "r1"), ("t2", "a2", "r2")] {
+        a.append(
+            tenant,
+            thread,
+            AppendRequest::new(vec![started(run), custom(1)]),
+        )
+        .await
+        .unwrap();
+    }
+    b.append("t1", "b", AppendRequest::new(vec![started("rb")]))
+        .await
+        .unwrap();
+    for s in [&a, &b, &c] {
+        assert!(s.mark_interrupted_elsewhere().await.unwrap().is_empty());
+    }
+    a.close().await.unwrap();
+    drop(a);
+    let gone = std::time::Instant::now();
+    let mut got: Vec<(String, String, String, agui_store::RunStatus)> = Vec::new();
+    while got.len() < 2 && gone.elapsed() < STUCK {
+        let (x, y) = tokio::join!(
+            b.mark_interrupted_elsewhere(),
+            c.mark_interrupted_elsewhere()
+        );
+        for (tenant, run) in x.unwrap().into_iter().chain(y.unwrap()) {
+            assert!(
+                gone.elapsed() >= Duration::from_millis(2900),
+                "{} taken {:?} after its replica went",
+                run.run_id,
+                gone.elapsed()
+            );
+            got.push((tenant, run.thread_id, run.run_id, run.status));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    got.sort_by(|x, y| (&x.0, &x.2).cmp(&(&y.0, &y.2)));
+    let interrupted = agui_store::RunStatus::Interrupted;
+    assert_eq!(
+        got,
+        [
+            ("t1".into(), "a1".into(), "r1".into(), interrupted),
+            ("t2".into(), "a2".into(), "r2".into(), interrupted),
+        ]
+    );
+    for s in [&b, &c] {
+        assert!(s.mark_interrupted_elsewhere().await.unwrap().is_empty());
+    }
+    assert_eq!(
+        b.run("t1", "b", "rb").await.unwrap().status,
+        agui_store::RunStatus::Running
+    );
+    assert_eq!(c.run("t2", "a2", "r2").await.unwrap().status, interrupted);
+}
+
 #[tokio::test]
 async fn a_thread_claimed_by_one_replica_is_seen_by_the_other_until_released_or_gone() {
     let Some(url) = common::url() else { return };

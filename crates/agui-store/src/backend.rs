@@ -187,10 +187,12 @@ pub trait Backend: Send + Sync {
 
     /// Marks `interrupted` the `running` runs of other processes that are
     /// gone, never this store's own, so a gateway may call it while it runs
-    /// (a store shared by replicas). Single-process stores have no such runs
-    /// once started: 0.
-    async fn mark_interrupted_elsewhere(&self) -> Result<u64> {
-        Ok(0)
+    /// (a store shared by replicas), and returns each run it marked with its
+    /// tenant, as it now stands, so that the caller closes exactly those:
+    /// two callers racing never both get one run. Single-process stores have
+    /// no such runs once started: none.
+    async fn mark_interrupted_elsewhere(&self) -> Result<Vec<(String, RunRecord)>> {
+        Ok(Vec::new())
     }
 
     /// Whether the backend takes writes now: `Unavailable` (saying why)

@@ -828,13 +828,14 @@ impl Store {
     }
 
     /// Marks `interrupted` the `running` runs of other processes that are
-    /// gone (see [`Backend::mark_interrupted_elsewhere`]).
-    pub async fn mark_interrupted_elsewhere(&self) -> Result<u64> {
-        let n = self.inner.backend.mark_interrupted_elsewhere().await?;
-        if n > 0 {
+    /// gone, and returns them with their tenants (see
+    /// [`Backend::mark_interrupted_elsewhere`]).
+    pub async fn mark_interrupted_elsewhere(&self) -> Result<Vec<(String, RunRecord)>> {
+        let marked = self.inner.backend.mark_interrupted_elsewhere().await?;
+        if !marked.is_empty() {
             self.heads().clear();
         }
-        Ok(n)
+        Ok(marked)
     }
 
     /// Whether the store takes writes now (see [`Backend::ready`]):

@@ -179,7 +179,7 @@ impl<H: Hooks> Backend for Hooked<H> {
     async fn mark_interrupted(&self) -> Result<u64> {
         self.inner.mark_interrupted().await
     }
-    async fn mark_interrupted_elsewhere(&self) -> Result<u64> {
+    async fn mark_interrupted_elsewhere(&self) -> Result<Vec<(String, RunRecord)>> {
         self.inner.mark_interrupted_elsewhere().await
     }
     async fn stats(&self) -> Result<StoreStats> {
