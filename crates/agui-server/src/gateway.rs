@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use agui_protocol::Event;
+use agui_protocol::{Event, EventType};
 use agui_store::{AppendRequest, ErrorKind, RunFilter, RunRecord, RunStatus, Store, StoreError};
 use axum::http::{HeaderMap, StatusCode, header};
 use serde_json::json;
@@ -545,7 +545,7 @@ impl Gateway {
             match self.store.run(&tenant, &run.thread_id, &run.run_id).await {
                 Ok(now) if now.status == RunStatus::Interrupted => interrupted.push((tenant, run)),
                 Ok(_) => {}
-                Err(e) if e.kind() == agui_store::ErrorKind::NotFound => {}
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
                 Err(e) => return Err(err("re-reading an interrupted run")(e)),
             }
         }
@@ -632,46 +632,72 @@ impl Gateway {
 
     /// Ends each run, now `interrupted`, in its log: its open messages and
     /// tool calls closed, then a `RUN_ERROR` with code `interrupted`.
-    /// Returns how many were closed.
+    /// Returns how many this call closed. The close is appended only if
+    /// the thread is as read: another gateway closing the same run at once
+    /// (replicas started together) makes it read again, find the run ended
+    /// and leave it, so a run never gets two ends.
     async fn close_interrupted(&self, runs: Vec<(String, RunRecord)>) -> Result<u64, ServerError> {
+        let store_err = |during: &'static str| {
+            move |e: StoreError| ServerError::Store {
+                during,
+                message: e.to_string(),
+            }
+        };
         let mut closed = 0;
         for (tenant, run) in runs {
-            let events = match self
-                .store
-                .read_run(&tenant, &run.thread_id, &run.run_id)
-                .await
-            {
-                Ok(events) => events,
-                // Deleted since.
-                Err(e) if e.kind() == agui_store::ErrorKind::NotFound => continue,
-                Err(e) => {
-                    return Err(ServerError::Store {
-                        during: "reading an interrupted run",
-                        message: e.to_string(),
-                    });
+            let mut tries = 0;
+            loop {
+                // The head first, then the run: a write in between makes the
+                // append below conflict, never go unseen.
+                let head = match self.store.thread(&tenant, &run.thread_id).await {
+                    Ok(info) => info.last_seq,
+                    // Deleted since.
+                    Err(e) if e.kind() == ErrorKind::NotFound => break,
+                    Err(e) => return Err(store_err("reading an interrupted run's thread")(e)),
+                };
+                let events = match self
+                    .store
+                    .read_run(&tenant, &run.thread_id, &run.run_id)
+                    .await
+                {
+                    Ok(events) => events,
+                    Err(e) if e.kind() == ErrorKind::NotFound => break,
+                    Err(e) => return Err(store_err("reading an interrupted run")(e)),
+                };
+                if events.last().is_some_and(|e| {
+                    matches!(
+                        e.event.event_type(),
+                        EventType::RunFinished | EventType::RunError
+                    )
+                }) {
+                    // Closed by another gateway meanwhile.
+                    break;
                 }
-            };
-            let mut open = OpenItems::default();
-            for e in &events {
-                open.track(&e.event);
-            }
-            let mut batch = open.closers();
-            batch.push(run_error(
-                "interrupted",
-                "the gateway stopped while this run was in flight",
-            ));
-            match self
-                .store
-                .append(
-                    &tenant,
-                    &run.thread_id,
-                    AppendRequest::new(batch).agent_opt(run.agent.clone()),
-                )
-                .await
-            {
-                Ok(_) => closed += 1,
-                Err(e) => {
-                    tracing::error!(thread = %run.thread_id, run = %run.run_id, error = %e, "cannot close an interrupted run")
+                let mut open = OpenItems::default();
+                for e in &events {
+                    open.track(&e.event);
+                }
+                let mut batch = open.closers();
+                batch.push(run_error(
+                    "interrupted",
+                    "the gateway stopped while this run was in flight",
+                ));
+                let request = AppendRequest::new(batch)
+                    .agent_opt(run.agent.clone())
+                    .expect_seq(head);
+                match self.store.append(&tenant, &run.thread_id, request).await {
+                    Ok(_) => {
+                        closed += 1;
+                        break;
+                    }
+                    // The thread moved on: read it again.
+                    Err(e) if e.kind() == ErrorKind::Conflict && tries < 20 => {
+                        tries += 1;
+                    }
+                    Err(e) => {
+                        tracing::error!(thread = %run.thread_id, run = %run.run_id, error = %e, "cannot close an interrupted run");
+                        break;
+                    }
                 }
             }
         }

@@ -847,3 +847,81 @@ async fn a_preflight_without_cors_names_the_flag() {
     );
     g.shutdown().await;
 }
+
+/// Lets the first two listings of running runs return only once both
+/// listed, as two gateways starting at once after a crash would.
+struct ListTogether {
+    calls: std::sync::atomic::AtomicUsize,
+    both: tokio::sync::Barrier,
+}
+
+#[async_trait::async_trait]
+impl agui_store::conformance::hooked::Hooks for ListTogether {
+    async fn list_runs(
+        &self,
+        inner: &dyn agui_store::Backend,
+        tenant: &str,
+        filter: &agui_store::RunFilter,
+    ) -> agui_store::Result<agui_store::RunPage> {
+        let page = inner.list_runs(tenant, filter).await;
+        if filter.status == Some(agui_store::RunStatus::Running)
+            && self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) < 2
+        {
+            self.both.wait().await;
+        }
+        page
+    }
+}
+
+/// Two gateways recovering one store at once both find the run left in
+/// flight; it is closed once, its open message ended, one `RUN_ERROR`.
+#[tokio::test]
+async fn two_gateways_recovering_at_once_close_a_run_once() {
+    let hooked = std::sync::Arc::new(agui_store::conformance::hooked::Hooked::new(
+        agui_store::MemoryStore::new(),
+        ListTogether {
+            calls: Default::default(),
+            both: tokio::sync::Barrier::new(2),
+        },
+    ));
+    let store = agui_store::Store::from_arc(hooked);
+    let events = [
+        r#"{"type":"RUN_STARTED","threadId":"t","runId":"r1"}"#,
+        r#"{"type":"TEXT_MESSAGE_START","messageId":"m1","role":"assistant"}"#,
+        r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"half"}"#,
+    ]
+    .map(|e| agui_protocol::Event::from_json(e).unwrap());
+    store
+        .append(
+            "default",
+            "t",
+            agui_store::AppendRequest::new(events.to_vec()),
+        )
+        .await
+        .unwrap();
+    let gateway = || {
+        std::sync::Arc::new(
+            agui_server::Gateway::new(store.clone(), GatewayConfig::default()).unwrap(),
+        )
+    };
+    let (a, b) = (gateway(), gateway());
+    let (x, y) = tokio::join!(a.recover(), b.recover());
+    assert_eq!(x.unwrap() + y.unwrap(), 1);
+    let types: Vec<String> = store
+        .read_run("default", "t", "r1")
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.event.type_name().to_owned())
+        .collect();
+    assert_eq!(
+        types,
+        [
+            "RUN_STARTED",
+            "TEXT_MESSAGE_START",
+            "TEXT_MESSAGE_CONTENT",
+            "TEXT_MESSAGE_END",
+            "RUN_ERROR"
+        ]
+    );
+}
