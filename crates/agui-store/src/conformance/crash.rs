@@ -202,10 +202,38 @@ async fn verify(store: &Store, acked: &BTreeMap<usize, u64>, round: usize) -> u6
     for t in 0..THREADS {
         let name = thread_name(t);
         let want = acked.get(&t).copied().unwrap_or(0);
-        let events = match store.read_range(TENANT, &name, 1, u64::MAX).await {
-            Ok(e) => e,
-            Err(e) if e.kind() == crate::ErrorKind::NotFound && want == 0 => continue,
-            Err(e) => panic!("round {round}: thread {t} unreadable: {e}"),
+        // On a database, the killed writer's last commit, already sent, can
+        // land after the kill, between two of these reads: read the log
+        // and the run index between two looks at the head, again until the
+        // head stood still.
+        let mut tries = 0;
+        let read = loop {
+            let before = store.thread(TENANT, &name).await.ok().map(|i| i.last_seq);
+            let events = match store.read_range(TENANT, &name, 1, u64::MAX).await {
+                Ok(e) => e,
+                Err(e) if e.kind() == crate::ErrorKind::NotFound && want == 0 => break None,
+                Err(e) => panic!("round {round}: thread {t} unreadable: {e}"),
+            };
+            let runs = store
+                .list_runs(
+                    TENANT,
+                    &crate::RunFilter {
+                        thread_id: Some(name.clone()),
+                        limit: crate::MAX_PAGE,
+                        ..Default::default()
+                    },
+                )
+                .await
+                .expect("runs");
+            let info = store.thread(TENANT, &name).await.expect("thread info");
+            tries += 1;
+            if before == Some(info.last_seq) || tries == 20 {
+                break Some((events, runs, info));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        };
+        let Some((events, runs, info)) = read else {
+            continue;
         };
         assert!(
             events.len() as u64 >= want,
@@ -227,7 +255,6 @@ async fn verify(store: &Store, acked: &BTreeMap<usize, u64>, round: usize) -> u6
                 ),
             }
         }
-        let info = store.thread(TENANT, &name).await.expect("thread info");
         assert_eq!(
             info.last_seq,
             events.len() as u64,
@@ -240,17 +267,6 @@ async fn verify(store: &Store, acked: &BTreeMap<usize, u64>, round: usize) -> u6
         );
         // The run index agrees with the log: every RUN_STARTED is indexed and
         // runs tile the log after the first one.
-        let runs = store
-            .list_runs(
-                TENANT,
-                &crate::RunFilter {
-                    thread_id: Some(name.clone()),
-                    limit: crate::MAX_PAGE,
-                    ..Default::default()
-                },
-            )
-            .await
-            .expect("runs");
         let starts: Vec<u64> = events
             .iter()
             .filter(|e| e.event.type_name() == "RUN_STARTED")
