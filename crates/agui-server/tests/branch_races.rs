@@ -9,12 +9,11 @@
 //! aside; the branch of a run that joined its thread while it was read),
 //! fixed with them.
 
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use crate::common::*;
 use agui_protocol::Event;
 use agui_server::config::{demo_agent, parse_agent_flag};
 use agui_server::{GatewayConfig, OnDisconnect, SessionMode};
@@ -26,7 +25,6 @@ use agui_store::{
 use axum::Router;
 use axum::body::Body;
 use axum::response::IntoResponse;
-use common::*;
 use futures::StreamExt;
 use serde_json::{Value, json};
 

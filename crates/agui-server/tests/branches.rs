@@ -3,15 +3,13 @@
 //! aside, and joins the thread's log, whole, once the thread is free;
 //! also across a restart, a stop, and a delete.
 
-mod common;
-
 use std::time::Duration;
 
+use crate::common::*;
 use agui_protocol::Event;
 use agui_server::GatewayConfig;
 use agui_store::aside::{aside_tenant, aside_thread};
 use agui_store::{AppendRequest, RunStatus, Store};
-use common::*;
 use serde_json::{Value, json};
 
 /// A run of the demo agent that takes about `ms` milliseconds per event.

@@ -12,14 +12,12 @@
 //! mid-stream ending `cancelled`, with the framework seeing its request
 //! dropped.
 
-mod common;
-
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use crate::common::*;
 use agui_server::{GatewayConfig, SessionMode, UpstreamThread, config::parse_agent_flag};
-use common::*;
 use futures::StreamExt;
 use serde_json::{Value, json};
 

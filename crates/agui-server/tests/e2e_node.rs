@@ -6,11 +6,9 @@
 //! `AGUI_E2E_DIR` (default: the repository's `e2e/`) and fail with a clear
 //! message when they are missing: run `scripts/e2e-setup` first.
 
-mod common;
-
+use crate::common::*;
 use agui_server::{GatewayConfig, SessionMode, config::parse_agent_flag};
 use agui_store::{MemoryStore, Store};
-use common::*;
 use serde_json::{Value, json};
 
 /// Checks that every official client the tests drive is installed.

@@ -6,14 +6,12 @@
 //! and the node client (see `e2e_node.rs`); fails with a clear message when
 //! they are missing.
 
-mod common;
-
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 
+use crate::common::*;
 use agui_server::{GatewayConfig, SessionMode, config::parse_agent_flag};
-use common::*;
 use serde_json::{Value, json};
 
 struct Agent {

@@ -1,16 +1,14 @@
 //! The gateway end to end over real HTTP, with the demo agent and with small
 //! real upstream servers that fail on purpose.
 
-mod common;
-
 use std::collections::HashMap;
 use std::time::Duration;
 
+use crate::common::*;
 use agui_server::{Auth, GatewayConfig, SessionMode, config::parse_agent_flag};
 use axum::Router;
 use axum::body::Body;
 use axum::routing::post;
-use common::*;
 use serde_json::{Value, json};
 
 fn with_agents(agents: &[&str]) -> GatewayConfig {

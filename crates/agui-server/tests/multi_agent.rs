@@ -7,16 +7,14 @@
 //! continues), then the second agent is configured again and continues
 //! where its channel left off.
 
-mod common;
-
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use crate::common::*;
 use agui_server::{AgentConfig, Auth, GatewayConfig, SessionMode, Upstream};
 use agui_store::Store;
 use axum::Router;
 use axum::routing::post;
-use common::*;
 use serde_json::{Value, json};
 
 const TOKEN: &str = "tok-5ecret-0f-acme";

@@ -1,12 +1,11 @@
 //! Issue 10, the gateway's half: no run is lost or misstated, whatever the
 //! upstream, the store or the client does. Each test failed before its fix.
 
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use crate::common::*;
 use agui_protocol::Event;
 use agui_protocol::verify::verify_events;
 use agui_server::{Auth, GatewayConfig, SessionMode, config::parse_agent_flag};
@@ -17,7 +16,6 @@ use agui_store::{
 use axum::Router;
 use axum::body::Body;
 use axum::routing::post;
-use common::*;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -152,35 +150,6 @@ async fn a_failed_append_of_the_terminal_batch_reaches_the_client_as_run_error()
         assert_eq!(lines.len(), 1, "{thread}: {lines:?}");
     }
     g.shutdown().await;
-}
-
-/// Every line the gateways of this test binary logged (one subscriber for
-/// the process; each test looks for its own thread's lines).
-fn logged() -> &'static std::sync::Mutex<Vec<u8>> {
-    use std::sync::{Mutex, OnceLock};
-    #[derive(Clone)]
-    struct Sink(&'static Mutex<Vec<u8>>);
-    impl std::io::Write for Sink {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    static LOGS: OnceLock<&'static Mutex<Vec<u8>>> = OnceLock::new();
-    LOGS.get_or_init(|| {
-        let logs: &'static Mutex<Vec<u8>> = Box::leak(Box::new(Mutex::new(Vec::new())));
-        let sink = Sink(logs);
-        tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::INFO)
-            .with_ansi(false)
-            .with_writer(move || sink.clone())
-            .try_init()
-            .expect("the only subscriber of this test binary");
-        logs
-    })
 }
 
 /// The error-level lines logged so far that contain every one of `words`.

@@ -3,11 +3,9 @@
 //! grows with each run and not with the conversation, and per-branch
 //! upstream thread ids for stateful frameworks.
 
-mod common;
-
+use crate::common::*;
 use agui_server::config::parse_agent_flag;
 use agui_server::{GatewayConfig, SessionMode, UpstreamThread};
-use common::*;
 use serde_json::{Value, json};
 
 /// The rebuild rule of docs/server.md: the branch history, then the stored

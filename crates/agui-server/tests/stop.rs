@@ -2,12 +2,11 @@
 //! outcome, the `on_disconnect` policy, and a stop sent to another gateway
 //! sharing the store.
 
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use crate::common::*;
 use agui_server::config::parse_agent_flag;
 use agui_server::{GatewayConfig, OnDisconnect, SessionMode};
 use agui_store::Store;
@@ -15,7 +14,6 @@ use axum::Router;
 use axum::body::Body;
 use axum::response::IntoResponse;
 use axum::routing::post;
-use common::*;
 use futures::StreamExt;
 use serde_json::{Value, json};
 

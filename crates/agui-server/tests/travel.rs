@@ -1,13 +1,11 @@
 //! Time travel, branch pages, compare and the console's static files over
 //! HTTP, checked against the history core's lineage on the stored log.
 
-mod common;
-
+use crate::common::*;
 use agui_history::lineage::conversation_at;
 use agui_history::reduce::Conversation;
 use agui_protocol::Event;
 use agui_server::GatewayConfig;
-use common::*;
 use serde_json::{Value, json};
 
 /// r1 ← r2 ← r3, and r1 ← r4 (a fork), on thread `t`.

@@ -1,11 +1,10 @@
 //! Upstreams in real deployments: HTTPS with a private CA, forwarded and
 //! configured headers (whose secrets never leak), and CORS preflights.
 
-mod common;
-
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
+use crate::common::*;
 use agui_server::config::{ServeFile, parse_agent_flag, parse_header_name};
 use agui_server::{GatewayConfig, SessionMode};
 use axum::Router;
@@ -13,7 +12,6 @@ use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use common::*;
 use serde_json::{Value, json};
 
 /// A well-behaved AG-UI answer for the input's thread and run.
@@ -150,33 +148,12 @@ fn a_bad_ca_file_is_a_clear_configuration_error() {
     assert!(e.to_string().contains("CA file"), "{e}");
 }
 
-/// A log sink shared with the test: every line the gateway writes.
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 const SECRET: &str = "sk-upstream-7f3e9a1c";
 const CLIENT_SECRET: &str = "client-token-5b2d";
 
 #[tokio::test]
 async fn headers_forwarded_by_allow_list_and_secrets_never_leak() {
-    let logs = Logs::default();
-    let sink = logs.clone();
-    tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_ansi(false)
-        .with_writer(move || sink.clone())
-        .try_init()
-        .ok();
+    logged();
     // The upstream requires the agent's bearer token and records what it got.
     let seen: Arc<Mutex<Vec<HeaderMap>>> = Arc::default();
     let seen2 = seen.clone();
@@ -278,7 +255,7 @@ async fn headers_forwarded_by_allow_list_and_secrets_never_leak() {
     for e in &stored {
         seen_text.push_str(e.event.json());
     }
-    let logged = String::from_utf8_lossy(&logs.0.lock().unwrap()).into_owned();
+    let logged = String::from_utf8_lossy(&logged().lock().unwrap()).into_owned();
     assert!(
         logged.contains("run started"),
         "the log sink caught nothing"

@@ -315,3 +315,34 @@ pub async fn metrics_text(base: &str) -> String {
         .await
         .unwrap()
 }
+
+/// Every line the gateways of this test binary logged, at every level, from
+/// the first call on: one subscriber for the process (tests that read the
+/// log call this before they start their gateway, and each looks only for
+/// its own thread's lines or for strings no other test uses).
+pub fn logged() -> &'static std::sync::Mutex<Vec<u8>> {
+    use std::sync::{Mutex, OnceLock};
+    #[derive(Clone)]
+    struct Sink(&'static Mutex<Vec<u8>>);
+    impl std::io::Write for Sink {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    static LOGS: OnceLock<&'static Mutex<Vec<u8>>> = OnceLock::new();
+    LOGS.get_or_init(|| {
+        let logs: &'static Mutex<Vec<u8>> = Box::leak(Box::new(Mutex::new(Vec::new())));
+        let sink = Sink(logs);
+        tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::TRACE)
+            .with_ansi(false)
+            .with_writer(move || sink.clone())
+            .try_init()
+            .expect("the only subscriber of this test binary");
+        logs
+    })
+}
