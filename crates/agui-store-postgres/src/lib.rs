@@ -60,18 +60,27 @@
 //!   from the `sessions` sequence) and holds the advisory lock
 //!   (schema key, session) on its listening connection for as long as it
 //!   lives; every append records its session as the owner of the runs it
-//!   touches. `mark_interrupted` interrupts only running runs whose owner is
-//!   gone (no lock held, no owner recorded, or the calling store itself),
-//!   so a replica starting up leaves the runs other live replicas stream
-//!   alone. `mark_interrupted_elsewhere`, which a running gateway calls
-//!   every second, never takes its own store's runs and takes another
-//!   session's only once it has looked gone for 3 s (a live replica's
-//!   listening connection, reconnecting 200 ms apart, holds no lock for a
-//!   moment); it returns the runs it marked, so of two replicas sweeping at
-//!   once only one closes each. Limits: a listening connection lost for
-//!   longer than that looks gone; a host that vanishes without closing its
-//!   connections keeps its lock until the server's TCP keepalives (set to
-//!   about a minute on that connection) drop it.
+//!   touches. Every pooled connection of a store also holds a shared
+//!   presence lock of its session. A session whose lock no connection holds
+//!   is gone at once when none of its connections is left and this store
+//!   never saw it live (a process that ended: the server closed its
+//!   connections), and otherwise once it has stayed lockless for 3 s: a
+//!   live replica whose listening connection is reconnecting (200 ms apart)
+//!   holds no lock for a moment, and after the database itself restarted
+//!   its pooled connections are gone too. `mark_interrupted` (at start-up)
+//!   interrupts the calling store's own runs, those with no owner recorded
+//!   and those of gone sessions, waiting out the grace (at most 10 s) for
+//!   a session still present, so a replica starting up leaves the runs of
+//!   live replicas alone, even one that is reconnecting, and a restart
+//!   after a crash closes its predecessor's runs without waiting.
+//!   `mark_interrupted_elsewhere`, which a running gateway calls every
+//!   second, never takes its own store's runs and takes another session's
+//!   by the same rule, across calls; it returns the runs it marked, so of
+//!   two replicas sweeping at once only one closes each. Limits: a
+//!   listening connection lost for longer than the grace looks gone; a host
+//!   that vanishes without closing its connections keeps its lock until the
+//!   server's TCP keepalives (set to about a minute on that connection)
+//!   drop it.
 //! - **Errors** map onto the portable kinds; `Display` never shows SQL.
 
 mod error;
@@ -94,7 +103,7 @@ use agui_store::{
     ThreadPage, Timestamp, checkpoint, page_size,
 };
 use async_trait::async_trait;
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use deadpool_postgres::{Hook, HookError, Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use sha2::{Digest, Sha256};
 use tokio::task::JoinHandle;
 use tokio_postgres::types::ToSql;
@@ -218,10 +227,22 @@ struct Inner {
     session: i32,
     /// The first key of the session locks of this schema.
     lock_space: i32,
-    /// Other sessions with `running` runs whose lock no connection held,
-    /// and when `mark_interrupted_elsewhere` first saw them so: their runs
-    /// are interrupted once they stay gone for [`GONE_GRACE`].
-    gone_since: Mutex<HashMap<i32, std::time::Instant>>,
+    /// What this store saw of the other sessions with `running` runs.
+    sessions_seen: Mutex<SessionsSeen>,
+}
+
+/// Other sessions with `running` runs, as this store's recovery calls saw
+/// them.
+#[derive(Default)]
+struct SessionsSeen {
+    /// Those whose lock no connection held, since when: their runs are
+    /// interrupted once they stay so for [`GONE_GRACE`].
+    gone_since: HashMap<i32, std::time::Instant>,
+    /// Those seen holding their lock: one of them found lockless a moment
+    /// later may be reconnecting after the database itself went away (its
+    /// pooled connections gone too), so it gets the grace even with no
+    /// connection left.
+    seen_live: HashSet<i32>,
 }
 
 /// How long another session must look gone before a running store
@@ -283,6 +304,26 @@ pub fn session_lock_space(schema: &str) -> i32 {
     // and every such schema shared space 0 (and so each other's sessions).
     let bits = u32::from_str_radix(&key[..8], 16).unwrap_or(0);
     (bits & 0x7fff_ffff) as i32
+}
+
+/// The key of a session's presence lock: every pooled connection of an
+/// open store holds it shared (`pg_locks` shows the space as `classid`, the
+/// session as `objid`, with `objsubid` 1). A session whose listening
+/// connection holds no lock but whose pooled connections are still there is
+/// alive and reconnecting; one with neither is gone (its process ended and
+/// the server closed its connections).
+fn presence_key(space: i32, session: i32) -> i64 {
+    (i64::from(space) << 32) | i64::from(session as u32)
+}
+
+/// An owner of `running` runs, as a recovery call reads it.
+struct Owner {
+    /// The session, or `None` for runs with no owner recorded.
+    session: Option<i32>,
+    /// Its listening connection holds its lock.
+    live: bool,
+    /// Some connection of it holds its presence lock.
+    present: bool,
 }
 
 fn notice_key(tenant: &str, thread: &str) -> String {
@@ -631,9 +672,25 @@ impl PgStore {
                 recycling_method: RecyclingMethod::Fast,
             },
         );
+        // Every pooled connection holds the session's presence lock once the
+        // session is known (see `presence_key`).
+        let presence = Arc::new(std::sync::atomic::AtomicI64::new(0));
+        let key = presence.clone();
         let pool = Pool::builder(mgr)
             .max_size(opts.pool_size.max(1))
             .runtime(Runtime::Tokio1)
+            .post_create(Hook::async_fn(move |client, _| {
+                let key = key.load(Ordering::Acquire);
+                Box::pin(async move {
+                    if key != 0 {
+                        client
+                            .query_one("SELECT pg_try_advisory_lock_shared($1)", &[&key])
+                            .await
+                            .map_err(HookError::Backend)?;
+                    }
+                    Ok(())
+                })
+            }))
             .wait_timeout(Some(opts.pool_wait))
             .build()
             .map_err(|e| {
@@ -662,15 +719,23 @@ impl PgStore {
             }
         }
         migrate(&pool, &opts.schema).await?;
+        let lock_space = session_lock_space(&opts.schema);
         let session: i32 = {
             let c = pool.get().await.map_err(pool_err_open)?;
             let row = c
                 .query_one("SELECT nextval('sessions')::int", &[])
                 .await
                 .map_err(pg)?;
-            get(&row, 0)?
+            let session = get(&row, 0)?;
+            // The connections made so far (this one) take the presence lock
+            // here, later ones as they are made.
+            let key = presence_key(lock_space, session);
+            c.query_one("SELECT pg_try_advisory_lock_shared($1)", &[&key])
+                .await
+                .map_err(pg)?;
+            presence.store(key, Ordering::Release);
+            session
         };
-        let lock_space = session_lock_space(&opts.schema);
         let channel = format!("agui_{}", &notice_key("schema", &opts.schema)[..16]);
         let inner = Arc::new(Inner {
             pool,
@@ -683,7 +748,7 @@ impl PgStore {
             closed: AtomicBool::new(false),
             listener: Mutex::new(None),
             heads: Mutex::new(HashMap::new()),
-            gone_since: Mutex::new(HashMap::new()),
+            sessions_seen: Mutex::new(SessionsSeen::default()),
             session,
             lock_space,
         });
@@ -1893,13 +1958,55 @@ impl Backend for PgStore {
 }
 
 impl PgStore {
+    /// Bookkeeping of the other sessions with `running` runs (`owners`):
+    /// which are gone and may be taken, whether a run has no owner recorded,
+    /// and whether some look gone but may yet come back. A session is gone
+    /// once it has been lockless for [`GONE_GRACE`], or at once when none
+    /// of its connections is left and this store never saw it live (a
+    /// process that ended before this store looked, as at a restart).
+    fn gone_owners(&self, owners: &[Owner]) -> (Vec<i32>, bool, bool) {
+        let (mut ripe, mut ownerless, mut waiting) = (Vec::new(), false, false);
+        let now = std::time::Instant::now();
+        let mut seen = self
+            .inner
+            .sessions_seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let seen = &mut *seen;
+        let mut listed = HashSet::new();
+        for o in owners {
+            let Some(session) = o.session else {
+                ownerless = true;
+                continue;
+            };
+            listed.insert(session);
+            if o.live {
+                seen.seen_live.insert(session);
+                seen.gone_since.remove(&session);
+                continue;
+            }
+            let since = *seen.gone_since.entry(session).or_insert(now);
+            let unseen_and_absent = !o.present && !seen.seen_live.contains(&session);
+            if unseen_and_absent || now.duration_since(since) >= GONE_GRACE {
+                ripe.push(session);
+            } else {
+                waiting = true;
+            }
+        }
+        seen.gone_since.retain(|s, _| listed.contains(s));
+        seen.seen_live.retain(|s| listed.contains(s));
+        (ripe, ownerless, waiting)
+    }
+
     /// `mark_interrupted` (`include_own`: at start-up, this store's runs
-    /// too and every gone owner's at once) and `mark_interrupted_elsewhere`
-    /// (while it runs: never this store's own runs, and another session's
-    /// only once it has looked gone for [`GONE_GRACE`]): the runs marked,
-    /// with their tenants, as they now stand. One statement marks and
-    /// returns them, so of two replicas sweeping at once only one gets each
-    /// run.
+    /// too, and the call waits until every other session that may yet come
+    /// back is gone or back; see [`PgStore::gone_owners`]) and
+    /// `mark_interrupted_elsewhere` (while it runs: never this store's own
+    /// runs, the same rule across calls): the runs marked, with their
+    /// tenants, as they now stand. One statement marks and returns them, so of two
+    /// replicas sweeping at once only one gets each run. Neither takes the
+    /// runs of a live replica whose listening connection (and with it its
+    /// lock) is reconnecting.
     async fn interrupt_runs_of_gone_owners(
         &self,
         include_own: bool,
@@ -1908,48 +2015,48 @@ impl PgStore {
                WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 \
                AND l.classid::bigint = $1 AND l.database = \
                  (SELECT oid FROM pg_database WHERE datname = current_database()))";
+        const PRESENT: &str = "present AS (SELECT l.objid::bigint AS s FROM pg_locks l \
+               WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 \
+               AND l.classid::bigint = $1 AND l.database = \
+                 (SELECT oid FROM pg_database WHERE datname = current_database()))";
+        /// How long a start-up call waits at most for sessions that look
+        /// gone: past it, those not yet ripe are left to the running sweep.
+        const START_UP_WAIT: Duration = Duration::from_secs(10);
         let c = self.conn().await?;
         let space = i64::from(self.inner.lock_space);
-        let mut ripe: Vec<i32> = Vec::new();
-        if !include_own {
+        let began = std::time::Instant::now();
+        let (ripe, ownerless) = loop {
             // Which other owners of running runs look gone now: one cheap
             // read (running runs are indexed), and nothing more when none.
             let rows = c
                 .query(
                     &format!(
-                        "WITH {LIVE} SELECT DISTINCT r.owner FROM runs r WHERE r.status = 0 \
-                         AND (r.owner IS NULL OR (r.owner <> $2 \
-                           AND r.owner NOT IN (SELECT s FROM live)))"
+                        "WITH {LIVE}, {PRESENT} SELECT DISTINCT r.owner, \
+                         COALESCE(r.owner IN (SELECT s FROM live), false), \
+                         COALESCE(r.owner IN (SELECT s FROM present), false) \
+                         FROM runs r WHERE r.status = 0 \
+                         AND (r.owner IS NULL OR r.owner <> $2)"
                     ),
                     &[&space, &self.inner.session],
                 )
                 .await
                 .map_err(pg)?;
-            let mut ownerless = false;
-            let now = std::time::Instant::now();
-            let mut gone = self
-                .inner
-                .gone_since
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
-            let mut seen = HashSet::new();
+            let mut owners = Vec::with_capacity(rows.len());
             for row in &rows {
-                match get::<Option<i32>>(row, 0)? {
-                    None => ownerless = true,
-                    Some(owner) => {
-                        seen.insert(owner);
-                        let since = *gone.entry(owner).or_insert(now);
-                        if now.duration_since(since) >= GONE_GRACE {
-                            ripe.push(owner);
-                        }
-                    }
-                }
+                owners.push(Owner {
+                    session: get(row, 0)?,
+                    live: get(row, 1)?,
+                    present: get(row, 2)?,
+                });
             }
-            gone.retain(|owner, _| seen.contains(owner));
-            drop(gone);
-            if ripe.is_empty() && !ownerless {
-                return Ok(Vec::new());
+            let (ripe, ownerless, waiting) = self.gone_owners(&owners);
+            if !include_own || !waiting || began.elapsed() >= START_UP_WAIT {
+                break (ripe, ownerless);
             }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        };
+        if !include_own && ripe.is_empty() && !ownerless {
+            return Ok(Vec::new());
         }
         let now = Timestamp::now().0;
         let rows = c
@@ -1958,8 +2065,8 @@ impl PgStore {
                     "WITH {LIVE}, \
                      x AS (UPDATE runs r SET status = 3, finished_at = $2 WHERE r.status = 0 \
                        AND (r.owner IS NULL \
-                         OR ($3 AND (r.owner = $4 OR r.owner NOT IN (SELECT s FROM live))) \
-                         OR (NOT $3 AND r.owner = ANY($5) AND r.owner <> $4 \
+                         OR ($3 AND r.owner = $4) \
+                         OR (r.owner = ANY($5) AND r.owner <> $4 \
                            AND r.owner NOT IN (SELECT s FROM live))) \
                        RETURNING r.tenant AS run_tenant, {RUN_COLUMNS}), \
                      y AS (UPDATE threads t SET last_run_status = 3 FROM x \

@@ -502,3 +502,80 @@ async fn a_thread_claimed_by_one_replica_is_seen_by_the_other_until_released_or_
     }
     assert!(free, "the claim of a closed replica did not lapse");
 }
+
+/// A replica starting up, or sweeping, while another replica's listening
+/// connection, the one holding its session lock, is reconnecting leaves
+/// that replica's runs alone: a session whose pooled connections are still
+/// there is taken only once it stayed lockless for the grace, at start-up
+/// too (the start-up call waits for it). Before, a start-up in that gap
+/// interrupted a live replica's run in the middle of its stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn start_up_leaves_the_runs_of_a_replica_whose_lock_is_reconnecting() {
+    let Some(url) = common::url() else { return };
+    let schema = Schema::new(url);
+    let a = agui_store::Store::new(schema.open().await.unwrap());
+    let started =
+        Event::from_json(r#"{"type":"RUN_STARTED","threadId":"x","runId":"ra"}"#).unwrap();
+    a.append("t", "x", AppendRequest::new(vec![started, custom(1)]))
+        .await
+        .unwrap();
+    let c = agui_store::Store::new(schema.open().await.unwrap());
+    let admin = schema.client().await.unwrap();
+    let space = i64::from(agui_store_postgres::session_lock_space(&schema.name));
+    let owner: i32 = admin
+        .query_one("SELECT owner FROM runs WHERE run_id = 'ra'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let holder = "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted \
+                  AND objsubid = 2 AND classid::text::bigint = $1 \
+                  AND objid::text::bigint = $2";
+    let pid: i32 = admin
+        .query_one(holder, &[&space, &i64::from(owner)])
+        .await
+        .unwrap()
+        .get(0);
+    // A's listening connection is cut; A reconnects it 200 ms later.
+    admin
+        .execute("SELECT pg_terminate_backend($1)", &[&pid])
+        .await
+        .unwrap();
+    let mut free = false;
+    for _ in 0..200 {
+        if admin
+            .query_opt(holder, &[&space, &i64::from(owner)])
+            .await
+            .unwrap()
+            .is_none()
+        {
+            free = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    assert!(free, "the lock of A's cut connection was never free");
+    // C's sweep in the gap leaves A's run: A's pooled connections are there.
+    assert!(c.mark_interrupted_elsewhere().await.unwrap().is_empty());
+    // C starts up in the gap: A's run is not its to close.
+    assert_eq!(c.mark_interrupted().await.unwrap(), 0);
+    assert_eq!(
+        a.run("t", "x", "ra").await.unwrap().status,
+        agui_store::RunStatus::Running
+    );
+    assert!(
+        admin
+            .query_opt(holder, &[&space, &i64::from(owner)])
+            .await
+            .unwrap()
+            .is_some(),
+        "A holds its lock again"
+    );
+    a.append("t", "x", AppendRequest::new(vec![custom(2)]))
+        .await
+        .unwrap();
+    assert!(c.mark_interrupted_elsewhere().await.unwrap().is_empty());
+    assert_eq!(
+        c.run("t", "x", "ra").await.unwrap().status,
+        agui_store::RunStatus::Running
+    );
+}
