@@ -632,79 +632,180 @@ impl Gateway {
 
     /// Ends each run, now `interrupted`, in its log: its open messages and
     /// tool calls closed, then a `RUN_ERROR` with code `interrupted`.
-    /// Returns how many this call closed. The close is appended only if
-    /// the thread is as read: another gateway closing the same run at once
-    /// (replicas started together) makes it read again, find the run ended
-    /// and leave it, so a run never gets two ends.
+    /// Returns how many this call closed (see [`Gateway::close_run`]).
     async fn close_interrupted(&self, runs: Vec<(String, RunRecord)>) -> Result<u64, ServerError> {
-        let store_err = |during: &'static str| {
-            move |e: StoreError| ServerError::Store {
-                during,
-                message: e.to_string(),
-            }
-        };
         let mut closed = 0;
         for (tenant, run) in runs {
-            let mut tries = 0;
-            loop {
-                // The head first, then the run: a write in between makes the
-                // append below conflict, never go unseen.
-                let head = match self.store.thread(&tenant, &run.thread_id).await {
-                    Ok(info) => info.last_seq,
-                    // Deleted since.
-                    Err(e) if e.kind() == ErrorKind::NotFound => break,
-                    Err(e) => return Err(store_err("reading an interrupted run's thread")(e)),
-                };
-                let events = match self
-                    .store
-                    .read_run(&tenant, &run.thread_id, &run.run_id)
-                    .await
-                {
-                    Ok(events) => events,
-                    Err(e) if e.kind() == ErrorKind::NotFound => break,
-                    Err(e) => return Err(store_err("reading an interrupted run")(e)),
-                };
-                if events.last().is_some_and(|e| {
-                    matches!(
-                        e.event.event_type(),
-                        EventType::RunFinished | EventType::RunError
-                    )
-                }) {
-                    // Closed by another gateway meanwhile.
-                    break;
-                }
-                let mut open = OpenItems::default();
-                for e in &events {
-                    open.track(&e.event);
-                }
-                let mut batch = open.closers();
-                batch.push(run_error(
+            let ended = self
+                .close_run(
+                    &tenant,
+                    &run.thread_id,
+                    &run.run_id,
+                    run.agent.clone(),
                     "interrupted",
                     "the gateway stopped while this run was in flight",
-                ));
-                let request = AppendRequest::new(batch)
-                    .agent_opt(run.agent.clone())
-                    .expect_seq(head);
-                match self.store.append(&tenant, &run.thread_id, request).await {
-                    Ok(_) => {
-                        closed += 1;
-                        break;
-                    }
-                    // The thread moved on: read it again.
-                    Err(e) if e.kind() == ErrorKind::Conflict && tries < 20 => {
-                        tries += 1;
-                    }
-                    Err(e) => {
-                        tracing::error!(thread = %run.thread_id, run = %run.run_id, error = %e, "cannot close an interrupted run");
-                        break;
-                    }
-                }
+                )
+                .await?;
+            if ended {
+                closed += 1;
             }
         }
         self.metrics
             .runs_interrupted
             .fetch_add(closed, std::sync::atomic::Ordering::Relaxed);
         Ok(closed)
+    }
+
+    /// Ends a run in its log: its open messages and tool calls closed,
+    /// then a `RUN_ERROR` with `code`. True when this call ended it; false
+    /// when it was already ended, or is gone, or could not be ended (logged).
+    /// The close is appended only if the thread is as read: another
+    /// gateway closing the same run at once (replicas started together)
+    /// makes it read again, find the run ended and leave it, so a run never
+    /// gets two ends. A store error is returned (nothing was written).
+    async fn close_run(
+        &self,
+        tenant: &str,
+        thread: &str,
+        run_id: &str,
+        agent: Option<String>,
+        code: &str,
+        message: &str,
+    ) -> Result<bool, ServerError> {
+        let store_err = |during: &'static str| {
+            move |e: StoreError| ServerError::Store {
+                during,
+                message: e.to_string(),
+            }
+        };
+        let mut tries = 0;
+        loop {
+            // The head first, then the run: a write in between makes the
+            // append below conflict, never go unseen.
+            let head = match self.store.thread(tenant, thread).await {
+                Ok(info) => info.last_seq,
+                // Deleted since.
+                Err(e) if e.kind() == ErrorKind::NotFound => return Ok(false),
+                Err(e) => return Err(store_err("reading the thread of a run to close")(e)),
+            };
+            let events = match self.store.read_run(tenant, thread, run_id).await {
+                Ok(events) => events,
+                Err(e) if e.kind() == ErrorKind::NotFound => return Ok(false),
+                Err(e) => return Err(store_err("reading a run to close")(e)),
+            };
+            if events.last().is_some_and(|e| {
+                matches!(
+                    e.event.event_type(),
+                    EventType::RunFinished | EventType::RunError
+                )
+            }) {
+                // Closed by another gateway meanwhile.
+                return Ok(false);
+            }
+            let mut open = OpenItems::default();
+            for e in &events {
+                open.track(&e.event);
+            }
+            let mut batch = open.closers();
+            batch.push(run_error(code, message));
+            let request = AppendRequest::new(batch)
+                .agent_opt(agent.clone())
+                .expect_seq(head);
+            match self.store.append(tenant, thread, request).await {
+                Ok(_) => return Ok(true),
+                // The thread moved on: read it again.
+                Err(e) if e.kind() == ErrorKind::Conflict && tries < 20 => {
+                    tries += 1;
+                }
+                Err(e) if e.kind() == ErrorKind::Conflict => {
+                    tracing::error!(thread = %thread, run = %run_id, error = %e, "cannot close a run: its thread keeps changing");
+                    return Ok(false);
+                }
+                Err(e) => return Err(store_err("closing a run")(e)),
+            }
+        }
+    }
+
+    /// Ends, once the store takes writes again, a run of this gateway
+    /// whose events the store failed to take (the client got `RUN_ERROR`
+    /// `store_error`): left as it is, the run would stay `running` and
+    /// hold its thread until a restart. Tried again in the background
+    /// (250 ms apart, then up to 5 s) until it is ended or the gateway
+    /// shuts down; its open items are closed and a `RUN_ERROR`
+    /// `store_error` ends it, as its client saw.
+    pub(crate) fn end_failed_run_later(
+        self: &Arc<Self>,
+        tenant: String,
+        thread: String,
+        run_id: String,
+        agent: Option<String>,
+    ) {
+        let gw = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut pause = std::time::Duration::from_millis(250);
+            let mut said = false;
+            loop {
+                let Some(g) = gw.upgrade() else { return };
+                if g.shutting_down.is_cancelled() {
+                    return;
+                }
+                let done = g
+                    .close_run(
+                        &tenant,
+                        &thread,
+                        &run_id,
+                        agent.clone(),
+                        "store_error",
+                        "the gateway could not store the run",
+                    )
+                    .await;
+                match done {
+                    Ok(_) => {
+                        if said {
+                            tracing::info!(thread = %thread, run = %run_id, "a run the store failed is ended in its log");
+                        }
+                        return;
+                    }
+                    Err(e) => {
+                        if !said {
+                            tracing::warn!(thread = %thread, run = %run_id, error = %e, "cannot end a run the store failed yet; trying again");
+                            said = true;
+                        }
+                    }
+                }
+                drop(g);
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(std::time::Duration::from_secs(5));
+            }
+        });
+    }
+
+    /// Releases the store's claim of `run` on a thread, tried again in the
+    /// background (as [`Gateway::end_failed_run_later`]) after it failed:
+    /// a claim left behind would hold the thread for as long as this
+    /// gateway lives.
+    pub(crate) fn release_claim_later(
+        gw: std::sync::Weak<Self>,
+        tenant: String,
+        thread: String,
+        run: String,
+    ) {
+        tokio::spawn(async move {
+            let mut pause = std::time::Duration::from_millis(250);
+            loop {
+                tokio::time::sleep(pause).await;
+                let Some(g) = gw.upgrade() else { return };
+                if g.shutting_down.is_cancelled() {
+                    return;
+                }
+                if g.store.release_thread(&tenant, &thread, &run).await.is_ok() {
+                    tracing::info!(thread = %thread, run = %run, "the thread's claim is released");
+                    return;
+                }
+                drop(g);
+                pause = (pause * 2).min(std::time::Duration::from_secs(5));
+            }
+        });
     }
 
     /// Starts shutting down: live streams end; runs may go on until
@@ -853,7 +954,13 @@ impl RunSlot {
                 .release_thread(tenant, thread, &self.run)
                 .await
             {
-                tracing::error!(thread = %thread, run = %self.run, error = %e, "cannot release the thread's claim in the store");
+                tracing::error!(thread = %thread, run = %self.run, error = %e, "cannot release the thread's claim in the store; trying again");
+                Gateway::release_claim_later(
+                    Arc::downgrade(&self.gw),
+                    tenant.clone(),
+                    thread.clone(),
+                    self.run.clone(),
+                );
             }
             self.claimed = false;
         }
@@ -886,11 +993,13 @@ impl Drop for RunSlot {
         }
         if self.claimed {
             let store = self.gw.store.clone();
+            let gw = Arc::downgrade(&self.gw);
             let (tenant, thread) = self.key.clone();
             let run = self.run.clone();
             let release = async move {
                 if let Err(e) = store.release_thread(&tenant, &thread, &run).await {
-                    tracing::error!(thread = %thread, run = %run, error = %e, "cannot release the thread's claim in the store");
+                    tracing::error!(thread = %thread, run = %run, error = %e, "cannot release the thread's claim in the store; trying again");
+                    Gateway::release_claim_later(gw, tenant, thread, run);
                 }
             };
             match tokio::runtime::Handle::try_current() {

@@ -700,6 +700,16 @@ async fn drive(mut ctx: RunCtx, tx: mpsc::UnboundedSender<Bytes>) {
         finish_with_error(&ctx, &mut st, c).await;
         gw.metrics.runs_closed_by_gateway.fetch_add(1, Relaxed);
     }
+    if st.store_failed && !st.foreign && st.reader.started() {
+        // What the store took of the run ends as its client saw it, once
+        // the store takes writes again.
+        gw.end_failed_run_later(
+            ctx.log_tenant.clone(),
+            ctx.log_thread.clone(),
+            ctx.run_id.clone(),
+            Some(ctx.agent.name.clone()),
+        );
+    }
     if st.reader.started() && !st.store_failed {
         let upstream = ctx
             .upstream_branch

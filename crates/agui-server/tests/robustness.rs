@@ -149,6 +149,49 @@ async fn a_failed_append_of_the_terminal_batch_reaches_the_client_as_run_error()
         let lines = error_lines_with(&["cannot store the run's events", thread, "run=r"]);
         assert_eq!(lines.len(), 1, "{thread}: {lines:?}");
     }
+    // A run whose first events were stored and whose end the store
+    // failed: once the store takes writes again, the run ends in its log
+    // as its client saw it, and its thread takes new runs. (A database
+    // that restarted under a run left it `running`, and its thread refused
+    // every new run until the gateway restarted.)
+    faulty.hooks().fail_terminal.store(true, Ordering::SeqCst);
+    let mut slow = input("t-recovers", "r", "one two three four five");
+    slow["forwardedProps"] = json!({"demo": {"delayMs": 20}});
+    let (status, frames, _) = run(&g.base, "demo", &slow).await;
+    assert_eq!(status, 200);
+    assert_eq!(frames.last().unwrap().data["code"], "store_error");
+    assert!(frames.iter().filter(|f| f.id.is_some()).count() > 1);
+    faulty.hooks().fail_terminal.store(false, Ordering::SeqCst);
+    let mut status = String::new();
+    for _ in 0..200 {
+        let thread: Value = client()
+            .get(format!("{}/threads/t-recovers", g.base))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        status = thread["runs"][0]["status"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned();
+        if status != "running" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(status, "error");
+    let stored = events_of(&g.base, "t-recovers").await;
+    let last = stored.last().unwrap();
+    assert_eq!(
+        (last.ty(), &last.data["code"]),
+        ("RUN_ERROR", &json!("store_error"))
+    );
+    verify_frames(&stored);
+    let (status, frames, _) = run(&g.base, "demo", &input("t-recovers", "r2", "again")).await;
+    assert_eq!(status, 200);
+    assert_eq!(frames.last().unwrap().ty(), "RUN_FINISHED");
     g.shutdown().await;
 }
 
