@@ -297,6 +297,14 @@ async fn join_held(
         Ok(events) => events,
         Err(e) => return busy("reading it", &e),
     };
+    if !events
+        .last()
+        .is_some_and(|e| e.event.event_type().is_run_terminal())
+    {
+        // Interrupted and not closed yet (the store failed its close, tried
+        // again in the background): it joins once its log ends.
+        return Join::Busy;
+    }
     let req = AppendRequest::new(events.into_iter().map(|e| e.event).collect()).expect_seq(head);
     let req = match &record.agent {
         Some(a) => req.agent(a.clone()),

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use agui_protocol::{Event, EventType};
+use agui_protocol::Event;
 use agui_store::{AppendRequest, ErrorKind, RunFilter, RunRecord, RunStatus, Store, StoreError};
 use axum::http::{HeaderMap, StatusCode, header};
 use serde_json::json;
@@ -40,6 +40,56 @@ impl InFlight {
 /// How long a new run waits for a hold on its thread (a run set aside
 /// joining it, a delete) to end before it gets 409.
 const HOLD_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The pause before [`Gateway::close_run`] reads a run again whose thread
+/// moved on while it was being closed.
+const CLOSE_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// How the gateway ends a run it closes itself ([`Gateway::close_run`]):
+/// the terminal event appended after the closers of the run's open items,
+/// and the status the run must have for it (a run in any other status
+/// ended already, or is another's to close).
+pub(crate) struct RunEnd {
+    /// The run's terminal event.
+    pub(crate) event: Event,
+    /// `Running` for a run stopped or failed in flight, `Interrupted` for
+    /// one whose gateway is gone (recovery marked it).
+    pub(crate) status: RunStatus,
+}
+
+impl RunEnd {
+    /// `RUN_ERROR` `interrupted`, for a run marked interrupted.
+    pub(crate) fn interrupted() -> RunEnd {
+        RunEnd {
+            event: run_error(
+                "interrupted",
+                "the gateway stopped while this run was in flight",
+            ),
+            status: RunStatus::Interrupted,
+        }
+    }
+
+    /// `RUN_ERROR` `store_error`, for a running run whose events the store
+    /// failed to take (as its client saw it end).
+    pub(crate) fn store_failed() -> RunEnd {
+        RunEnd {
+            event: run_error("store_error", "the gateway could not store the run"),
+            status: RunStatus::Running,
+        }
+    }
+}
+
+/// What [`Gateway::close_run`] came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Closed {
+    /// This call ended the run.
+    Now,
+    /// The run had ended already, is not in the status the close is for,
+    /// or cannot be ended at its thread's head (another run follows it).
+    Already,
+    /// The thread or the run does not exist (deleted meanwhile).
+    Gone,
+}
 
 /// What one attempt to reserve a thread came to.
 enum Reserve {
@@ -498,8 +548,10 @@ impl Gateway {
 
     /// Closes runs a previous process left `running`: each gets its open
     /// messages and tool calls ended and a `RUN_ERROR` with code
-    /// `interrupted`; its status becomes `interrupted`. Returns how many.
-    pub async fn recover(&self) -> Result<u64, ServerError> {
+    /// `interrupted`; its status becomes `interrupted`. Returns how many
+    /// this call closed: a run whose close the store fails is closed in the
+    /// background, once it can be.
+    pub async fn recover(self: &Arc<Self>) -> Result<u64, ServerError> {
         let err = |during: &'static str| {
             move |e: StoreError| ServerError::Store {
                 during,
@@ -537,19 +589,10 @@ impl Gateway {
             .mark_interrupted()
             .await
             .map_err(err("marking runs interrupted"))?;
-        let mut interrupted = Vec::new();
-        for (tenant, run) in stale {
-            // A store shared by replicas interrupts only the runs whose
-            // owner is gone: a run another live gateway is streaming stays
-            // `running` and is not ours to close.
-            match self.store.run(&tenant, &run.thread_id, &run.run_id).await {
-                Ok(now) if now.status == RunStatus::Interrupted => interrupted.push((tenant, run)),
-                Ok(_) => {}
-                Err(e) if e.kind() == ErrorKind::NotFound => {}
-                Err(e) => return Err(err("re-reading an interrupted run")(e)),
-            }
-        }
-        self.close_interrupted(interrupted).await
+        // A store shared by replicas interrupts only the runs whose owner
+        // is gone: a run another live gateway is streaming stays `running`,
+        // and `close_interrupted` leaves it alone.
+        Ok(self.close_interrupted(stale).await)
     }
 
     /// [`Gateway::recover`] at start-up, then a sweep in the background for
@@ -624,172 +667,214 @@ impl Gateway {
         if marked.is_empty() {
             return Ok(0);
         }
-        let closed = self.close_interrupted(marked).await?;
+        let closed = self.close_interrupted(marked).await;
         // Some may have been set aside.
         crate::aside::join_all(self).await?;
         Ok(closed)
     }
 
     /// Ends each run, now `interrupted`, in its log: its open messages and
-    /// tool calls closed, then a `RUN_ERROR` with code `interrupted`.
-    /// Returns how many this call closed (see [`Gateway::close_run`]).
-    async fn close_interrupted(&self, runs: Vec<(String, RunRecord)>) -> Result<u64, ServerError> {
+    /// tool calls closed, then a `RUN_ERROR` with code `interrupted` (a run
+    /// still `running`, another live replica's, is left alone). Returns how
+    /// many this call closed (see [`Gateway::close_run`]). A run the store
+    /// fails to close does not hold up the others: it is closed later, in
+    /// the background ([`Gateway::retry_later`]); the `interrupted` metric
+    /// counts it then.
+    async fn close_interrupted(self: &Arc<Self>, runs: Vec<(String, RunRecord)>) -> u64 {
         let mut closed = 0;
         for (tenant, run) in runs {
-            let ended = self
-                .close_run(
-                    &tenant,
-                    &run.thread_id,
-                    &run.run_id,
-                    run.agent.clone(),
-                    "interrupted",
-                    "the gateway stopped while this run was in flight",
-                )
-                .await?;
-            if ended {
-                closed += 1;
+            let (thread, run_id) = (run.thread_id, run.run_id);
+            match self
+                .close_run(&tenant, &thread, &run_id, &RunEnd::interrupted())
+                .await
+            {
+                Ok(Closed::Now) => closed += 1,
+                Ok(Closed::Already | Closed::Gone) => {}
+                Err(e) => {
+                    tracing::warn!(thread = %thread, run = %run_id, error = %e, "cannot close an interrupted run; trying again in the background");
+                    let (t, th, r) = (tenant, thread.clone(), run_id.clone());
+                    Gateway::retry_later(
+                        Arc::downgrade(self),
+                        "closing an interrupted run",
+                        &thread,
+                        &run_id,
+                        move |g| {
+                            let (t, th, r) = (t.clone(), th.clone(), r.clone());
+                            async move {
+                                let end = RunEnd::interrupted();
+                                if g.close_run(&t, &th, &r, &end).await? == Closed::Now {
+                                    g.metrics
+                                        .runs_interrupted
+                                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                }
+                                Ok(())
+                            }
+                        },
+                    );
+                }
             }
         }
         self.metrics
             .runs_interrupted
             .fetch_add(closed, std::sync::atomic::Ordering::Relaxed);
-        Ok(closed)
+        closed
     }
 
     /// Ends a run in its log: its open messages and tool calls closed,
-    /// then a `RUN_ERROR` with `code`. True when this call ended it; false
-    /// when it was already ended, or is gone, or could not be ended (logged).
-    /// The close is appended only if the thread is as read: another
-    /// gateway closing the same run at once (replicas started together)
-    /// makes it read again, find the run ended and leave it, so a run never
-    /// gets two ends. A store error is returned (nothing was written).
-    async fn close_run(
+    /// then `end`'s terminal event; only while the run has `end`'s status
+    /// and its log has no terminal event yet. The close is appended only
+    /// if the thread is as read (retried on a conflict, 20 times): another
+    /// gateway closing the same run at once (replicas started together, a
+    /// stop meeting the run's own end) makes it read again, find the run
+    /// ended and leave it, so a run never gets two ends. A run another run
+    /// follows in its thread's log is left as it is: an end appended at the
+    /// head would end that later run. A store error is returned (nothing
+    /// was written); so is the last conflict when the thread kept changing.
+    pub(crate) async fn close_run(
         &self,
         tenant: &str,
         thread: &str,
         run_id: &str,
-        agent: Option<String>,
-        code: &str,
-        message: &str,
-    ) -> Result<bool, ServerError> {
-        let store_err = |during: &'static str| {
-            move |e: StoreError| ServerError::Store {
-                during,
-                message: e.to_string(),
-            }
-        };
-        let mut tries = 0;
-        loop {
-            // The head first, then the run: a write in between makes the
-            // append below conflict, never go unseen.
+        end: &RunEnd,
+    ) -> Result<Closed, StoreError> {
+        const TRIES: usize = 21;
+        let mut conflict = None;
+        for _ in 0..TRIES {
+            // The head first, then the run: a write in between shows in the
+            // run's last sequence number, or makes the append conflict.
             let head = match self.store.thread(tenant, thread).await {
                 Ok(info) => info.last_seq,
-                // Deleted since.
-                Err(e) if e.kind() == ErrorKind::NotFound => return Ok(false),
-                Err(e) => return Err(store_err("reading the thread of a run to close")(e)),
+                Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Closed::Gone),
+                Err(e) => return Err(e),
             };
-            let events = match self.store.read_run(tenant, thread, run_id).await {
+            let record = match self.store.run(tenant, thread, run_id).await {
+                Ok(record) => record,
+                Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Closed::Gone),
+                Err(e) => return Err(e),
+            };
+            if record.status != end.status {
+                return Ok(Closed::Already);
+            }
+            if record.last_seq > head {
+                // Written to since the head was read: read again.
+                tokio::time::sleep(CLOSE_RETRY_PAUSE).await;
+                continue;
+            }
+            if record.last_seq < head {
+                tracing::warn!(thread = %thread, run = %run_id, "a run to close is followed by another run in its thread's log; it is left without its end");
+                return Ok(Closed::Already);
+            }
+            let events = match self
+                .store
+                .read_range(tenant, thread, record.first_seq, head)
+                .await
+            {
                 Ok(events) => events,
-                Err(e) if e.kind() == ErrorKind::NotFound => return Ok(false),
-                Err(e) => return Err(store_err("reading a run to close")(e)),
+                Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Closed::Gone),
+                Err(e) => return Err(e),
             };
-            if events.last().is_some_and(|e| {
-                matches!(
-                    e.event.event_type(),
-                    EventType::RunFinished | EventType::RunError
-                )
-            }) {
-                // Closed by another gateway meanwhile.
-                return Ok(false);
+            if events
+                .last()
+                .is_some_and(|e| e.event.event_type().is_run_terminal())
+            {
+                // Ended by another writer meanwhile.
+                return Ok(Closed::Already);
             }
             let mut open = OpenItems::default();
             for e in &events {
                 open.track(&e.event);
             }
             let mut batch = open.closers();
-            batch.push(run_error(code, message));
+            batch.push(end.event.clone());
             let request = AppendRequest::new(batch)
-                .agent_opt(agent.clone())
+                .agent_opt(record.agent)
                 .expect_seq(head);
             match self.store.append(tenant, thread, request).await {
-                Ok(_) => return Ok(true),
+                Ok(_) => return Ok(Closed::Now),
                 // The thread moved on: read it again.
-                Err(e) if e.kind() == ErrorKind::Conflict && tries < 20 => {
-                    tries += 1;
-                }
                 Err(e) if e.kind() == ErrorKind::Conflict => {
-                    tracing::error!(thread = %thread, run = %run_id, error = %e, "cannot close a run: its thread keeps changing");
-                    return Ok(false);
+                    conflict = Some(e);
+                    tokio::time::sleep(CLOSE_RETRY_PAUSE).await;
                 }
-                Err(e) => return Err(store_err("closing a run")(e)),
+                Err(e) => return Err(e),
             }
         }
+        Err(conflict.unwrap_or_else(|| {
+            StoreError::new(
+                ErrorKind::Conflict,
+                "the thread kept changing while a run was being closed",
+            )
+        }))
     }
 
     /// Ends, once the store takes writes again, a run of this gateway
     /// whose events the store failed to take (the client got `RUN_ERROR`
     /// `store_error`): left as it is, the run would stay `running` and
-    /// hold its thread until a restart. Tried again in the background
-    /// (250 ms apart, then up to 5 s) until it is ended or the gateway
-    /// shuts down; its open items are closed and a `RUN_ERROR`
-    /// `store_error` ends it, as its client saw.
+    /// hold its thread until a restart. Tried in the background
+    /// ([`Gateway::retry_later`]) until it is ended or the gateway shuts
+    /// down; its open items are closed and a `RUN_ERROR` `store_error`
+    /// ends it, as its client saw.
     pub(crate) fn end_failed_run_later(
         self: &Arc<Self>,
         tenant: String,
         thread: String,
         run_id: String,
-        agent: Option<String>,
     ) {
-        let gw = Arc::downgrade(self);
-        tokio::spawn(async move {
-            let mut pause = std::time::Duration::from_millis(250);
-            let mut said = false;
-            loop {
-                let Some(g) = gw.upgrade() else { return };
-                if g.shutting_down.is_cancelled() {
-                    return;
+        let (th, r) = (thread.clone(), run_id.clone());
+        Gateway::retry_later(
+            Arc::downgrade(self),
+            "ending a run the store failed in its log",
+            &thread,
+            &run_id,
+            move |g| {
+                let (t, th, r) = (tenant.clone(), th.clone(), r.clone());
+                async move {
+                    g.close_run(&t, &th, &r, &RunEnd::store_failed())
+                        .await
+                        .map(drop)
                 }
-                let done = g
-                    .close_run(
-                        &tenant,
-                        &thread,
-                        &run_id,
-                        agent.clone(),
-                        "store_error",
-                        "the gateway could not store the run",
-                    )
-                    .await;
-                match done {
-                    Ok(_) => {
-                        if said {
-                            tracing::info!(thread = %thread, run = %run_id, "a run the store failed is ended in its log");
-                        }
-                        return;
-                    }
-                    Err(e) => {
-                        if !said {
-                            tracing::warn!(thread = %thread, run = %run_id, error = %e, "cannot end a run the store failed yet; trying again");
-                            said = true;
-                        }
-                    }
-                }
-                drop(g);
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(std::time::Duration::from_secs(5));
-            }
-        });
+            },
+        );
     }
 
     /// Releases the store's claim of `run` on a thread, tried again in the
-    /// background (as [`Gateway::end_failed_run_later`]) after it failed:
-    /// a claim left behind would hold the thread for as long as this
-    /// gateway lives.
+    /// background ([`Gateway::retry_later`]) after it failed: a claim left
+    /// behind would hold the thread for as long as this gateway lives.
     pub(crate) fn release_claim_later(
         gw: std::sync::Weak<Self>,
         tenant: String,
         thread: String,
         run: String,
     ) {
+        let (th, r) = (thread.clone(), run.clone());
+        Gateway::retry_later(
+            gw,
+            "releasing the thread's claim",
+            &thread,
+            &run,
+            move |g| {
+                let (t, th, r) = (tenant.clone(), th.clone(), r.clone());
+                async move { g.store.release_thread(&t, &th, &r).await }
+            },
+        );
+    }
+
+    /// Does `op` again in the background after a first try failed (the
+    /// caller logged that): 250 ms later, then at pauses doubling up to
+    /// 5 s, until it succeeds (logged at info level, with `what` and the
+    /// thread and run it was for), the gateway shuts down or is dropped.
+    /// A try that fails again is logged at debug level only.
+    pub(crate) fn retry_later<F, Fut>(
+        gw: std::sync::Weak<Self>,
+        what: &'static str,
+        thread: &str,
+        run: &str,
+        op: F,
+    ) where
+        F: Fn(Arc<Gateway>) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = Result<(), StoreError>> + Send + 'static,
+    {
+        let (thread, run) = (thread.to_owned(), run.to_owned());
         tokio::spawn(async move {
             let mut pause = std::time::Duration::from_millis(250);
             loop {
@@ -798,11 +883,15 @@ impl Gateway {
                 if g.shutting_down.is_cancelled() {
                     return;
                 }
-                if g.store.release_thread(&tenant, &thread, &run).await.is_ok() {
-                    tracing::info!(thread = %thread, run = %run, "the thread's claim is released");
-                    return;
+                match op(g).await {
+                    Ok(()) => {
+                        tracing::info!(thread = %thread, run = %run, "{what}: done, after a retry");
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::debug!(thread = %thread, run = %run, error = %e, "{what}: failed again; trying again");
+                    }
                 }
-                drop(g);
                 pause = (pause * 2).min(std::time::Duration::from_secs(5));
             }
         });

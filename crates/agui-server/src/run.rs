@@ -707,7 +707,6 @@ async fn drive(mut ctx: RunCtx, tx: mpsc::UnboundedSender<Bytes>) {
             ctx.log_tenant.clone(),
             ctx.log_thread.clone(),
             ctx.run_id.clone(),
-            Some(ctx.agent.name.clone()),
         );
     }
     if st.reader.started() && !st.store_failed {

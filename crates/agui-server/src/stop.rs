@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use agui_protocol::{Event, EventType};
-use agui_store::{AppendRequest, ErrorKind, RunStatus};
+use agui_store::{ErrorKind, RunStatus};
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -28,10 +28,9 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::ApiError;
-use crate::gateway::{AgentOpt, Gateway, run_error, store_error};
+use crate::gateway::{Closed, Gateway, RunEnd, run_error, store_error};
 use crate::run::{RunCtx, RunState, send, store_and_send};
 use crate::sse::put_frame;
-use crate::tracker::OpenItems;
 
 /// `RUN_FINISHED` with the `cancelled` outcome.
 pub(crate) fn cancelled_finish(thread: &str, run: &str) -> Event {
@@ -266,8 +265,9 @@ fn not_running(run: &str, status: RunStatus) -> ApiError {
 /// Closes a run this process does not forward: appends its closers and
 /// `RUN_FINISHED` (cancelled) at the head of the thread that holds it
 /// (`tenant`, `thread`: its aside thread for a run set aside; `event_thread`
-/// is the `threadId` its events name), retrying when the forwarding
-/// replica appended meanwhile.
+/// is the `threadId` its events name), as [`Gateway::close_run`] closes
+/// any run: retrying when the forwarding replica appended meanwhile, and
+/// leaving a run that ended meanwhile as it is.
 async fn stop_remote(
     gw: &Arc<Gateway>,
     tenant: &str,
@@ -275,52 +275,26 @@ async fn stop_remote(
     event_thread: &str,
     run: &str,
 ) -> Result<(), ApiError> {
-    for _ in 0..20 {
-        let head = gw
-            .store
-            .thread(tenant, thread)
-            .await
-            .map_err(store_error)?
-            .last_seq;
-        let record = gw
-            .store
-            .run(tenant, thread, run)
-            .await
-            .map_err(store_error)?;
-        if record.status != RunStatus::Running {
-            return Ok(()); // ended meanwhile
+    let end = RunEnd {
+        event: cancelled_finish(event_thread, run),
+        status: RunStatus::Running,
+    };
+    match gw.close_run(tenant, thread, run, &end).await {
+        Ok(Closed::Now) => {
+            gw.metrics
+                .runs_cancelled
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tracing::info!(thread = %thread, run = %run, "run stopped (forwarded by another process)");
+            Ok(())
         }
-        let events = gw
-            .store
-            .read_range(tenant, thread, record.first_seq, head)
-            .await
-            .map_err(store_error)?;
-        let mut open = OpenItems::default();
-        for e in &events {
-            open.track(&e.event);
-        }
-        let mut batch = open.closers();
-        batch.push(cancelled_finish(event_thread, run));
-        let req = AppendRequest::new(batch)
-            .expect_seq(head)
-            .agent_opt(record.agent.clone());
-        match gw.store.append(tenant, thread, req).await {
-            Ok(_) => {
-                gw.metrics
-                    .runs_cancelled
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                tracing::info!(thread = %thread, run = %run, "run stopped (forwarded by another process)");
-                return Ok(());
-            }
-            Err(e) if e.kind() == ErrorKind::Conflict => {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            Err(e) => return Err(store_error(e)),
-        }
+        // Ended meanwhile.
+        Ok(Closed::Already) => Ok(()),
+        Ok(Closed::Gone) => Err(ApiError::not_found("no such thread or run")),
+        Err(e) if e.kind() == ErrorKind::Conflict => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "conflict",
+            "the run kept changing while it was being stopped; retry",
+        )),
+        Err(e) => Err(store_error(e)),
     }
-    Err(ApiError::new(
-        StatusCode::CONFLICT,
-        "conflict",
-        "the run kept changing while it was being stopped; retry",
-    ))
 }

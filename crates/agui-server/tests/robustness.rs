@@ -11,7 +11,9 @@ use agui_protocol::verify::verify_events;
 use agui_server::{Auth, GatewayConfig, SessionMode, config::parse_agent_flag};
 use agui_store::conformance::hooked::{Hooked, Hooks};
 use agui_store::{
-    AppendRequest, Backend, Batch, Commit, EventPage, MemoryStore, Result, Store, StoreError,
+    AppendRequest, Backend, Batch, Channel, CheckpointChain, Commit, EventPage, MemoryStore,
+    Result, RunFilter, RunPage, RunRecord, Store, StoreError, StoreStats, ThreadFilter, ThreadInfo,
+    ThreadPage,
 };
 use axum::Router;
 use axum::body::Body;
@@ -162,26 +164,7 @@ async fn a_failed_append_of_the_terminal_batch_reaches_the_client_as_run_error()
     assert_eq!(frames.last().unwrap().data["code"], "store_error");
     assert!(frames.iter().filter(|f| f.id.is_some()).count() > 1);
     faulty.hooks().fail_terminal.store(false, Ordering::SeqCst);
-    let mut status = String::new();
-    for _ in 0..200 {
-        let thread: Value = client()
-            .get(format!("{}/threads/t-recovers", g.base))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        status = thread["runs"][0]["status"]
-            .as_str()
-            .unwrap_or("")
-            .to_owned();
-        if status != "running" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(status, "error");
+    wait_for_run_status(&g.base, "t-recovers", "r", "error").await;
     let stored = events_of(&g.base, "t-recovers").await;
     let last = stored.last().unwrap();
     assert_eq!(
@@ -945,5 +928,365 @@ async fn readiness_ends_when_the_gateway_shuts_down() {
     );
     let (status, _) = get_json(&format!("{}/healthz", g.base)).await;
     assert_eq!(status, 200);
+    g.shutdown().await;
+}
+
+/// A memory store whose claim releases fail while `fail_release` is set
+/// (every other call forwarded as it is): what a database that restarted
+/// under the gateway does to the release at a run's end. `Hooks` cannot
+/// take the release over, so this forwards the whole trait.
+struct ReleaseFaults {
+    inner: MemoryStore,
+    fail_release: AtomicBool,
+    failed: std::sync::atomic::AtomicU64,
+}
+
+#[async_trait::async_trait]
+impl Backend for ReleaseFaults {
+    async fn head(&self, tenant: &str, thread: &str) -> Result<agui_store::index::ThreadHead> {
+        self.inner.head(tenant, thread).await
+    }
+    async fn known_runs(&self, tenant: &str, thread: &str, ids: &[String]) -> Result<Vec<String>> {
+        self.inner.known_runs(tenant, thread, ids).await
+    }
+    async fn commit(&self, tenant: &str, thread: &str, batch: &Batch) -> Result<Commit> {
+        self.inner.commit(tenant, thread, batch).await
+    }
+    async fn read(&self, tenant: &str, thread: &str, from: u64, limit: usize) -> Result<EventPage> {
+        self.inner.read(tenant, thread, from, limit).await
+    }
+    async fn run(&self, tenant: &str, thread: &str, run_id: &str) -> Result<RunRecord> {
+        self.inner.run(tenant, thread, run_id).await
+    }
+    async fn list_runs(&self, tenant: &str, filter: &RunFilter) -> Result<RunPage> {
+        self.inner.list_runs(tenant, filter).await
+    }
+    async fn thread(&self, tenant: &str, thread: &str) -> Result<ThreadInfo> {
+        self.inner.thread(tenant, thread).await
+    }
+    async fn list_threads(&self, tenant: &str, filter: &ThreadFilter) -> Result<ThreadPage> {
+        self.inner.list_threads(tenant, filter).await
+    }
+    async fn delete_thread(&self, tenant: &str, thread: &str) -> Result<()> {
+        self.inner.delete_thread(tenant, thread).await
+    }
+    async fn rename_thread(&self, tenant: &str, from: &str, to: &str) -> Result<()> {
+        self.inner.rename_thread(tenant, from, to).await
+    }
+    async fn tenants(&self) -> Result<Vec<String>> {
+        self.inner.tenants().await
+    }
+    async fn load_checkpoint(
+        &self,
+        tenant: &str,
+        thread: &str,
+        run_id: &str,
+    ) -> Result<Option<Vec<u8>>> {
+        self.inner.load_checkpoint(tenant, thread, run_id).await
+    }
+    async fn save_checkpoint(
+        &self,
+        tenant: &str,
+        thread: &str,
+        run_id: &str,
+        blob: Vec<u8>,
+    ) -> Result<()> {
+        self.inner
+            .save_checkpoint(tenant, thread, run_id, blob)
+            .await
+    }
+    fn attach_hub(&self, hub: Arc<agui_store::subscribe::Hub>) {
+        self.inner.attach_hub(hub);
+    }
+    fn watch(&self, tenant: &str, thread: &str) {
+        self.inner.watch(tenant, thread);
+    }
+    async fn claim_thread(&self, tenant: &str, thread: &str, run: &str) -> Result<Option<String>> {
+        self.inner.claim_thread(tenant, thread, run).await
+    }
+    async fn release_thread(&self, tenant: &str, thread: &str, run: &str) -> Result<()> {
+        if self.fail_release.load(Ordering::SeqCst) {
+            self.failed.fetch_add(1, Ordering::SeqCst);
+            return Err(StoreError::unavailable("the database restarts (test)"));
+        }
+        self.inner.release_thread(tenant, thread, run).await
+    }
+    async fn mark_interrupted(&self) -> Result<u64> {
+        self.inner.mark_interrupted().await
+    }
+    async fn mark_interrupted_elsewhere(&self) -> Result<Vec<(String, RunRecord)>> {
+        self.inner.mark_interrupted_elsewhere().await
+    }
+    async fn ready(&self) -> Result<()> {
+        self.inner.ready().await
+    }
+    async fn stats(&self) -> Result<StoreStats> {
+        self.inner.stats().await
+    }
+    async fn flush(&self) -> Result<()> {
+        self.inner.flush().await
+    }
+    async fn close(&self) -> Result<()> {
+        self.inner.close().await
+    }
+    async fn channels(&self, tenant: &str, thread: &str) -> Result<Vec<Channel>> {
+        self.inner.channels(tenant, thread).await
+    }
+    async fn put_channel(&self, tenant: &str, thread: &str, channel: Channel) -> Result<()> {
+        self.inner.put_channel(tenant, thread, channel).await
+    }
+    async fn checkpoint_chain(
+        &self,
+        tenant: &str,
+        thread: &str,
+        run_id: &str,
+    ) -> Result<CheckpointChain> {
+        self.inner.checkpoint_chain(tenant, thread, run_id).await
+    }
+}
+
+/// A run whose claim the store failed to release at its end: while the
+/// release fails the claim holds the thread (409 `run_in_flight`); once the
+/// store takes it again, the gateway releases it in the background and the
+/// thread takes new runs, without a restart.
+#[tokio::test]
+async fn a_claim_whose_release_failed_is_released_once_the_store_takes_it() {
+    let backend = Arc::new(ReleaseFaults {
+        inner: MemoryStore::new(),
+        fail_release: AtomicBool::new(true),
+        failed: Default::default(),
+    });
+    let g = start_with(Store::from_arc(backend.clone()), GatewayConfig::default()).await;
+    let (status, frames, body) = run(&g.base, "demo", &input("t-claim", "r1", "hello")).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(frames.last().unwrap().ty(), "RUN_FINISHED");
+    assert!(backend.failed.load(Ordering::SeqCst) >= 1);
+    // The claim is left: the thread refuses a new run.
+    let (status, _, body) = run(&g.base, "demo", &input("t-claim", "r2", "again")).await;
+    assert_eq!(status, 409, "{body}");
+    assert!(body.contains("run_in_flight"), "{body}");
+    // A background retry fails too while the store refuses.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while backend.failed.load(Ordering::SeqCst) < 2 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the release was never tried again"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    backend.fail_release.store(false, Ordering::SeqCst);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, frames, body) = run(&g.base, "demo", &input("t-claim", "r2", "again")).await;
+        if status == 200 {
+            assert_eq!(frames.last().unwrap().ty(), "RUN_FINISHED", "{body}");
+            break;
+        }
+        assert_eq!(status, 409, "{body}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the thread still refuses new runs: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let thread = wait_for_run_status(&g.base, "t-claim", "r2", "finished").await;
+    assert_eq!(
+        ids_and_statuses(&thread["runs"]),
+        [
+            ("r1".to_owned(), "finished".to_owned()),
+            ("r2".to_owned(), "finished".to_owned())
+        ]
+    );
+    g.shutdown().await;
+}
+
+/// Fails every append of a run's end to one thread while `on`: the first
+/// thread such an append is tried on (a store fault that hits one close
+/// and lasts).
+#[derive(Default)]
+struct FailOneClose {
+    on: AtomicBool,
+    victim: std::sync::Mutex<Option<String>>,
+    failed: std::sync::atomic::AtomicU64,
+}
+
+#[async_trait::async_trait]
+impl Hooks for FailOneClose {
+    async fn commit(
+        &self,
+        inner: &dyn Backend,
+        tenant: &str,
+        thread: &str,
+        batch: &Batch,
+    ) -> Result<Commit> {
+        let terminal = batch
+            .events
+            .iter()
+            .any(|e| e.event_type().is_run_terminal());
+        if terminal && self.on.load(Ordering::SeqCst) {
+            let mut victim = self.victim.lock().unwrap();
+            if victim.get_or_insert_with(|| thread.to_owned()) == thread {
+                self.failed.fetch_add(1, Ordering::SeqCst);
+                return Err(StoreError::unavailable("the database restarts (test)"));
+            }
+        }
+        inner.commit(tenant, thread, batch).await
+    }
+}
+
+/// Runs left in flight by a gateway that died, and a store fault on the
+/// first close at the next start-up: the other runs are closed all the
+/// same, and the one whose close failed is closed in the background once
+/// the store takes it. (Recovery gave up at the first failed close: the
+/// runs after it, already marked `interrupted`, never got their
+/// `RUN_ERROR`, and no later recovery looks at `interrupted` runs again.)
+#[tokio::test]
+async fn a_failed_close_of_an_interrupted_run_leaves_no_run_unclosed() {
+    let hooked = Arc::new(Hooked::new(MemoryStore::new(), FailOneClose::default()));
+    let store = Store::from_arc(hooked.clone());
+    let threads = ["t-int-0", "t-int-1", "t-int-2"];
+    for t in threads {
+        let events = [
+            json!({"type":"RUN_STARTED","threadId":t,"runId":"r"}),
+            json!({"type":"TEXT_MESSAGE_START","messageId":format!("m-{t}"),"role":"assistant"}),
+            json!({"type":"TEXT_MESSAGE_CONTENT","messageId":format!("m-{t}"),"delta":"half"}),
+        ]
+        .map(|e| Event::from_json(&e.to_string()).unwrap());
+        store
+            .append("default", t, AppendRequest::new(events.to_vec()))
+            .await
+            .unwrap();
+    }
+    hooked.hooks().on.store(true, Ordering::SeqCst);
+    let g = start_with(store.clone(), GatewayConfig::default()).await;
+    let closed = g.gw.recover_at_start().await;
+    let victim = hooked.hooks().victim.lock().unwrap().clone();
+    let victim = victim.expect("a close was tried");
+    assert!(hooked.hooks().failed.load(Ordering::SeqCst) >= 1);
+    // The runs whose close the store took are closed by the start-up, the
+    // other one is not yet.
+    let last_of = |t: &'static str| {
+        let base = g.base.clone();
+        async move { events_of(&base, t).await.last().unwrap().data.clone() }
+    };
+    for t in threads {
+        let last = last_of(t).await;
+        if t == victim {
+            assert_eq!(last["type"], "TEXT_MESSAGE_CONTENT", "{t}: {last}");
+        } else {
+            assert_eq!(
+                (&last["type"], &last["code"]),
+                (&json!("RUN_ERROR"), &json!("interrupted")),
+                "{t}: {last}"
+            );
+        }
+    }
+    hooked.hooks().on.store(false, Ordering::SeqCst);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    for t in threads {
+        loop {
+            let last = last_of(t).await;
+            if last["type"] == "RUN_ERROR" {
+                assert_eq!(last["code"], "interrupted", "{t}: {last}");
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{t} never got its RUN_ERROR: {last}"
+            );
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        let stored = events_of(&g.base, t).await;
+        verify_frames(&stored);
+        assert_eq!(
+            stored.iter().filter(|f| f.ty() == "RUN_ERROR").count(),
+            1,
+            "{t}: one end"
+        );
+        wait_for_run_status(&g.base, t, "r", "interrupted").await;
+    }
+    // The start-up counts the runs it closed itself; the metric counts the
+    // one closed later too.
+    assert_eq!(closed.unwrap(), 2);
+    let metric = &g.gw.metrics().runs_interrupted;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while metric.load(Ordering::SeqCst) < 3 {
+        assert!(tokio::time::Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(metric.load(Ordering::SeqCst), 3);
+    g.shutdown().await;
+}
+
+/// A run set aside, interrupted, whose close the store fails at start-up:
+/// it joins its thread only once its close is done, never before (its
+/// thread's log would hold a run without an end, which readers reject).
+#[tokio::test]
+async fn an_interrupted_run_set_aside_joins_only_once_closed() {
+    use agui_store::aside::{aside_tenant, aside_thread};
+    let hooked = Arc::new(Hooked::new(MemoryStore::new(), FailOneClose::default()));
+    let store = Store::from_arc(hooked.clone());
+    let ev = |v: Value| Event::from_json(&v.to_string()).unwrap();
+    let t = "t-aside-closed";
+    store
+        .append(
+            "default",
+            t,
+            AppendRequest::new(vec![
+                ev(json!({"type":"RUN_STARTED","threadId":t,"runId":"r1"})),
+                ev(json!({"type":"RUN_FINISHED","threadId":t,"runId":"r1"})),
+            ]),
+        )
+        .await
+        .unwrap();
+    let a_thread = aside_thread(t, "a").unwrap();
+    store
+        .append(
+            &aside_tenant("default"),
+            &a_thread,
+            AppendRequest::new(vec![
+                ev(json!({"type":"RUN_STARTED","threadId":t,"runId":"a","parentRunId":"r1"})),
+                ev(json!({"type":"TEXT_MESSAGE_START","messageId":"ma","role":"assistant"})),
+                ev(json!({"type":"TEXT_MESSAGE_CONTENT","messageId":"ma","delta":"left open"})),
+            ]),
+        )
+        .await
+        .unwrap();
+    hooked.hooks().on.store(true, Ordering::SeqCst);
+    let g = start_with(store.clone(), GatewayConfig::default()).await;
+    assert_eq!(g.gw.recover_at_start().await.unwrap(), 0);
+    assert_eq!(
+        hooked.hooks().victim.lock().unwrap().as_deref(),
+        Some(a_thread.as_str())
+    );
+    // Start-up tried to join it: it is still set aside, and the thread's
+    // log holds r1 alone.
+    let (_, v) = get_json(&format!("{}/threads/{t}", g.base)).await;
+    assert_eq!(
+        ids_and_statuses(&v["runsAside"]),
+        [("a".to_owned(), "interrupted".to_owned())],
+        "{v}"
+    );
+    assert_eq!(ids_and_statuses(&v["runs"]).len(), 1, "{v}");
+    hooked.hooks().on.store(false, Ordering::SeqCst);
+    let v = wait_thread(&g.base, t, |v| {
+        v["runsAside"] == json!([]) && v["runs"].as_array().is_some_and(|r| r.len() == 2)
+    })
+    .await;
+    assert_eq!(
+        ids_and_statuses(&v["runs"]),
+        [
+            ("r1".to_owned(), "finished".to_owned()),
+            ("a".to_owned(), "interrupted".to_owned())
+        ]
+    );
+    let log = events_of(&g.base, t).await;
+    verify_frames(&log);
+    let last = &log.last().unwrap().data;
+    assert_eq!(
+        (&last["type"], &last["code"]),
+        (&json!("RUN_ERROR"), &json!("interrupted")),
+        "{last}"
+    );
     g.shutdown().await;
 }

@@ -278,6 +278,27 @@ pub async fn wait_thread(base: &str, thread: &str, done: impl Fn(&Value) -> bool
     panic!("thread {thread} never got there: {last}");
 }
 
+/// Waits (10 s at most) until run `run` of `thread` has `status` in the
+/// thread's summary; returns the summary. Panics with the last summary
+/// seen when it never does.
+pub async fn wait_for_run_status(base: &str, thread: &str, run: &str, status: &str) -> Value {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (s, v) = get_json(&format!("{base}/threads/{thread}")).await;
+        let now = v["runs"]
+            .as_array()
+            .and_then(|runs| runs.iter().find(|r| r["runId"] == run))
+            .map(|r| r["status"].clone());
+        if s == 200 && now.as_ref().is_some_and(|now| now == status) {
+            return v;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            panic!("run {run} of {thread} never got status {status}: {v}");
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
 pub fn ids_and_statuses(runs: &Value) -> Vec<(String, String)> {
     runs.as_array()
         .unwrap()
