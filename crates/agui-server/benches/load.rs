@@ -77,6 +77,13 @@ fn async_stream(
     n: u64,
     interval_us: u64,
 ) -> impl futures::Stream<Item = Result<Bytes, std::convert::Infallible>> {
+    // Paced runs keep a schedule (event i is due `i * interval_us` after
+    // the start) rather than sleeping between events: Tokio's timer has a
+    // millisecond's resolution, so a sleep of 200 us takes a millisecond,
+    // and a pace under a millisecond sends every event that is due at each
+    // wake-up, in one write.
+    let start = tokio::time::Instant::now();
+    let due = move |i: u64| start + Duration::from_micros(interval_us.saturating_mul(i));
     futures::stream::unfold(0u64, move |i| {
         let (thread, run) = (thread.clone(), run.clone());
         async move {
@@ -85,7 +92,7 @@ fn async_stream(
                 return None;
             }
             if interval_us > 0 && i > 0 {
-                tokio::time::sleep(Duration::from_micros(interval_us)).await;
+                tokio::time::sleep_until(due(i)).await;
             }
             let frame = |v: Value| format!("data: {v}\n\n");
             if i == 0 {
@@ -103,10 +110,14 @@ fn async_stream(
                 return Some((Ok(Bytes::from(s)), n + 2));
             }
             if interval_us > 0 {
-                let s = frame(
-                    json!({"type":"TEXT_MESSAGE_CONTENT","messageId":format!("m-{run}"),"delta":"token ","sentNs":now_ns()}),
-                );
-                return Some((Ok(Bytes::from(s)), i + 1));
+                let now = tokio::time::Instant::now();
+                let mut s = String::new();
+                let mut j = i;
+                while j <= n && j < i + 512 && (j == i || due(j) <= now) {
+                    s.push_str(&frame(json!({"type":"TEXT_MESSAGE_CONTENT","messageId":format!("m-{run}"),"delta":"token ","sentNs":now_ns()})));
+                    j += 1;
+                }
+                return Some((Ok(Bytes::from(s)), j));
             }
             // Unpaced: a burst of up to 512 events per write.
             let mut s = String::new();
@@ -689,7 +700,10 @@ async fn main() {
 /// `--fanout-interval-us` (2,000 us; 0 sends them in bursts of 512). At the
 /// default pace the run lasts at least 2 s, so deliveries per second cannot
 /// pass about 500k whatever the gateway does: a shorter interval measures
-/// what the gateway can deliver.
+/// what the gateway can deliver (the upstream keeps the schedule, sending
+/// the events due at each of its timer's millisecond ticks together), with
+/// enough `--fanout-events` that the run outlasts the attaches: for
+/// 1M deliveries/s, `--fanout-interval-us 1000 --fanout-events 3000`.
 async fn fan_out(args: &[String], client: &reqwest::Client, via: &str, addr: &str, quick: bool) {
     let subs = flag(args, "--fanout-subscribers").unwrap_or(if quick { 200 } else { 1000 });
     let n = flag(args, "--fanout-events").unwrap_or(if quick { 200 } else { 1000 });
@@ -713,9 +727,15 @@ async fn fan_out(args: &[String], client: &reqwest::Client, via: &str, addr: &st
         }
     }
     let runner = tokio::spawn(async move {
+        // Frames end at a blank line, which two chunks may split.
         let mut frames = memchr::memmem::find_iter(&head, b"\n\n").count() as u64;
+        let mut newline_last = head.last() == Some(&b'\n');
         while let Some(Ok(chunk)) = run_body.next().await {
+            if newline_last && chunk.first() == Some(&b'\n') {
+                frames += 1;
+            }
             frames += memchr::memmem::find_iter(&chunk, b"\n\n").count() as u64;
+            newline_last = chunk.last() == Some(&b'\n');
         }
         frames
     });

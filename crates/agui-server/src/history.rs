@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
+use std::time::{Duration, Instant};
 
 use agui_history::compact::{Mode, compact};
 use agui_protocol::Event;
@@ -858,6 +859,15 @@ async fn aside_events(
     ))))
 }
 
+/// The shortest time between two writes of live frames to one subscriber.
+/// Each write is a system call and a TCP segment per subscriber, and the
+/// kernel's send path is about two thirds of the gateway's CPU time when a
+/// run has many subscribers: the events of a fast run that arrive within
+/// this window of the previous write are gathered and sent in one. A
+/// stream quieter than one event per window (a model's tokens, typically)
+/// is never held; a faster one is delayed by at most this much.
+const LINGER: Duration = Duration::from_millis(2);
+
 /// Streams a subscription as SSE: first `prefix`, then events until the
 /// thread has nothing in flight and everything up to its head was sent.
 /// `ids`: frames carry their sequence numbers as `id:` (not for a run set
@@ -884,6 +894,8 @@ fn follow(
         running: bool,
         prefix: Option<Bytes>,
         done: bool,
+        /// When the last batch of live frames was handed to the connection.
+        wrote: Option<Instant>,
         _count: SubscriberCount,
     }
     gw.metrics.subscribers.fetch_add(1, Relaxed);
@@ -898,6 +910,7 @@ fn follow(
         running,
         prefix: (!prefix.is_empty()).then(|| Bytes::from(prefix)),
         done: false,
+        wrote: None,
     };
     let stream = futures::stream::unfold(state, move |mut s| async move {
         if let Some(p) = s.prefix.take() {
@@ -926,6 +939,15 @@ fn follow(
                     return Some((Ok(error_frame(&e)), s));
                 }
                 Ok(Some(Ok(first))) => {
+                    // Events arriving faster than one write per LINGER are
+                    // gathered for the rest of it and leave in one write
+                    // (see LINGER); a quieter stream is written at once.
+                    if let Some(at) = s.wrote {
+                        let since = at.elapsed();
+                        if since < LINGER {
+                            tokio::time::sleep(LINGER - since).await;
+                        }
+                    }
                     let mut buf = Vec::new();
                     let mut ended = false;
                     let mut take = |e: &StoredEvent, buf: &mut Vec<u8>, last: &mut u64| {
@@ -936,6 +958,10 @@ fn follow(
                         }
                     };
                     take(&first, &mut buf, &mut s.last);
+                    // Whether every ready event was taken (not cut at the
+                    // cap): only then is the next write held (a subscriber
+                    // catching up has more ready and goes on at once).
+                    let mut drained = false;
                     for _ in 0..1024 {
                         match s.sub.next().now_or_never() {
                             Some(Some(Ok(e))) => take(&e, &mut buf, &mut s.last),
@@ -949,13 +975,17 @@ fn follow(
                                 s.done = true;
                                 break;
                             }
-                            None => break,
+                            None => {
+                                drained = true;
+                                break;
+                            }
                         }
                     }
                     if ended {
                         refresh(&mut s.running, &mut s.head, &s.gw, &s.tenant, &s.thread).await;
                     }
                     s.head = s.head.max(s.last);
+                    s.wrote = drained.then(Instant::now);
                     return Some((Ok(Bytes::from(buf)), s));
                 }
             }

@@ -923,3 +923,90 @@ async fn two_gateways_recovering_at_once_close_a_run_once() {
         ]
     );
 }
+
+/// A subscriber attached to a fast run gets its events gathered: after a
+/// write, the next waits until 2 ms have passed (the gateway's linger), so
+/// a run with a thousand subscribers costs a write per subscriber every
+/// 2 ms at most rather than one per event, each event still arriving once
+/// and in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attached_subscriber_gets_a_fast_run_in_few_writes() {
+    use agui_store::AppendRequest;
+    use futures::StreamExt;
+    let g = start(GatewayConfig::default()).await;
+    let ev = |v: Value| agui_protocol::Event::from_json(&v.to_string()).unwrap();
+    let append = |store: agui_store::Store, events: Vec<agui_protocol::Event>| async move {
+        store
+            .append("default", "t", AppendRequest::new(events))
+            .await
+            .unwrap();
+    };
+    append(
+        g.store.clone(),
+        vec![
+            ev(json!({"type": "RUN_STARTED", "threadId": "t", "runId": "r"})),
+            ev(json!({"type": "TEXT_MESSAGE_START", "messageId": "m", "role": "assistant"})),
+        ],
+    )
+    .await;
+    let resp = client()
+        .get(format!("{}/threads/t/events", g.base))
+        .send()
+        .await
+        .unwrap();
+    let mut body = resp.bytes_stream();
+    let mut text = Vec::new();
+    while text.windows(2).filter(|w| w == b"\n\n").count() < 2 {
+        text.extend_from_slice(&body.next().await.unwrap().unwrap());
+    }
+    // 300 events, one at a time, a little apart (about a millisecond, the
+    // timer's resolution): without the linger each is a write of its own.
+    let n = 300;
+    let store = g.store.clone();
+    let writer = tokio::spawn(async move {
+        let started = std::time::Instant::now();
+        for i in 0..n {
+            let delta = format!("token {i} ");
+            append(
+                store.clone(),
+                vec![ev(
+                    json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m", "delta": delta}),
+                )],
+            )
+            .await;
+            tokio::time::sleep(Duration::from_micros(200)).await;
+        }
+        append(
+            store,
+            vec![
+                ev(json!({"type": "TEXT_MESSAGE_END", "messageId": "m"})),
+                ev(json!({"type": "RUN_FINISHED", "threadId": "t", "runId": "r"})),
+            ],
+        )
+        .await;
+        started.elapsed()
+    });
+    let mut writes = 0;
+    while let Some(chunk) = body.next().await {
+        text.extend_from_slice(&chunk.unwrap());
+        writes += 1;
+    }
+    let span = writer.await.unwrap();
+    let frames = parse_sse(std::str::from_utf8(&text).unwrap());
+    let ids: Vec<u64> = frames.iter().map(|f| f.id.unwrap()).collect();
+    assert_eq!(
+        ids,
+        (1..=n as u64 + 4).collect::<Vec<_>>(),
+        "every event once, in order"
+    );
+    assert_eq!(frames.last().unwrap().ty(), "RUN_FINISHED");
+    // The writes happen while the events are published and up to one
+    // linger after: at most one per 2 ms of that, and one at the start.
+    let bound = span.as_millis() as usize / 2 + 3;
+    assert!(
+        writes <= bound,
+        "{writes} writes for {} events in {span:?} (at most {bound} with a 2 ms linger)",
+        n + 2
+    );
+    g.shutdown().await;
+}
