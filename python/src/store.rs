@@ -288,8 +288,11 @@ mod ops {
         store.ready().await.map_err(store_failure)
     }
 
+    /// How many runs were marked (the store returns them; Python callers
+    /// have no close of their own to give them to, so the count stays).
     pub async fn mark_interrupted(store: Store) -> Result<u64, Failure> {
-        store.mark_interrupted().await.map_err(store_failure)
+        let marked = store.mark_interrupted().await.map_err(store_failure)?;
+        Ok(marked.len() as u64)
     }
 }
 

@@ -546,11 +546,15 @@ impl Gateway {
         self.with_slot(tenant, thread, run, |_| ()).is_some()
     }
 
-    /// Closes runs a previous process left `running`: each gets its open
-    /// messages and tool calls ended and a `RUN_ERROR` with code
-    /// `interrupted`; its status becomes `interrupted`. Returns how many
-    /// this call closed: a run whose close the store fails is closed in the
-    /// background, once it can be.
+    /// Closes runs a previous process left in flight: those
+    /// [`Store::mark_interrupted`] marks `interrupted` now (left `running`;
+    /// on a store shared by replicas, only those whose gateway is gone), and
+    /// those an earlier start marked but never closed (see
+    /// [`Gateway::unclosed_interrupted`]). Each gets its open messages and
+    /// tool calls ended and a `RUN_ERROR` with code `interrupted`; its
+    /// status is `interrupted`. Returns how many this call closed: a run
+    /// whose close the store fails is closed in the background, once it can
+    /// be, or else by the next start.
     pub async fn recover(self: &Arc<Self>) -> Result<u64, ServerError> {
         let err = |during: &'static str| {
             move |e: StoreError| ServerError::Store {
@@ -558,8 +562,43 @@ impl Gateway {
                 message: e.to_string(),
             }
         };
-        let mut stale: Vec<(String, RunRecord)> = Vec::new();
-        for tenant in self.store.tenants().await.map_err(err("listing tenants"))? {
+        // Before marking: the runs marked now are closed below, not looked
+        // up again.
+        let mut runs = self
+            .unclosed_interrupted()
+            .await
+            .map_err(err("listing interrupted runs"))?;
+        let marked = self
+            .store
+            .mark_interrupted()
+            .await
+            .map_err(err("marking runs interrupted"))?;
+        // A store shared by replicas marks only the runs whose owner is
+        // gone: a run another live gateway is streaming stays `running`,
+        // and is neither returned nor closed.
+        runs.extend(marked);
+        if runs.is_empty() {
+            return Ok(0);
+        }
+        Ok(self.close_interrupted(runs).await)
+    }
+
+    /// The runs left `interrupted` without an end in their log: marked by
+    /// an earlier start-up or sweep whose close the store failed, whose
+    /// gateway stopped before a retry in the background got through. Only
+    /// a run that is its thread's last can be one (a close is appended at
+    /// the thread's head; a run another run follows was interrupted by
+    /// that run's start, and [`Gateway::close_run`] leaves it), so each
+    /// interrupted run costs a comparison of its last sequence number with
+    /// its thread's head (one look-up a thread), and only the last event
+    /// of a run at its thread's head is read, to tell a run closed (its
+    /// `RUN_ERROR`) from one that is not: the events of interrupted runs
+    /// of the past are never read.
+    async fn unclosed_interrupted(&self) -> Result<Vec<(String, RunRecord)>, StoreError> {
+        let mut found = Vec::new();
+        for tenant in self.store.tenants().await? {
+            // Each thread's last sequence number (`None`: deleted meanwhile).
+            let mut heads: HashMap<String, Option<u64>> = HashMap::new();
             let mut cursor = None;
             loop {
                 let page = self
@@ -567,32 +606,53 @@ impl Gateway {
                     .list_runs(
                         &tenant,
                         &RunFilter {
-                            status: Some(RunStatus::Running),
+                            status: Some(RunStatus::Interrupted),
                             limit: agui_store::MAX_PAGE,
                             cursor: cursor.take(),
                             ..RunFilter::default()
                         },
                     )
-                    .await
-                    .map_err(err("listing running runs"))?;
-                stale.extend(page.runs.into_iter().map(|r| (tenant.clone(), r)));
+                    .await?;
+                for run in page.runs {
+                    let head = match heads.get(&run.thread_id) {
+                        Some(head) => *head,
+                        None => {
+                            let head = match self.store.thread(&tenant, &run.thread_id).await {
+                                Ok(info) => Some(info.last_seq),
+                                Err(e) if e.kind() == ErrorKind::NotFound => None,
+                                Err(e) => return Err(e),
+                            };
+                            heads.insert(run.thread_id.clone(), head);
+                            head
+                        }
+                    };
+                    if head != Some(run.last_seq) {
+                        continue;
+                    }
+                    let last = match self
+                        .store
+                        .read(&tenant, &run.thread_id, run.last_seq, 1)
+                        .await
+                    {
+                        Ok(page) => page.events,
+                        Err(e) if e.kind() == ErrorKind::NotFound => continue,
+                        Err(e) => return Err(e),
+                    };
+                    if last
+                        .first()
+                        .is_some_and(|e| e.event.event_type().is_run_terminal())
+                    {
+                        continue;
+                    }
+                    found.push((tenant.clone(), run));
+                }
                 match page.next_cursor {
                     Some(c) => cursor = Some(c),
                     None => break,
                 }
             }
         }
-        if stale.is_empty() {
-            return Ok(0);
-        }
-        self.store
-            .mark_interrupted()
-            .await
-            .map_err(err("marking runs interrupted"))?;
-        // A store shared by replicas interrupts only the runs whose owner
-        // is gone: a run another live gateway is streaming stays `running`,
-        // and `close_interrupted` leaves it alone.
-        Ok(self.close_interrupted(stale).await)
+        Ok(found)
     }
 
     /// [`Gateway::recover`] at start-up, then a sweep in the background for
@@ -604,14 +664,24 @@ impl Gateway {
     /// and a replica that dies while the others run and never comes back.
     /// Runs of live replicas (and this gateway's own) are never closed:
     /// their owners' locks are held. The sweep looks every 250 ms for the
-    /// first 30 s, then every second; on a single-process store it does no
-    /// I/O.
+    /// first 30 s, then every second. A store that no other process writes
+    /// while this one has it open ([`Store::shared`] false: SQLite, file,
+    /// memory) gets no sweep: start-up recovery took every run there is.
     pub async fn recover_at_start(self: &Arc<Self>) -> Result<u64, ServerError> {
         let closed = self.recover().await?;
         let joined = crate::aside::join_all(self).await?;
         if joined > 0 {
             tracing::info!(runs = joined, "runs set aside joined their threads");
         }
+        if self.store.shared() {
+            self.spawn_sweep();
+        }
+        Ok(closed)
+    }
+
+    /// Starts the background sweep of [`Gateway::recover_at_start`]: it
+    /// ends when the gateway shuts down or is dropped.
+    fn spawn_sweep(self: &Arc<Self>) {
         let gw = Arc::downgrade(self);
         tokio::spawn(async move {
             let started = tokio::time::Instant::now();
@@ -650,7 +720,6 @@ impl Gateway {
                 }
             }
         });
-        Ok(closed)
     }
 
     /// One background pass: marks the runs of processes that are gone and

@@ -1011,11 +1011,14 @@ impl Backend for ReleaseFaults {
         }
         self.inner.release_thread(tenant, thread, run).await
     }
-    async fn mark_interrupted(&self) -> Result<u64> {
+    async fn mark_interrupted(&self) -> Result<Vec<(String, RunRecord)>> {
         self.inner.mark_interrupted().await
     }
     async fn mark_interrupted_elsewhere(&self) -> Result<Vec<(String, RunRecord)>> {
         self.inner.mark_interrupted_elsewhere().await
+    }
+    fn shared(&self) -> bool {
+        self.inner.shared()
     }
     async fn ready(&self) -> Result<()> {
         self.inner.ready().await
@@ -1216,6 +1219,180 @@ async fn a_failed_close_of_an_interrupted_run_leaves_no_run_unclosed() {
     }
     assert_eq!(metric.load(Ordering::SeqCst), 3);
     g.shutdown().await;
+}
+
+/// A run marked interrupted at start-up whose close the store fails, and
+/// the gateway stops before the store takes writes again (its retry in
+/// the background ends with it): the next start-up, on the healed store,
+/// closes it, and only it. (Start-up looked at `running` runs only: the
+/// run stayed `interrupted` with no `RUN_ERROR` in its log for good.)
+/// Interrupted runs of the past are left as they are: one closed already,
+/// and one whose thread went on with another run.
+#[tokio::test]
+async fn an_interrupted_run_whose_close_failed_is_closed_by_the_next_start() {
+    let hooked = Arc::new(Hooked::new(MemoryStore::new(), FailOneClose::default()));
+    let store = Store::from_arc(hooked.clone());
+    let ev = |v: Value| Event::from_json(&v.to_string()).unwrap();
+    let append = |thread: &'static str, events: Vec<Value>| {
+        let store = store.clone();
+        async move {
+            let events = events.into_iter().map(ev).collect();
+            store
+                .append("default", thread, AppendRequest::new(events))
+                .await
+                .unwrap();
+        }
+    };
+    let t = "t-unclosed";
+    append(
+        t,
+        vec![
+            json!({"type":"RUN_STARTED","threadId":t,"runId":"r"}),
+            json!({"type":"TEXT_MESSAGE_START","messageId":"m","role":"assistant"}),
+            json!({"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"half"}),
+        ],
+    )
+    .await;
+    // Closed at an earlier start.
+    let closed = "t-closed-before";
+    append(
+        closed,
+        vec![
+            json!({"type":"RUN_STARTED","threadId":closed,"runId":"c"}),
+            json!({"type":"RUN_ERROR","message":"gone","code":"interrupted"}),
+        ],
+    )
+    .await;
+    // Interrupted by the next run's start.
+    let followed = "t-followed";
+    append(
+        followed,
+        vec![
+            json!({"type":"RUN_STARTED","threadId":followed,"runId":"f1"}),
+            json!({"type":"RUN_STARTED","threadId":followed,"runId":"f2"}),
+            json!({"type":"RUN_FINISHED","threadId":followed,"runId":"f2"}),
+        ],
+    )
+    .await;
+    for (thread, run) in [(closed, "c"), (followed, "f1")] {
+        let r = store.run("default", thread, run).await.unwrap();
+        assert_eq!(r.status, agui_store::RunStatus::Interrupted, "{thread}");
+    }
+    let before = |thread: &'static str| {
+        let store = store.clone();
+        async move {
+            store
+                .read_range("default", thread, 1, u64::MAX)
+                .await
+                .unwrap()
+                .len()
+        }
+    };
+    let others = [before(closed).await, before(followed).await];
+
+    // The first gateway: the close fails, and goes on failing, through a
+    // retry in the background, until the gateway stops.
+    hooked.hooks().on.store(true, Ordering::SeqCst);
+    let g = start_with(store.clone(), GatewayConfig::default()).await;
+    assert_eq!(g.gw.recover_at_start().await.unwrap(), 0);
+    assert_eq!(hooked.hooks().victim.lock().unwrap().as_deref(), Some(t));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while hooked.hooks().failed.load(Ordering::SeqCst) < 2 {
+        assert!(tokio::time::Instant::now() < deadline, "no retry");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    g.shutdown().await;
+    let r = store.run("default", t, "r").await.unwrap();
+    assert_eq!(r.status, agui_store::RunStatus::Interrupted);
+    let log = store.read_range("default", t, 1, u64::MAX).await.unwrap();
+    assert_eq!(
+        log.last().unwrap().event.type_name(),
+        "TEXT_MESSAGE_CONTENT"
+    );
+
+    // The store heals; a new gateway (a new process: a new engine over the
+    // same storage) starts.
+    hooked.hooks().on.store(false, Ordering::SeqCst);
+    let g = start_with(Store::from_arc(hooked.clone()), GatewayConfig::default()).await;
+    assert_eq!(g.gw.recover_at_start().await.unwrap(), 1);
+    let log = events_of(&g.base, t).await;
+    verify_frames(&log);
+    assert_eq!(
+        log.iter().filter(|f| f.ty() == "RUN_ERROR").count(),
+        1,
+        "one end"
+    );
+    let last = &log.last().unwrap().data;
+    assert_eq!(
+        (&last["type"], &last["code"]),
+        (&json!("RUN_ERROR"), &json!("interrupted")),
+        "{last}"
+    );
+    assert!(
+        log.iter()
+            .any(|f| f.ty() == "TEXT_MESSAGE_END" && f.data["messageId"] == "m"),
+        "the open message is ended"
+    );
+    wait_for_run_status(&g.base, t, "r", "interrupted").await;
+    // The runs interrupted before are as they were.
+    assert_eq!([before(closed).await, before(followed).await], others);
+    // A start after that finds nothing more to close.
+    let again = start_with(Store::from_arc(hooked.clone()), GatewayConfig::default()).await;
+    assert_eq!(again.gw.recover_at_start().await.unwrap(), 0);
+    assert_eq!(events_of(&again.base, t).await.len(), log.len());
+    again.shutdown().await;
+    g.shutdown().await;
+}
+
+/// Counts the background sweep's calls, over a memory store that says it
+/// is shared by other processes or not.
+#[derive(Default)]
+struct Sweeps {
+    shared: bool,
+    calls: std::sync::atomic::AtomicU64,
+}
+
+#[async_trait::async_trait]
+impl Hooks for Sweeps {
+    async fn mark_interrupted_elsewhere(
+        &self,
+        inner: &dyn Backend,
+    ) -> Result<Vec<(String, RunRecord)>> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        inner.mark_interrupted_elsewhere().await
+    }
+
+    fn shared(&self, _inner: &dyn Backend) -> bool {
+        self.shared
+    }
+}
+
+/// The sweep for the runs of processes that are gone runs only over a
+/// store other processes share (PostgreSQL): over one that a single
+/// process opens (SQLite, file, memory), where it can find nothing, it
+/// woke up every second for as long as the gateway ran.
+#[tokio::test]
+async fn the_sweep_runs_only_over_a_store_other_processes_share() {
+    for shared in [false, true] {
+        let hooked = Arc::new(Hooked::new(
+            MemoryStore::new(),
+            Sweeps {
+                shared,
+                ..Sweeps::default()
+            },
+        ));
+        let g = start_with(Store::from_arc(hooked.clone()), GatewayConfig::default()).await;
+        assert_eq!(g.gw.recover_at_start().await.unwrap(), 0);
+        // The sweep looks every 250 ms after a start.
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        let calls = hooked.hooks().calls.load(Ordering::SeqCst);
+        if shared {
+            assert!(calls >= 2, "shared: {calls} sweeps");
+        } else {
+            assert_eq!(calls, 0, "not shared: no sweep");
+        }
+        g.shutdown().await;
+    }
 }
 
 /// A run set aside, interrupted, whose close the store fails at start-up:

@@ -1257,22 +1257,22 @@ impl Backend for FileStore {
         .await
     }
 
-    async fn mark_interrupted(&self) -> Result<u64> {
+    async fn mark_interrupted(&self) -> Result<Vec<(String, RunRecord)>> {
         self.check_writable()?;
         self.blocking(|i| {
             let mut w = lock(&i.writer);
             let active = w.as_mut().ok_or_else(closed)?;
             if read_lock(&i.state).running_runs() == 0 {
-                return Ok(0);
+                return Ok(Vec::new());
             }
             let now = Timestamp::now();
             let mut rec = record::Writer::new(record::INTERRUPTED);
             rec.i64(now.0);
             let loc = i.write(active, &rec.frame()?)?;
-            let n = write_lock(&i.state).interrupt(now);
+            let marked = write_lock(&i.state).interrupt(now);
             drop(w);
             i.sync_through(loc.seg, loc.off + u64::from(loc.len))?;
-            Ok(n)
+            Ok(marked)
         })
         .await
     }

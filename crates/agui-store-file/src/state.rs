@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use agui_protocol::Event;
 use agui_store::index::{BatchPlan, RunTable, ThreadHead, plan_batch};
-use agui_store::{Result, RunStatus, StoreError, ThreadInfo, Timestamp};
+use agui_store::{Result, RunRecord, RunStatus, StoreError, ThreadInfo, Timestamp};
 
 use crate::record::{self, Reader};
 use crate::segment::Loc;
@@ -232,17 +232,17 @@ impl State {
             .count() as u64
     }
 
-    /// Marks every running run interrupted at `at`; returns how many.
-    pub fn interrupt(&mut self, at: Timestamp) -> u64 {
-        let mut n = 0;
-        for t in self
-            .tenants
-            .values_mut()
-            .flat_map(|t| t.threads.values_mut())
-        {
-            n += t.runs.interrupt_running(&mut t.head, at);
+    /// Marks every running run interrupted at `at`; returns the runs
+    /// marked, with their tenants, as they now stand.
+    pub fn interrupt(&mut self, at: Timestamp) -> Vec<(String, RunRecord)> {
+        let mut marked = Vec::new();
+        for (tenant, ten) in self.tenants.iter_mut() {
+            for t in ten.threads.values_mut() {
+                let runs = t.runs.interrupt_running(&mut t.head, at);
+                marked.extend(runs.into_iter().map(|r| (tenant.clone(), r)));
+            }
         }
-        n
+        marked
     }
 
     /// Replays one record read from the log at `loc` (`intact` false when

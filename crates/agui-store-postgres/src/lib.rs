@@ -74,9 +74,11 @@
 //!   live replicas alone, even one that is reconnecting, and a restart
 //!   after a crash closes its predecessor's runs without waiting.
 //!   `mark_interrupted_elsewhere`, which a running gateway calls every
-//!   second, never takes its own store's runs and takes another session's
-//!   by the same rule, across calls; it returns the runs it marked, so of
-//!   two replicas sweeping at once only one closes each. Limits: a
+//!   second (the store says it is `shared`), never takes its own store's
+//!   runs and takes another session's by the same rule, across calls.
+//!   Both return the runs they marked (one statement marks and returns
+//!   them), so of two replicas sweeping at once only one closes each, and
+//!   a starting gateway closes exactly the runs it marked. Limits: a
 //!   listening connection lost for longer than the grace looks gone; a host
 //!   that vanishes without closing its connections keeps its lock until the
 //!   server's TCP keepalives (set to about a minute on that connection)
@@ -1838,15 +1840,20 @@ impl Backend for PgStore {
     /// Marks `running` runs `interrupted`, but only those whose owner is
     /// gone: no owner recorded, this very store (the caller is starting up),
     /// or a session whose advisory lock no connection holds any more (its
-    /// process exited or lost the database). Runs that live replicas are
-    /// streaming are left alone.
-    async fn mark_interrupted(&self) -> Result<u64> {
-        let marked = self.interrupt_runs_of_gone_owners(true).await?;
-        Ok(marked.len() as u64)
+    /// process exited or lost the database), and returns them. Runs that
+    /// live replicas are streaming are left alone (and not returned).
+    async fn mark_interrupted(&self) -> Result<Vec<(String, RunRecord)>> {
+        self.interrupt_runs_of_gone_owners(true).await
     }
 
     async fn mark_interrupted_elsewhere(&self) -> Result<Vec<(String, RunRecord)>> {
         self.interrupt_runs_of_gone_owners(false).await
+    }
+
+    /// Replicas share the database: runs of one that is gone turn up while
+    /// the others run, for their sweep.
+    fn shared(&self) -> bool {
+        true
     }
 
     async fn ready(&self) -> Result<()> {

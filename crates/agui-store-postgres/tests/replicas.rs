@@ -16,6 +16,19 @@ fn custom(n: u64) -> Event {
     Event::from_json(&format!(r#"{{"type":"CUSTOM","name":"n","value":{n}}}"#)).unwrap()
 }
 
+/// Tenant, thread and run of each run `mark_interrupted` returned, in
+/// order; each must be returned `interrupted`.
+fn ids_of(marked: &[(String, agui_store::RunRecord)]) -> Vec<(&str, &str, &str)> {
+    marked
+        .iter()
+        .map(|(tenant, r)| {
+            assert_eq!(r.status, agui_store::RunStatus::Interrupted, "{r:?}");
+            assert!(r.finished_at.is_some(), "{r:?}");
+            (tenant.as_str(), r.thread_id.as_str(), r.run_id.as_str())
+        })
+        .collect()
+}
+
 async fn next_seq(s: &mut agui_store::EventStream) -> u64 {
     tokio::time::timeout(STUCK, s.next())
         .await
@@ -291,15 +304,15 @@ async fn a_head_changed_by_another_replica_is_not_written_over() {
     // Z, streaming r, goes away; B (starting up) interrupts r...
     z.close().await.unwrap();
     drop(z);
-    let mut n = 0;
+    let mut marked = Vec::new();
     for _ in 0..100 {
-        n = b.mark_interrupted().await.unwrap();
-        if n > 0 {
+        marked = b.mark_interrupted().await.unwrap();
+        if !marked.is_empty() {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(n, 1);
+    assert_eq!(ids_of(&marked), [("t", "x", "r")]);
     // ...and A's next append, planned against what A saw, must notice.
     a.append("t", "x", AppendRequest::new(vec![custom(2)]))
         .await
@@ -360,19 +373,20 @@ async fn start_up_interrupts_only_runs_whose_replica_is_gone() {
     // A third replica starts while A and B are live: nothing is theirs to
     // interrupt.
     let c = agui_store::Store::new(schema.open().await.unwrap());
-    assert_eq!(c.mark_interrupted().await.unwrap(), 0);
+    assert!(c.mark_interrupted().await.unwrap().is_empty());
     // A goes away: its run is orphaned, B's is not.
     a.close().await.unwrap();
     drop(a);
-    let mut n = 0;
+    let mut marked = Vec::new();
     for _ in 0..100 {
-        n = c.mark_interrupted().await.unwrap();
-        if n > 0 {
+        marked = c.mark_interrupted().await.unwrap();
+        if !marked.is_empty() {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(n, 1);
+    assert_eq!(ids_of(&marked), [("t", "a", "ra")]);
+    assert_eq!(marked[0].1, c.run("t", "a", "ra").await.unwrap());
     let status = |s: &agui_store::Store, th: &'static str, run: &'static str| {
         let s = s.clone();
         async move { s.run("t", th, run).await.unwrap().status }
@@ -389,7 +403,10 @@ async fn start_up_interrupts_only_runs_whose_replica_is_gone() {
     assert_eq!(status(&b, "b", "rb").await, agui_store::RunStatus::Running);
     // A store marking at its own start-up counts its own runs as stale
     // (the contract's crash recovery, as the conformance suite checks).
-    assert_eq!(b.mark_interrupted().await.unwrap(), 1);
+    assert_eq!(
+        ids_of(&b.mark_interrupted().await.unwrap()),
+        [("t", "b", "rb")]
+    );
     assert_eq!(
         status(&c, "b", "rb").await,
         agui_store::RunStatus::Interrupted
@@ -557,7 +574,7 @@ async fn start_up_leaves_the_runs_of_a_replica_whose_lock_is_reconnecting() {
     // C's sweep in the gap leaves A's run: A's pooled connections are there.
     assert!(c.mark_interrupted_elsewhere().await.unwrap().is_empty());
     // C starts up in the gap: A's run is not its to close.
-    assert_eq!(c.mark_interrupted().await.unwrap(), 0);
+    assert!(c.mark_interrupted().await.unwrap().is_empty());
     assert_eq!(
         a.run("t", "x", "ra").await.unwrap().status,
         agui_store::RunStatus::Running

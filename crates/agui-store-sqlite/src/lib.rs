@@ -366,27 +366,32 @@ const RUN_COLUMNS: &str = "t.thread, r.run_id, r.parent_run_id, r.agent, r.statu
     r.finished_at, r.first_seq, r.last_seq, r.event_count, r.bytes";
 
 fn run_from_row(row: &rusqlite::Row<'_>) -> Result<RunRecord> {
+    run_from_row_at(row, 0)
+}
+
+/// A run from [`RUN_COLUMNS`] starting at column `at`.
+fn run_from_row_at(row: &rusqlite::Row<'_>, at: usize) -> Result<RunRecord> {
     let g = |e| map(e, "read the run index");
     Ok(RunRecord {
-        thread_id: text(row.get(0).map_err(g)?)?,
-        run_id: text(row.get(1).map_err(g)?)?,
+        thread_id: text(row.get(at).map_err(g)?)?,
+        run_id: text(row.get(at + 1).map_err(g)?)?,
         parent_run_id: row
-            .get::<_, Option<Vec<u8>>>(2)
+            .get::<_, Option<Vec<u8>>>(at + 2)
             .map_err(g)?
             .map(text)
             .transpose()?,
         agent: row
-            .get::<_, Option<Vec<u8>>>(3)
+            .get::<_, Option<Vec<u8>>>(at + 3)
             .map_err(g)?
             .map(text)
             .transpose()?,
-        status: status_from(row.get(4).map_err(g)?)?,
-        started_at: Timestamp(row.get(5).map_err(g)?),
-        finished_at: row.get::<_, Option<i64>>(6).map_err(g)?.map(Timestamp),
-        first_seq: count(row.get(7).map_err(g)?)?,
-        last_seq: count(row.get(8).map_err(g)?)?,
-        event_count: count(row.get(9).map_err(g)?)?,
-        bytes: count(row.get(10).map_err(g)?)?,
+        status: status_from(row.get(at + 4).map_err(g)?)?,
+        started_at: Timestamp(row.get(at + 5).map_err(g)?),
+        finished_at: row.get::<_, Option<i64>>(at + 6).map_err(g)?.map(Timestamp),
+        first_seq: count(row.get(at + 7).map_err(g)?)?,
+        last_seq: count(row.get(at + 8).map_err(g)?)?,
+        event_count: count(row.get(at + 9).map_err(g)?)?,
+        bytes: count(row.get(at + 10).map_err(g)?)?,
         thread_instance: 0,
     })
 }
@@ -734,7 +739,7 @@ impl Backend for SqliteStore {
         .await
     }
 
-    async fn mark_interrupted(&self) -> Result<u64> {
+    async fn mark_interrupted(&self) -> Result<Vec<(String, RunRecord)>> {
         self.write(|reply| Op::MarkInterrupted { reply }).await
     }
 

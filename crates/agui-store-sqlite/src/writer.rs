@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use agui_store::frame;
 use agui_store::index::ThreadHead;
-use agui_store::{Batch, Commit, Result, RunStatus, StoreError, Timestamp};
+use agui_store::{Batch, Commit, Result, RunRecord, RunStatus, StoreError, Timestamp};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use tokio::sync::oneshot;
 
@@ -96,8 +96,9 @@ pub enum Op {
         to: String,
         reply: oneshot::Sender<Result<()>>,
     },
+    /// Answers the runs marked, with their tenants, as they now stand.
     MarkInterrupted {
-        reply: oneshot::Sender<Result<u64>>,
+        reply: oneshot::Sender<Result<Vec<(String, RunRecord)>>>,
     },
     Flush {
         reply: oneshot::Sender<Result<()>>,
@@ -166,6 +167,10 @@ enum Done {
         reply: oneshot::Sender<Result<u64>>,
         result: Result<u64>,
     },
+    Runs {
+        reply: oneshot::Sender<Result<Vec<(String, RunRecord)>>>,
+        result: Result<Vec<(String, RunRecord)>>,
+    },
 }
 
 impl Done {
@@ -175,6 +180,7 @@ impl Done {
             Done::Append { reply, .. } => drop(reply.send(Err(again()))),
             Done::Unit { reply, .. } => drop(reply.send(Err(again()))),
             Done::Count { reply, .. } => drop(reply.send(Err(again()))),
+            Done::Runs { reply, .. } => drop(reply.send(Err(again()))),
         }
     }
 
@@ -183,6 +189,7 @@ impl Done {
             Done::Append { reply, result } => drop(reply.send(result)),
             Done::Unit { reply, result } => drop(reply.send(result)),
             Done::Count { reply, result } => drop(reply.send(result)),
+            Done::Runs { reply, result } => drop(reply.send(result)),
         }
     }
 
@@ -191,6 +198,7 @@ impl Done {
             Done::Append { result, .. } => result.is_ok(),
             Done::Unit { result, .. } => result.is_ok(),
             Done::Count { result, .. } => result.is_ok(),
+            Done::Runs { result, .. } => result.is_ok(),
         }
     }
 
@@ -685,7 +693,7 @@ impl Writer {
                 let result = self.mark_interrupted();
                 // Cached heads may name a run that changed status.
                 self.heads.clear();
-                Done::Count { reply, result }
+                Done::Runs { reply, result }
             }
             Op::Flush { reply } => Done::Unit {
                 reply,
@@ -1015,15 +1023,38 @@ impl Writer {
         Ok(())
     }
 
-    fn mark_interrupted(&self) -> Result<u64> {
+    /// Marks every running run interrupted; returns the runs marked, with
+    /// their tenants, as they now stand. They are read first, then updated,
+    /// in the writer's transaction: no other connection writes meanwhile.
+    fn mark_interrupted(&self) -> Result<Vec<(String, RunRecord)>> {
         let now = Timestamp::now().0;
         let running = status_code(RunStatus::Running);
         let interrupted = status_code(RunStatus::Interrupted);
-        let n = self
-            .conn
+        let mut marked = Vec::new();
+        {
+            // The status as a literal, so that the partial index of running
+            // runs serves it (a bound parameter could be any status).
+            let mut st = self
+                .conn
+                .prepare_cached(&format!(
+                    "SELECT r.tenant, {} FROM runs r JOIN threads t ON t.id = r.thread_id
+                     WHERE r.status = {running} ORDER BY r.thread_id, r.first_seq",
+                    crate::RUN_COLUMNS
+                ))
+                .map_err(|e| map(e, "mark runs interrupted"))?;
+            let mut rows = st.query([]).map_err(|e| map(e, "mark runs interrupted"))?;
+            while let Some(row) = rows.next().map_err(|e| map(e, "mark runs interrupted"))? {
+                let tenant = db::text(row.get(0).map_err(|e| map(e, "mark runs interrupted"))?)?;
+                let mut run = crate::run_from_row_at(row, 1)?;
+                run.status = RunStatus::Interrupted;
+                run.finished_at = Some(Timestamp(now));
+                marked.push((tenant, run));
+            }
+        }
+        self.conn
             .execute(
-                "UPDATE runs SET status = ?1, finished_at = ?2 WHERE status = ?3",
-                params![interrupted, now, running],
+                &format!("UPDATE runs SET status = ?1, finished_at = ?2 WHERE status = {running}"),
+                params![interrupted, now],
             )
             .map_err(|e| map(e, "mark runs interrupted"))?;
         self.conn
@@ -1032,7 +1063,7 @@ impl Writer {
                 params![interrupted, running],
             )
             .map_err(|e| map(e, "mark runs interrupted"))?;
-        Ok(n as u64)
+        Ok(marked)
     }
 }
 
@@ -1050,7 +1081,11 @@ fn failed(op: Op, err: StoreError) -> Done {
             reply,
             result: Err(err),
         },
-        Op::MarkInterrupted { reply } | Op::Pack { reply, .. } => Done::Count {
+        Op::MarkInterrupted { reply } => Done::Runs {
+            reply,
+            result: Err(err),
+        },
+        Op::Pack { reply, .. } => Done::Count {
             reply,
             result: Err(err),
         },

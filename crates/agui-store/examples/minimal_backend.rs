@@ -142,10 +142,10 @@ impl MinimalBackend {
     }
 }
 
-// Left to their defaults: `claim_thread`/`release_thread` and
-// `mark_interrupted_elsewhere` (a store one process opens at a time needs no
-// cross-process registry; a shared one implements them with leases or
-// advisory locks), and `checkpoint_chain` (a run and its own blob; a SQL
+// Left to their defaults: `claim_thread`/`release_thread`,
+// `mark_interrupted_elsewhere` and `shared` (a store one process opens at a
+// time needs no cross-process registry and no background sweep; a shared
+// one implements them with leases or advisory locks, and says `shared`), and `checkpoint_chain` (a run and its own blob; a SQL
 // backend reads a run's whole delta chain in one recursive query).
 #[async_trait]
 impl Backend for MinimalBackend {
@@ -310,14 +310,17 @@ impl Backend for MinimalBackend {
     }
 
     /// A real backend: one `UPDATE runs SET status = 'interrupted' WHERE
-    /// status = 'running'`, in the same transaction as each thread's head.
-    async fn mark_interrupted(&self) -> Result<u64> {
+    /// status = 'running' RETURNING ...` (the runs it marked, with their
+    /// tenants), in the same transaction as each thread's head.
+    async fn mark_interrupted(&self) -> Result<Vec<(String, RunRecord)>> {
         let mut data = self.data()?;
         let now = Timestamp::now();
-        Ok(data
-            .values_mut()
-            .map(|t| t.runs.interrupt_running(&mut t.head, now))
-            .sum())
+        let mut marked = Vec::new();
+        for ((tenant, _), t) in data.iter_mut() {
+            let runs = t.runs.interrupt_running(&mut t.head, now);
+            marked.extend(runs.into_iter().map(|r| (tenant.clone(), r)));
+        }
+        Ok(marked)
     }
 
     /// A real backend: a flag it sets when a flush to disk failed (it then

@@ -182,8 +182,14 @@ pub trait Backend: Send + Sync {
     }
 
     /// Marks every run still `running` in any tenant as `interrupted` (call
-    /// once at start-up, after a crash). Returns how many runs changed.
-    async fn mark_interrupted(&self) -> Result<u64>;
+    /// once at start-up, after a crash), and returns each run it marked
+    /// with its tenant, as it now stands (status `interrupted`, its
+    /// `finished_at` set), so that the caller closes exactly those runs
+    /// without listing and reading them again. A store shared by other
+    /// processes ([`Backend::shared`]) marks only the runs of processes
+    /// that are gone (and the caller's own): a live one's runs stay
+    /// `running` and are not returned.
+    async fn mark_interrupted(&self) -> Result<Vec<(String, RunRecord)>>;
 
     /// Marks `interrupted` the `running` runs of other processes that are
     /// gone, never this store's own, so a gateway may call it while it runs
@@ -193,6 +199,19 @@ pub trait Backend: Send + Sync {
     /// no such runs once started: none.
     async fn mark_interrupted_elsewhere(&self) -> Result<Vec<(String, RunRecord)>> {
         Ok(Vec::new())
+    }
+
+    /// Whether other processes may write this store while this one has it
+    /// open (PostgreSQL, shared by replicas): only then can runs of
+    /// another process that is gone turn up while this one runs, for
+    /// [`Backend::mark_interrupted_elsewhere`] to find, and a gateway
+    /// sweeps for them in the background. Cheap: a constant. The default,
+    /// false, is for stores one process opens at a time (SQLite and the
+    /// file store, which lock their files; memory, which lives in one
+    /// process), whose `mark_interrupted_elsewhere` finds nothing once
+    /// started: no sweep is run over them.
+    fn shared(&self) -> bool {
+        false
     }
 
     /// Whether the backend takes writes now: `Unavailable` (saying why)

@@ -818,8 +818,10 @@ impl Store {
         self.inner.backend.release_thread(tenant, thread, run).await
     }
 
-    /// Marks every run still `running` as `interrupted` (at start-up).
-    pub async fn mark_interrupted(&self) -> Result<u64> {
+    /// Marks every run still `running` as `interrupted` (at start-up), and
+    /// returns the runs marked with their tenants, as they now stand (see
+    /// [`Backend::mark_interrupted`]).
+    pub async fn mark_interrupted(&self) -> Result<Vec<(String, RunRecord)>> {
         // Heads name their last run's status: any may change.
         self.heads().clear();
         let r = self.inner.backend.mark_interrupted().await;
@@ -836,6 +838,14 @@ impl Store {
             self.heads().clear();
         }
         Ok(marked)
+    }
+
+    /// Whether other processes may write the store while this one has it
+    /// open (see [`Backend::shared`]): only then is a background sweep for
+    /// the runs of processes that are gone
+    /// ([`Store::mark_interrupted_elsewhere`]) worth running.
+    pub fn shared(&self) -> bool {
+        self.inner.backend.shared()
     }
 
     /// Whether the store takes writes now (see [`Backend::ready`]):

@@ -208,9 +208,10 @@ impl RunTable {
     }
 
     /// Marks every running run interrupted at `at` (and the head's last run,
-    /// when running); returns how many runs.
-    pub fn interrupt_running(&mut self, head: &mut ThreadHead, at: Timestamp) -> u64 {
-        let mut n = 0;
+    /// when running); returns the runs marked, as they now stand, in log
+    /// order.
+    pub fn interrupt_running(&mut self, head: &mut ThreadHead, at: Timestamp) -> Vec<RunRecord> {
+        let mut marked = Vec::new();
         for r in self
             .runs
             .iter_mut()
@@ -218,7 +219,7 @@ impl RunTable {
         {
             r.status = RunStatus::Interrupted;
             r.finished_at = Some(at);
-            n += 1;
+            marked.push(r.clone());
         }
         if let Some((_, s)) = head
             .last_run
@@ -227,7 +228,7 @@ impl RunTable {
         {
             *s = RunStatus::Interrupted;
         }
-        n
+        marked
     }
 
     /// The thread was renamed to `to`.

@@ -356,14 +356,15 @@ impl Backend for MemoryStore {
         })
     }
 
-    async fn mark_interrupted(&self) -> Result<u64> {
+    async fn mark_interrupted(&self) -> Result<Vec<(String, RunRecord)>> {
         let mut state = self.state()?;
         let now = Timestamp::now();
-        let mut n = 0;
-        for t in state.threads.values_mut() {
-            n += t.runs.interrupt_running(&mut t.head, now);
+        let mut marked = Vec::new();
+        for ((tenant, _), t) in state.threads.iter_mut() {
+            let runs = t.runs.interrupt_running(&mut t.head, now);
+            marked.extend(runs.into_iter().map(|r| (tenant.clone(), r)));
         }
-        Ok(n)
+        Ok(marked)
     }
 
     async fn ready(&self) -> Result<()> {

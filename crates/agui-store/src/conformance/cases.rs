@@ -14,7 +14,7 @@ use super::Harness;
 use super::events::{event, full_run, run_error, run_finished, run_started, text_message};
 use crate::{
     AppendRequest, Checkpoints, Conversation, Durability, ErrorKind, MAX_ID_BYTES, RunFilter,
-    RunStatus, Store, StoredEvent, ThreadFilter,
+    RunRecord, RunStatus, Store, StoredEvent, ThreadFilter,
 };
 
 const T: &str = "tenant-a";
@@ -70,6 +70,22 @@ fn reduce_all(events: &[StoredEvent]) -> String {
         r.apply(&e.event).expect("the suite's events reduce");
     }
     conversation_text(&r.into_conversation())
+}
+
+/// The tenant, thread and run id of each run `mark_interrupted` returned,
+/// sorted; each must be returned `interrupted`, with its end time, exactly
+/// as the store now gives it.
+async fn marked_ids(s: &Store, marked: Vec<(String, RunRecord)>) -> Vec<(String, String, String)> {
+    let mut ids = Vec::with_capacity(marked.len());
+    for (tenant, run) in marked {
+        assert_eq!(run.status, RunStatus::Interrupted, "{run:?}");
+        assert!(run.finished_at.is_some(), "{run:?}");
+        let stored = s.run(&tenant, &run.thread_id, &run.run_id).await.unwrap();
+        assert_eq!(run, stored, "a marked run as it now stands");
+        ids.push((tenant, run.thread_id, run.run_id));
+    }
+    ids.sort();
+    ids
 }
 
 /// A `parentRunId` must name a run of the thread, from an earlier batch or
@@ -664,12 +680,36 @@ pub async fn run_index_and_statuses<B: Harness>(b: &B) {
         s.run(T, th, "nope").await.unwrap_err().kind(),
         ErrorKind::NotFound
     );
-    // After a crash the server marks running runs interrupted.
-    assert_eq!(s.mark_interrupted().await.unwrap(), 1);
+    // After a crash the server marks running runs interrupted, in every
+    // tenant (a run of another tenant and one left running in a thread
+    // of its own too; ended runs are left alone), and gets them back with
+    // their tenants, as they now stand.
+    append(
+        &s,
+        "tenant-b",
+        th,
+        vec![run_started(th, "rb", None), custom(8)],
+    )
+    .await;
+    append(&s, T, "runs-2", full_run("runs-2", "done", None, "hi")).await;
+    append(&s, T, "runs-2", vec![run_started("runs-2", "r6", None)]).await;
+    let marked = marked_ids(&s, s.mark_interrupted().await.unwrap()).await;
+    assert_eq!(
+        marked,
+        [
+            (T.to_owned(), th.to_owned(), "r4".to_owned()),
+            (T.to_owned(), "runs-2".to_owned(), "r6".to_owned()),
+            ("tenant-b".to_owned(), th.to_owned(), "rb".to_owned()),
+        ]
+    );
     let r4 = s.run(T, th, "r4").await.unwrap();
     assert_eq!(r4.status, RunStatus::Interrupted);
     assert!(r4.finished_at.is_some());
-    assert_eq!(s.mark_interrupted().await.unwrap(), 0);
+    assert_eq!(
+        s.run(T, "runs-2", "done").await.unwrap().status,
+        RunStatus::Finished
+    );
+    assert!(s.mark_interrupted().await.unwrap().is_empty());
     // A new run after that has r4 as its parent.
     append(&s, T, th, full_run(th, "r5", None, "again")).await;
     let r5 = s.run(T, th, "r5").await.unwrap();
@@ -1709,7 +1749,8 @@ pub async fn reopen_reads_everything_back<B: Harness>(b: &B) {
         .unwrap();
     assert_eq!(a.first_seq, before.len() as u64 + 1);
     // And the run left open can be marked interrupted.
-    assert_eq!(s.mark_interrupted().await.unwrap(), 1);
+    let marked = marked_ids(&s, s.mark_interrupted().await.unwrap()).await;
+    assert_eq!(marked, [(T.to_owned(), "keep".to_owned(), "r2".to_owned())]);
 }
 
 /// Channels: one per (thread, agent), replaced on put, isolated by tenant and

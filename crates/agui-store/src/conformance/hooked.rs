@@ -79,6 +79,19 @@ pub trait Hooks: Send + Sync {
     ) -> Result<CheckpointChain> {
         inner.checkpoint_chain(tenant, thread, run_id).await
     }
+
+    /// [`Backend::mark_interrupted_elsewhere`].
+    async fn mark_interrupted_elsewhere(
+        &self,
+        inner: &dyn Backend,
+    ) -> Result<Vec<(String, RunRecord)>> {
+        inner.mark_interrupted_elsewhere().await
+    }
+
+    /// [`Backend::shared`].
+    fn shared(&self, inner: &dyn Backend) -> bool {
+        inner.shared()
+    }
 }
 
 /// An inner backend with a test's [`Hooks`] in front of it.
@@ -176,11 +189,14 @@ impl<H: Hooks> Backend for Hooked<H> {
     async fn release_thread(&self, tenant: &str, thread: &str, run: &str) -> Result<()> {
         self.inner.release_thread(tenant, thread, run).await
     }
-    async fn mark_interrupted(&self) -> Result<u64> {
+    async fn mark_interrupted(&self) -> Result<Vec<(String, RunRecord)>> {
         self.inner.mark_interrupted().await
     }
     async fn mark_interrupted_elsewhere(&self) -> Result<Vec<(String, RunRecord)>> {
-        self.inner.mark_interrupted_elsewhere().await
+        self.hooks.mark_interrupted_elsewhere(&*self.inner).await
+    }
+    fn shared(&self) -> bool {
+        self.hooks.shared(&*self.inner)
     }
     async fn stats(&self) -> Result<StoreStats> {
         self.inner.stats().await
