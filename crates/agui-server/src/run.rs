@@ -24,7 +24,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{AgentConfig, OnDisconnect, SessionMode, Upstream, UpstreamThread};
 use crate::error::ApiError;
-use crate::gateway::{AgentOpt, Gateway, RunSlot, in_flight_error, run_error, store_error};
+use crate::gateway::{
+    AgentOpt, Closed, Gateway, RunEnd, RunSlot, in_flight_error, run_error, store_error,
+};
 use crate::input::{self, RunInput};
 use crate::merge::{History, Messages};
 use crate::sse::{put_frame, put_frame_around};
@@ -263,7 +265,7 @@ async fn prepare(
     let store = &gw.store;
     let thread = input.thread_id.clone();
     let began = Instant::now();
-    let head = match store.thread(tenant, &thread).await {
+    let mut head = match store.thread(tenant, &thread).await {
         Ok(info) => info.last_seq,
         Err(e) if e.kind() == ErrorKind::NotFound => 0,
         Err(e) => return Err(store_error(e)),
@@ -274,6 +276,13 @@ async fn prepare(
         runs = all_runs(gw, tenant, &thread).await?;
         if !aside && let Some(r) = runs.iter().find(|r| r.status == RunStatus::Running) {
             return Err(in_flight_error(&r.run_id));
+        }
+        if !aside && close_interrupted_tail(gw, tenant, &thread, &runs, head).await? {
+            head = store
+                .thread(tenant, &thread)
+                .await
+                .map_err(store_error)?
+                .last_seq;
         }
         if runs.iter().any(|r| r.run_id == input.run_id) {
             return Err(run_exists(&input.run_id));
@@ -397,6 +406,50 @@ async fn prepare(
         stored_input_json,
         prelude,
     })
+}
+
+/// Ends the thread's last run in its log when recovery marked it
+/// interrupted but could not close it yet (the store failed the close,
+/// which is tried again in the background): the new run's `RUN_STARTED`
+/// would otherwise follow a run without an end, leaving it so for good and
+/// the thread's log invalid. One read of the thread's last event when the
+/// last run is interrupted; true when this call appended the close.
+async fn close_interrupted_tail(
+    gw: &Gateway,
+    tenant: &str,
+    thread: &str,
+    runs: &[agui_store::RunRecord],
+    head: u64,
+) -> Result<bool, ApiError> {
+    let Some(last) = runs.iter().max_by_key(|r| r.last_seq) else {
+        return Ok(false);
+    };
+    if last.status != RunStatus::Interrupted || last.last_seq != head {
+        return Ok(false);
+    }
+    let tail = gw
+        .store
+        .read_range(tenant, thread, head, head)
+        .await
+        .map_err(store_error)?;
+    if tail
+        .last()
+        .is_none_or(|e| e.event.event_type().is_run_terminal())
+    {
+        return Ok(false);
+    }
+    match gw
+        .close_run(tenant, thread, &last.run_id, &RunEnd::interrupted())
+        .await
+    {
+        Ok(Closed::Now) => {
+            gw.metrics.runs_interrupted.fetch_add(1, Relaxed);
+            tracing::info!(thread = %thread, run = %last.run_id, "an interrupted run is closed before the thread's next run");
+            Ok(true)
+        }
+        Ok(_) => Ok(false),
+        Err(e) => Err(store_error(e)),
+    }
 }
 
 /// What a client that sent less than the conversation (a thin client in

@@ -1467,3 +1467,92 @@ async fn an_interrupted_run_set_aside_joins_only_once_closed() {
     );
     g.shutdown().await;
 }
+
+/// Fails the first `left` appends of a run's end (a store fault that hits
+/// one close and is gone at once).
+struct FailFirstCloses {
+    left: std::sync::atomic::AtomicU64,
+}
+
+#[async_trait::async_trait]
+impl Hooks for FailFirstCloses {
+    async fn commit(
+        &self,
+        inner: &dyn Backend,
+        tenant: &str,
+        thread: &str,
+        batch: &Batch,
+    ) -> Result<Commit> {
+        let terminal = batch
+            .events
+            .iter()
+            .any(|e| e.event_type().is_run_terminal());
+        if terminal
+            && self
+                .left
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+        {
+            return Err(StoreError::unavailable("the database restarts (test)"));
+        }
+        inner.commit(tenant, thread, batch).await
+    }
+}
+
+/// A run marked interrupted at start-up whose close the store failed, and
+/// a new run on its thread before the close is tried again: the new run
+/// ends the interrupted one first, so its `RUN_STARTED` never follows a run
+/// without an end. (It did: the close tried later found another run after
+/// it and left it, and the thread's log failed verification for good.)
+#[tokio::test]
+async fn a_new_run_ends_the_interrupted_run_its_close_left_open() {
+    let hooked = Arc::new(Hooked::new(
+        MemoryStore::new(),
+        FailFirstCloses {
+            left: std::sync::atomic::AtomicU64::new(1),
+        },
+    ));
+    let store = Store::from_arc(hooked.clone());
+    let t = "t-next";
+    let events = [
+        json!({"type":"RUN_STARTED","threadId":t,"runId":"r1"}),
+        json!({"type":"TEXT_MESSAGE_START","messageId":"m1","role":"assistant"}),
+        json!({"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"half"}),
+    ]
+    .map(|e| Event::from_json(&e.to_string()).unwrap());
+    store
+        .append("default", t, AppendRequest::new(events.to_vec()))
+        .await
+        .unwrap();
+    let g = start_with(store.clone(), GatewayConfig::default()).await;
+    assert_eq!(
+        g.gw.recover_at_start().await.unwrap(),
+        0,
+        "the close failed"
+    );
+    // At once, before the close is tried again in the background.
+    let (status, frames, _) = run(&g.base, "demo", &input(t, "r2", "next")).await;
+    assert_eq!(status, 200);
+    assert_eq!(frames.last().unwrap().ty(), "RUN_FINISHED");
+    let stored = events_of(&g.base, t).await;
+    verify_frames(&stored);
+    let types: Vec<&str> = stored.iter().map(|f| f.ty()).collect();
+    assert_eq!(
+        &types[..6],
+        [
+            "RUN_STARTED",
+            "TEXT_MESSAGE_START",
+            "TEXT_MESSAGE_CONTENT",
+            "TEXT_MESSAGE_END",
+            "RUN_ERROR",
+            "RUN_STARTED"
+        ]
+    );
+    assert_eq!(stored[4].data["code"], "interrupted");
+    assert_eq!(stored[5].data["runId"], "r2");
+    // The retry in the background finds it closed and adds nothing.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(events_of(&g.base, t).await.len(), stored.len());
+    wait_for_run_status(&g.base, t, "r1", "interrupted").await;
+    g.shutdown().await;
+}
