@@ -931,21 +931,14 @@ async fn two_gateways_recovering_at_once_close_a_run_once() {
 /// and in order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_attached_subscriber_gets_a_fast_run_in_few_writes() {
-    use agui_store::AppendRequest;
     use futures::StreamExt;
     let g = start(GatewayConfig::default()).await;
-    let ev = |v: Value| agui_protocol::Event::from_json(&v.to_string()).unwrap();
-    let append = |store: agui_store::Store, events: Vec<agui_protocol::Event>| async move {
-        store
-            .append("default", "t", AppendRequest::new(events))
-            .await
-            .unwrap();
-    };
-    append(
-        g.store.clone(),
+    append_json(
+        &g.store,
+        "t",
         vec![
-            ev(json!({"type": "RUN_STARTED", "threadId": "t", "runId": "r"})),
-            ev(json!({"type": "TEXT_MESSAGE_START", "messageId": "m", "role": "assistant"})),
+            json!({"type": "RUN_STARTED", "threadId": "t", "runId": "r"}),
+            json!({"type": "TEXT_MESSAGE_START", "messageId": "m", "role": "assistant"}),
         ],
     )
     .await;
@@ -967,20 +960,20 @@ async fn an_attached_subscriber_gets_a_fast_run_in_few_writes() {
         let started = std::time::Instant::now();
         for i in 0..n {
             let delta = format!("token {i} ");
-            append(
-                store.clone(),
-                vec![ev(
-                    json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m", "delta": delta}),
-                )],
+            append_json(
+                &store,
+                "t",
+                vec![json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m", "delta": delta})],
             )
             .await;
             tokio::time::sleep(Duration::from_micros(200)).await;
         }
-        append(
-            store,
+        append_json(
+            &store,
+            "t",
             vec![
-                ev(json!({"type": "TEXT_MESSAGE_END", "messageId": "m"})),
-                ev(json!({"type": "RUN_FINISHED", "threadId": "t", "runId": "r"})),
+                json!({"type": "TEXT_MESSAGE_END", "messageId": "m"}),
+                json!({"type": "RUN_FINISHED", "threadId": "t", "runId": "r"}),
             ],
         )
         .await;

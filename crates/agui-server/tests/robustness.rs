@@ -11,9 +11,8 @@ use agui_protocol::verify::verify_events;
 use agui_server::{Auth, GatewayConfig, SessionMode, config::parse_agent_flag};
 use agui_store::conformance::hooked::{Hooked, Hooks};
 use agui_store::{
-    AppendRequest, Backend, Batch, Channel, CheckpointChain, Commit, EventPage, MemoryStore,
-    Result, RunFilter, RunPage, RunRecord, Store, StoreError, StoreStats, ThreadFilter, ThreadInfo,
-    ThreadPage,
+    AppendRequest, Backend, Batch, Commit, EventPage, MemoryStore, Result, RunRecord, Store,
+    StoreError,
 };
 use axum::Router;
 use axum::body::Body;
@@ -931,120 +930,28 @@ async fn readiness_ends_when_the_gateway_shuts_down() {
     g.shutdown().await;
 }
 
-/// A memory store whose claim releases fail while `fail_release` is set
-/// (every other call forwarded as it is): what a database that restarted
-/// under the gateway does to the release at a run's end. `Hooks` cannot
-/// take the release over, so this forwards the whole trait.
+/// Fails claim releases while `fail_release` is set: what a database that
+/// restarted under the gateway does to the release at a run's end.
+#[derive(Default)]
 struct ReleaseFaults {
-    inner: MemoryStore,
     fail_release: AtomicBool,
     failed: std::sync::atomic::AtomicU64,
 }
 
 #[async_trait::async_trait]
-impl Backend for ReleaseFaults {
-    async fn head(&self, tenant: &str, thread: &str) -> Result<agui_store::index::ThreadHead> {
-        self.inner.head(tenant, thread).await
-    }
-    async fn known_runs(&self, tenant: &str, thread: &str, ids: &[String]) -> Result<Vec<String>> {
-        self.inner.known_runs(tenant, thread, ids).await
-    }
-    async fn commit(&self, tenant: &str, thread: &str, batch: &Batch) -> Result<Commit> {
-        self.inner.commit(tenant, thread, batch).await
-    }
-    async fn read(&self, tenant: &str, thread: &str, from: u64, limit: usize) -> Result<EventPage> {
-        self.inner.read(tenant, thread, from, limit).await
-    }
-    async fn run(&self, tenant: &str, thread: &str, run_id: &str) -> Result<RunRecord> {
-        self.inner.run(tenant, thread, run_id).await
-    }
-    async fn list_runs(&self, tenant: &str, filter: &RunFilter) -> Result<RunPage> {
-        self.inner.list_runs(tenant, filter).await
-    }
-    async fn thread(&self, tenant: &str, thread: &str) -> Result<ThreadInfo> {
-        self.inner.thread(tenant, thread).await
-    }
-    async fn list_threads(&self, tenant: &str, filter: &ThreadFilter) -> Result<ThreadPage> {
-        self.inner.list_threads(tenant, filter).await
-    }
-    async fn delete_thread(&self, tenant: &str, thread: &str) -> Result<()> {
-        self.inner.delete_thread(tenant, thread).await
-    }
-    async fn rename_thread(&self, tenant: &str, from: &str, to: &str) -> Result<()> {
-        self.inner.rename_thread(tenant, from, to).await
-    }
-    async fn tenants(&self) -> Result<Vec<String>> {
-        self.inner.tenants().await
-    }
-    async fn load_checkpoint(
+impl Hooks for ReleaseFaults {
+    async fn release_thread(
         &self,
+        inner: &dyn Backend,
         tenant: &str,
         thread: &str,
-        run_id: &str,
-    ) -> Result<Option<Vec<u8>>> {
-        self.inner.load_checkpoint(tenant, thread, run_id).await
-    }
-    async fn save_checkpoint(
-        &self,
-        tenant: &str,
-        thread: &str,
-        run_id: &str,
-        blob: Vec<u8>,
+        run: &str,
     ) -> Result<()> {
-        self.inner
-            .save_checkpoint(tenant, thread, run_id, blob)
-            .await
-    }
-    fn attach_hub(&self, hub: Arc<agui_store::subscribe::Hub>) {
-        self.inner.attach_hub(hub);
-    }
-    fn watch(&self, tenant: &str, thread: &str) {
-        self.inner.watch(tenant, thread);
-    }
-    async fn claim_thread(&self, tenant: &str, thread: &str, run: &str) -> Result<Option<String>> {
-        self.inner.claim_thread(tenant, thread, run).await
-    }
-    async fn release_thread(&self, tenant: &str, thread: &str, run: &str) -> Result<()> {
         if self.fail_release.load(Ordering::SeqCst) {
             self.failed.fetch_add(1, Ordering::SeqCst);
             return Err(StoreError::unavailable("the database restarts (test)"));
         }
-        self.inner.release_thread(tenant, thread, run).await
-    }
-    async fn mark_interrupted(&self) -> Result<Vec<(String, RunRecord)>> {
-        self.inner.mark_interrupted().await
-    }
-    async fn mark_interrupted_elsewhere(&self) -> Result<Vec<(String, RunRecord)>> {
-        self.inner.mark_interrupted_elsewhere().await
-    }
-    fn shared(&self) -> bool {
-        self.inner.shared()
-    }
-    async fn ready(&self) -> Result<()> {
-        self.inner.ready().await
-    }
-    async fn stats(&self) -> Result<StoreStats> {
-        self.inner.stats().await
-    }
-    async fn flush(&self) -> Result<()> {
-        self.inner.flush().await
-    }
-    async fn close(&self) -> Result<()> {
-        self.inner.close().await
-    }
-    async fn channels(&self, tenant: &str, thread: &str) -> Result<Vec<Channel>> {
-        self.inner.channels(tenant, thread).await
-    }
-    async fn put_channel(&self, tenant: &str, thread: &str, channel: Channel) -> Result<()> {
-        self.inner.put_channel(tenant, thread, channel).await
-    }
-    async fn checkpoint_chain(
-        &self,
-        tenant: &str,
-        thread: &str,
-        run_id: &str,
-    ) -> Result<CheckpointChain> {
-        self.inner.checkpoint_chain(tenant, thread, run_id).await
+        inner.release_thread(tenant, thread, run).await
     }
 }
 
@@ -1054,12 +961,10 @@ impl Backend for ReleaseFaults {
 /// thread takes new runs, without a restart.
 #[tokio::test]
 async fn a_claim_whose_release_failed_is_released_once_the_store_takes_it() {
-    let backend = Arc::new(ReleaseFaults {
-        inner: MemoryStore::new(),
-        fail_release: AtomicBool::new(true),
-        failed: Default::default(),
-    });
-    let g = start_with(Store::from_arc(backend.clone()), GatewayConfig::default()).await;
+    let hooked = Arc::new(Hooked::new(MemoryStore::new(), ReleaseFaults::default()));
+    let backend = hooked.hooks();
+    backend.fail_release.store(true, Ordering::SeqCst);
+    let g = start_with(Store::from_arc(hooked.clone()), GatewayConfig::default()).await;
     let (status, frames, body) = run(&g.base, "demo", &input("t-claim", "r1", "hello")).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(frames.last().unwrap().ty(), "RUN_FINISHED");
@@ -1149,16 +1054,7 @@ async fn a_failed_close_of_an_interrupted_run_leaves_no_run_unclosed() {
     let store = Store::from_arc(hooked.clone());
     let threads = ["t-int-0", "t-int-1", "t-int-2"];
     for t in threads {
-        let events = [
-            json!({"type":"RUN_STARTED","threadId":t,"runId":"r"}),
-            json!({"type":"TEXT_MESSAGE_START","messageId":format!("m-{t}"),"role":"assistant"}),
-            json!({"type":"TEXT_MESSAGE_CONTENT","messageId":format!("m-{t}"),"delta":"half"}),
-        ]
-        .map(|e| Event::from_json(&e.to_string()).unwrap());
-        store
-            .append("default", t, AppendRequest::new(events.to_vec()))
-            .await
-            .unwrap();
+        append_json(&store, t, half_run(t, "r", &format!("m-{t}"))).await;
     }
     hooked.hooks().on.store(true, Ordering::SeqCst);
     let g = start_with(store.clone(), GatewayConfig::default()).await;
@@ -1232,27 +1128,12 @@ async fn a_failed_close_of_an_interrupted_run_leaves_no_run_unclosed() {
 async fn an_interrupted_run_whose_close_failed_is_closed_by_the_next_start() {
     let hooked = Arc::new(Hooked::new(MemoryStore::new(), FailOneClose::default()));
     let store = Store::from_arc(hooked.clone());
-    let ev = |v: Value| Event::from_json(&v.to_string()).unwrap();
     let append = |thread: &'static str, events: Vec<Value>| {
         let store = store.clone();
-        async move {
-            let events = events.into_iter().map(ev).collect();
-            store
-                .append("default", thread, AppendRequest::new(events))
-                .await
-                .unwrap();
-        }
+        async move { append_json(&store, thread, events).await }
     };
     let t = "t-unclosed";
-    append(
-        t,
-        vec![
-            json!({"type":"RUN_STARTED","threadId":t,"runId":"r"}),
-            json!({"type":"TEXT_MESSAGE_START","messageId":"m","role":"assistant"}),
-            json!({"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"half"}),
-        ],
-    )
-    .await;
+    append(t, half_run(t, "r", "m")).await;
     // Closed at an earlier start.
     let closed = "t-closed-before";
     append(
@@ -1514,16 +1395,7 @@ async fn a_new_run_ends_the_interrupted_run_its_close_left_open() {
     ));
     let store = Store::from_arc(hooked.clone());
     let t = "t-next";
-    let events = [
-        json!({"type":"RUN_STARTED","threadId":t,"runId":"r1"}),
-        json!({"type":"TEXT_MESSAGE_START","messageId":"m1","role":"assistant"}),
-        json!({"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"half"}),
-    ]
-    .map(|e| Event::from_json(&e.to_string()).unwrap());
-    store
-        .append("default", t, AppendRequest::new(events.to_vec()))
-        .await
-        .unwrap();
+    append_json(&store, t, half_run(t, "r1", "m1")).await;
     let g = start_with(store.clone(), GatewayConfig::default()).await;
     assert_eq!(
         g.gw.recover_at_start().await.unwrap(),

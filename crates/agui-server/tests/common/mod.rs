@@ -367,3 +367,25 @@ pub fn logged() -> &'static std::sync::Mutex<Vec<u8>> {
         logs
     })
 }
+
+/// Appends `events` (JSON values) to `thread` of the default tenant straight
+/// into the store, as a gateway would have left them.
+pub async fn append_json(store: &Store, thread: &str, events: Vec<Value>) {
+    let events = events
+        .into_iter()
+        .map(|v| agui_protocol::Event::from_json(&v.to_string()).unwrap())
+        .collect();
+    store
+        .append("default", thread, agui_store::AppendRequest::new(events))
+        .await
+        .unwrap();
+}
+
+/// A run left in flight: its start and a message half written.
+pub fn half_run(thread: &str, run: &str, message: &str) -> Vec<Value> {
+    vec![
+        json!({"type": "RUN_STARTED", "threadId": thread, "runId": run}),
+        json!({"type": "TEXT_MESSAGE_START", "messageId": message, "role": "assistant"}),
+        json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": message, "delta": "half"}),
+    ]
+}

@@ -92,6 +92,17 @@ pub trait Hooks: Send + Sync {
     fn shared(&self, inner: &dyn Backend) -> bool {
         inner.shared()
     }
+
+    /// [`Backend::release_thread`].
+    async fn release_thread(
+        &self,
+        inner: &dyn Backend,
+        tenant: &str,
+        thread: &str,
+        run: &str,
+    ) -> Result<()> {
+        inner.release_thread(tenant, thread, run).await
+    }
 }
 
 /// An inner backend with a test's [`Hooks`] in front of it.
@@ -187,7 +198,9 @@ impl<H: Hooks> Backend for Hooked<H> {
         self.inner.claim_thread(tenant, thread, run).await
     }
     async fn release_thread(&self, tenant: &str, thread: &str, run: &str) -> Result<()> {
-        self.inner.release_thread(tenant, thread, run).await
+        self.hooks
+            .release_thread(&*self.inner, tenant, thread, run)
+            .await
     }
     async fn mark_interrupted(&self) -> Result<Vec<(String, RunRecord)>> {
         self.inner.mark_interrupted().await
