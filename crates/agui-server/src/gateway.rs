@@ -626,25 +626,10 @@ impl Gateway {
                             head
                         }
                     };
-                    if head != Some(run.last_seq) {
-                        continue;
+                    let Some(head) = head else { continue };
+                    if self.left_without_end(&tenant, &run, head).await? {
+                        found.push((tenant.clone(), run));
                     }
-                    let last = match self
-                        .store
-                        .read(&tenant, &run.thread_id, run.last_seq, 1)
-                        .await
-                    {
-                        Ok(page) => page.events,
-                        Err(e) if e.kind() == ErrorKind::NotFound => continue,
-                        Err(e) => return Err(e),
-                    };
-                    if last
-                        .first()
-                        .is_some_and(|e| e.event.event_type().is_run_terminal())
-                    {
-                        continue;
-                    }
-                    found.push((tenant.clone(), run));
                 }
                 match page.next_cursor {
                     Some(c) => cursor = Some(c),
@@ -653,6 +638,32 @@ impl Gateway {
             }
         }
         Ok(found)
+    }
+
+    /// True when `run` is its thread's last (`head` is the thread's last
+    /// sequence number) and its log does not end with `RUN_FINISHED` or
+    /// `RUN_ERROR`: one event read, and none when another run follows it.
+    pub(crate) async fn left_without_end(
+        &self,
+        tenant: &str,
+        run: &RunRecord,
+        head: u64,
+    ) -> Result<bool, StoreError> {
+        if run.last_seq != head {
+            return Ok(false);
+        }
+        match self
+            .store
+            .read(tenant, &run.thread_id, run.last_seq, 1)
+            .await
+        {
+            Ok(page) => Ok(page
+                .events
+                .first()
+                .is_some_and(|e| !e.event.event_type().is_run_terminal())),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     /// [`Gateway::recover`] at start-up, then a sweep in the background for

@@ -424,17 +424,11 @@ async fn close_interrupted_tail(
     let Some(last) = runs.iter().max_by_key(|r| r.last_seq) else {
         return Ok(false);
     };
-    if last.status != RunStatus::Interrupted || last.last_seq != head {
-        return Ok(false);
-    }
-    let tail = gw
-        .store
-        .read_range(tenant, thread, head, head)
-        .await
-        .map_err(store_error)?;
-    if tail
-        .last()
-        .is_none_or(|e| e.event.event_type().is_run_terminal())
+    if last.status != RunStatus::Interrupted
+        || !gw
+            .left_without_end(tenant, last, head)
+            .await
+            .map_err(store_error)?
     {
         return Ok(false);
     }
