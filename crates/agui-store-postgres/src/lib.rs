@@ -78,7 +78,9 @@
 //!   runs and takes another session's by the same rule, across calls.
 //!   Both return the runs they marked (one statement marks and returns
 //!   them), so of two replicas sweeping at once only one closes each, and
-//!   a starting gateway closes exactly the runs it marked. Limits: a
+//!   a starting gateway closes exactly the runs it marked. Every connection
+//!   switches the server's `idle_session_timeout` off for itself
+//!   (`NEVER_IDLE_OUT`): they are idle by design. Limits: a
 //!   listening connection lost for longer than the grace looks gone; a host
 //!   that vanishes without closing its connections keeps its lock until the
 //!   server's TCP keepalives (set to about a minute on that connection)
@@ -246,6 +248,35 @@ struct SessionsSeen {
     /// connection left.
     seen_live: HashSet<i32>,
 }
+
+/// The configuration of every connection of a store on `schema`: the
+/// connection string's, with its own options (`options=-c ...`) kept and
+/// the schema's search path after them (so it wins), and `agui` as the
+/// application name unless it names one.
+fn connection_config(conn: &str, schema: &str) -> Result<tokio_postgres::Config> {
+    let mut cfg = tokio_postgres::Config::from_str(conn).map_err(|e| {
+        StoreError::invalid("the PostgreSQL connection string is malformed").with_source(e)
+    })?;
+    let search_path = format!("-c search_path={schema}");
+    let options = match cfg.get_options().map(str::trim) {
+        Some(own) if !own.is_empty() => format!("{own} {search_path}"),
+        _ => search_path,
+    };
+    cfg.options(options);
+    if cfg.get_application_name().is_none() {
+        cfg.application_name("agui");
+    }
+    Ok(cfg)
+}
+
+/// Turns the server's `idle_session_timeout` (PostgreSQL 14 and later) off
+/// for the connection that runs it. A store's connections are idle by
+/// design (the listening one waits for notices; pooled ones wait for the
+/// next query), and they are how other replicas see this one alive: ended
+/// by that timeout, they would make a live replica look gone, and its runs
+/// be taken as a dead one's. The pool keeps at most its size of them.
+const NEVER_IDLE_OUT: &str = "SELECT set_config('idle_session_timeout', '0', false) \
+     WHERE current_setting('server_version_num')::int >= 140000";
 
 /// How long another session must look gone before a running store
 /// interrupts its runs: a live replica whose listening connection is
@@ -660,13 +691,7 @@ impl PgStore {
                 "the schema name must be 1 to 63 ASCII letters, digits or underscores",
             ));
         }
-        let mut cfg = tokio_postgres::Config::from_str(&opts.conn).map_err(|e| {
-            StoreError::invalid("the PostgreSQL connection string is malformed").with_source(e)
-        })?;
-        cfg.options(format!("-c search_path={}", opts.schema));
-        if cfg.get_application_name().is_none() {
-            cfg.application_name("agui");
-        }
+        let cfg = connection_config(&opts.conn, &opts.schema)?;
         let mgr = Manager::from_config(
             cfg.clone(),
             NoTls,
@@ -684,6 +709,10 @@ impl PgStore {
             .post_create(Hook::async_fn(move |client, _| {
                 let key = key.load(Ordering::Acquire);
                 Box::pin(async move {
+                    client
+                        .batch_execute(NEVER_IDLE_OUT)
+                        .await
+                        .map_err(HookError::Backend)?;
                     if key != 0 {
                         client
                             .query_one("SELECT pg_try_advisory_lock_shared($1)", &[&key])
@@ -958,7 +987,7 @@ async fn listen_once(
     let listened = match client
         .batch_execute(&format!(
             "LISTEN {channel}; SET tcp_keepalives_idle = 20; \
-             SET tcp_keepalives_interval = 5; SET tcp_keepalives_count = 4"
+             SET tcp_keepalives_interval = 5; SET tcp_keepalives_count = 4; {NEVER_IDLE_OUT}"
         ))
         .await
     {
@@ -2273,6 +2302,25 @@ mod tests {
             .batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE"))
             .await
             .unwrap();
+    }
+
+    #[test]
+    fn a_connection_strings_own_options_are_kept_before_the_search_path() {
+        let cfg = connection_config(
+            "postgres://u@h/db?options=-c%20statement_timeout%3D5s&application_name=app",
+            "s1",
+        )
+        .unwrap();
+        assert_eq!(
+            cfg.get_options(),
+            Some("-c statement_timeout=5s -c search_path=s1")
+        );
+        assert_eq!(cfg.get_application_name(), Some("app"));
+        let cfg = connection_config("postgres://u@h/db", "s2").unwrap();
+        assert_eq!(cfg.get_options(), Some("-c search_path=s2"));
+        assert_eq!(cfg.get_application_name(), Some("agui"));
+        let e = connection_config("postgres://u@h/db?sslmode=nonsense", "s").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Invalid);
     }
 
     #[test]

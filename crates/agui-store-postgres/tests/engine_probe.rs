@@ -289,6 +289,73 @@ async fn wait_for_listener(schema: &Schema, session: i64, before: &[(i64, i32)])
     panic!("the listening connection did not come back");
 }
 
+/// The connections holding `session`'s presence lock (its pooled ones).
+async fn present(schema: &Schema, session: i64) -> Vec<i32> {
+    let c = schema.client().await.unwrap();
+    let space = i64::from(agui_store_postgres::session_lock_space(&schema.name));
+    let rows = c
+        .query(
+            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted \
+             AND objsubid = 1 AND classid::bigint = $1 AND objid::bigint = $2 ORDER BY pid",
+            &[&space, &session],
+        )
+        .await
+        .unwrap();
+    rows.iter().map(|r| r.get(0)).collect()
+}
+
+/// A server that ends idle sessions (`idle_session_timeout`, set here in
+/// the connection string's options as an operator may set it for a role
+/// or a database) ends none of a store's connections: its listening one is
+/// idle by design, and its pooled ones show the replica present. With
+/// either ended, another replica could take this live one's runs for a
+/// gone replica's. Before, the server ended both 300 ms after their last
+/// query (and the connection string's options were dropped).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_idle_session_timeout_ends_no_connection_of_a_store() {
+    let Some(url) = common::url() else { return };
+    let schema = Schema::new(url);
+    let mut o = schema.options();
+    let sep = if o.conn.contains('?') { '&' } else { '?' };
+    o.conn = format!("{}{sep}options=-c%20idle_session_timeout%3D300", o.conn);
+    let store = Store::new(agui_store_postgres::PgStore::open_with(o).await.unwrap());
+    store
+        .append("t", "x", AppendRequest::new(vec![custom(1)]))
+        .await
+        .unwrap();
+    let before = listeners(&schema).await;
+    let &[(session, _)] = before.as_slice() else {
+        panic!("one listening connection, not {before:?}")
+    };
+    let pooled = present(&schema, session).await;
+    assert!(!pooled.is_empty(), "a pooled connection is present");
+    let c = schema.client().await.unwrap();
+    let timeout: String = c
+        .query_one(
+            "SELECT setting FROM pg_settings WHERE name = 'idle_session_timeout'",
+            &[],
+        )
+        .await
+        .map(|r| r.get(0))
+        .unwrap_or_default();
+    assert_eq!(timeout, "0", "the test's own connection has no timeout");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        listeners(&schema).await,
+        before,
+        "the listening connection was ended"
+    );
+    let after = present(&schema, session).await;
+    assert!(
+        pooled.iter().all(|p| after.contains(p)),
+        "pooled connections were ended: {pooled:?} then {after:?}"
+    );
+    store
+        .append("t", "x", AppendRequest::new(vec![custom(2)]))
+        .await
+        .unwrap();
+}
+
 /// Replica B's listening connection dies while replica A appends: once it
 /// reconnects, B's subscriber gets everything it missed, once, in order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
