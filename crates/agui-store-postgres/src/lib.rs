@@ -64,7 +64,9 @@
 //!   presence lock of its session. A session whose lock no connection holds
 //!   is gone at once when none of its connections is left and this store
 //!   never saw it live (a process that ended: the server closed its
-//!   connections), and otherwise once it has stayed lockless for 3 s: a
+//!   connections) and the server did not itself start less than 3 s ago
+//!   (a restart ends every connection, live replicas' too), and otherwise
+//!   once it has stayed lockless for 3 s: a
 //!   live replica whose listening connection is reconnecting (200 ms apart)
 //!   holds no lock for a moment, and after the database itself restarted
 //!   its pooled connections are gone too. `mark_interrupted` (at start-up)
@@ -357,6 +359,10 @@ struct Owner {
     live: bool,
     /// Some connection of it holds its presence lock.
     present: bool,
+    /// The database server started less than [`GONE_GRACE`] ago: every
+    /// connection made before was ended by its restart, so having none
+    /// left says nothing of a replica (the same for every owner of a call).
+    young_server: bool,
 }
 
 fn notice_key(tenant: &str, thread: &str) -> String {
@@ -1999,7 +2005,9 @@ impl PgStore {
     /// and whether some look gone but may yet come back. A session is gone
     /// once it has been lockless for [`GONE_GRACE`], or at once when none
     /// of its connections is left and this store never saw it live (a
-    /// process that ended before this store looked, as at a restart).
+    /// process that ended before this store looked, as at a restart), unless
+    /// the database server itself restarted within the grace (then a live
+    /// replica has lost its connections too, and is reconnecting).
     fn gone_owners(&self, owners: &[Owner]) -> (Vec<i32>, bool, bool) {
         let (mut ripe, mut ownerless, mut waiting) = (Vec::new(), false, false);
         let now = std::time::Instant::now();
@@ -2022,7 +2030,8 @@ impl PgStore {
                 continue;
             }
             let since = *seen.gone_since.entry(session).or_insert(now);
-            let unseen_and_absent = !o.present && !seen.seen_live.contains(&session);
+            let unseen_and_absent =
+                !o.present && !o.young_server && !seen.seen_live.contains(&session);
             if unseen_and_absent || now.duration_since(since) >= GONE_GRACE {
                 ripe.push(session);
             } else {
@@ -2069,11 +2078,12 @@ impl PgStore {
                     &format!(
                         "WITH {LIVE}, {PRESENT} SELECT DISTINCT r.owner, \
                          COALESCE(r.owner IN (SELECT s FROM live), false), \
-                         COALESCE(r.owner IN (SELECT s FROM present), false) \
+                         COALESCE(r.owner IN (SELECT s FROM present), false), \
+                         now() - pg_postmaster_start_time() < make_interval(secs => $3) \
                          FROM runs r WHERE r.status = 0 \
                          AND (r.owner IS NULL OR r.owner <> $2)"
                     ),
-                    &[&space, &self.inner.session],
+                    &[&space, &self.inner.session, &GONE_GRACE.as_secs_f64()],
                 )
                 .await
                 .map_err(pg)?;
@@ -2083,6 +2093,7 @@ impl PgStore {
                     session: get(row, 0)?,
                     live: get(row, 1)?,
                     present: get(row, 2)?,
+                    young_server: get(row, 3)?,
                 });
             }
             let (ripe, ownerless, waiting) = self.gone_owners(&owners);
@@ -2178,6 +2189,40 @@ mod tests {
         o.schema = format!("{prefix}_{}_{}", std::process::id(), Timestamp::now().0);
         o.pool_size = pool_size;
         Some(o)
+    }
+
+    /// An owner with no connection left, never seen live, is gone at once,
+    /// unless the database server restarted within the grace (its
+    /// connections went with the restart): then it gets the grace, and a
+    /// live one seen again keeps its runs.
+    #[tokio::test]
+    async fn an_absent_owner_gets_the_grace_when_the_server_just_restarted() {
+        let Some(o) = test_options("agui_y", 2) else {
+            return;
+        };
+        let store = PgStore::open_with(o).await.unwrap();
+        let owner = |session, live, young_server| Owner {
+            session: Some(session),
+            live,
+            present: false,
+            young_server,
+        };
+        assert_eq!(
+            store.gone_owners(&[owner(901, false, false)]),
+            (vec![901], false, false),
+            "a process that ended: taken at once"
+        );
+        assert_eq!(
+            store.gone_owners(&[owner(902, false, true)]),
+            (vec![], false, true),
+            "after a restart: waits"
+        );
+        assert_eq!(
+            store.gone_owners(&[owner(902, true, false)]),
+            (vec![], false, false),
+            "back: kept"
+        );
+        store.close().await.unwrap();
     }
 
     /// A call that finds every pooled connection taken waits at most
