@@ -212,25 +212,45 @@ pub(crate) fn messages_snapshot_with(
     // Written straight from the messages: the same text as serializing
     // `{"type", "messages", "metadata"?}`, without copying the conversation
     // into a new JSON tree first (a snapshot restates all of it).
-    let mut text = String::with_capacity(64);
-    text.push_str(r#"{"type":"MESSAGES_SNAPSHOT","messages":"#);
-    let texts = texts.filter(|t| t.len() == messages.len());
-    match texts {
-        // serde_json's compact array: `[`, the elements joined by `,`, `]`.
-        Some(texts) => {
-            let len: usize = texts.texts.iter().map(|t| t.len() + 1).sum();
-            text.reserve(len + 2);
-            text.push('[');
-            for (i, t) in texts.texts.iter().enumerate() {
-                if i > 0 {
-                    text.push(',');
-                }
-                text.push_str(t);
-            }
-            text.push(']');
+    match texts.filter(|t| t.len() == messages.len()) {
+        Some(texts) => messages_snapshot_of(texts, authoritative),
+        None => {
+            let mut text = String::with_capacity(64);
+            text.push_str(r#"{"type":"MESSAGES_SNAPSHOT","messages":"#);
+            text.push_str(&serde_json::to_string(messages).map_err(CompactError::Json)?);
+            finish_messages_snapshot(text, None, authoritative)
         }
-        None => text.push_str(&serde_json::to_string(messages).map_err(CompactError::Json)?),
     }
+}
+
+/// A `MESSAGES_SNAPSHOT` of the messages whose texts are `texts`, as
+/// [`messages_snapshot_with`] writes it.
+pub(crate) fn messages_snapshot_of(
+    texts: &MessageTexts,
+    authoritative: bool,
+) -> Result<Event, CompactError> {
+    // serde_json's compact array: `[`, the elements joined by `,`, `]`.
+    let len: usize = texts.texts.iter().map(|t| t.len() + 1).sum();
+    let mut text = String::with_capacity(len + 128);
+    text.push_str(r#"{"type":"MESSAGES_SNAPSHOT","messages":"#);
+    text.push('[');
+    for (i, t) in texts.texts.iter().enumerate() {
+        if i > 0 {
+            text.push(',');
+        }
+        text.push_str(t);
+    }
+    text.push(']');
+    finish_messages_snapshot(text, Some(texts), authoritative)
+}
+
+/// Ends a `MESSAGES_SNAPSHOT`'s text that holds its messages, and makes
+/// the event (`texts`: those the messages were written from, if kept).
+fn finish_messages_snapshot(
+    mut text: String,
+    texts: Option<&MessageTexts>,
+    authoritative: bool,
+) -> Result<Event, CompactError> {
     if authoritative {
         text.push_str(r#","metadata":"#);
         let metadata = json!({"@ag-ui/client": {"authoritativeActivityTypes": null}});
@@ -305,24 +325,74 @@ fn has_duplicate_ids(messages: &[Value]) -> bool {
 /// `MESSAGES_SNAPSHOT` can (the reducer keeps the local order of messages it
 /// already holds, and keeps reasoning messages a snapshot without reasoning
 /// does not mention), or when two messages share an id.
-pub(crate) fn restate(
+///
+/// For a caller done with `target` (`latest` mode): its messages' texts are
+/// kept and its tree dropped before the check replays the restating events,
+/// so one conversation tree is held at a time, not two. The check compares what the replay reached with the kept texts:
+/// serde_json writes equal trees alike, so equal texts mean equal trees.
+/// (The converse fails only for an object equal in value with its keys in
+/// another order, which a replay of these texts does not make: such a
+/// check would fail and the caller fall back to `deltas` form, never pass
+/// wrongly.)
+pub(crate) fn restate_target(
     local: &Conversation,
-    target: &Conversation,
+    target: Conversation,
     head: &[Event],
     tail: &[Event],
 ) -> Result<Option<Vec<Event>>, CompactError> {
-    let restated = restate_owned(
-        local.clone(),
-        || Some(local.clone()),
-        target,
-        None,
-        head,
-        tail,
-    )?;
-    Ok(restated.map(|(events, _)| events))
+    if has_duplicate_ids(&target.messages) {
+        return Ok(None);
+    }
+    let with_state = state_exists(&target.state) || local.state != target.state;
+    let mut texts = MessageTexts::default();
+    for message in &target.messages {
+        texts.push(message)?;
+    }
+    let state = serde_json::to_string(&target.state).map_err(CompactError::Json)?;
+    let state_event = with_state
+        .then(|| state_snapshot(&target.state))
+        .transpose()?;
+    drop(target);
+    for authoritative in [false, true] {
+        let mut body = Vec::with_capacity(2);
+        body.push(messages_snapshot_of(&texts, authoritative)?);
+        body.extend(state_event.iter().cloned());
+        if let Some(reached) = replay_owned(local.clone(), &body)
+            && writes_as(&reached, &texts, &state)?
+        {
+            let mut all: Vec<Event> = head.to_vec();
+            all.extend(body);
+            all.extend(tail.iter().cloned());
+            return Ok(Some(all));
+        }
+    }
+    Ok(None)
 }
 
-/// [`restate`] on a `local` the caller gives up: the first try replays it
+/// True when `conversation`'s messages are written as `texts` and its
+/// state as `state`, compared message by message (no whole text made).
+fn writes_as(
+    conversation: &Conversation,
+    texts: &MessageTexts,
+    state: &str,
+) -> Result<bool, CompactError> {
+    if conversation.messages.len() != texts.len() {
+        return Ok(false);
+    }
+    let mut written = Vec::new();
+    for (i, message) in conversation.messages.iter().enumerate() {
+        written.clear();
+        serde_json::to_writer(&mut written, message).map_err(CompactError::Json)?;
+        if written != texts.text(i).as_bytes() {
+            return Ok(false);
+        }
+    }
+    written.clear();
+    serde_json::to_writer(&mut written, &conversation.state).map_err(CompactError::Json)?;
+    Ok(written == state.as_bytes())
+}
+
+/// [`restate_target`] on a `local` the caller gives up: the first try replays it
 /// without a copy, and `again` makes it anew for the second (rare) try.
 /// Also returns what the consumer holds after the restating events, which
 /// is `target` (checked), so the caller need not copy `target` either.

@@ -24,7 +24,7 @@ use agui_protocol::{Event, EventType};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::envelope::{held_ids, normalize_run_started, replay, restate};
+use super::envelope::{held_ids, normalize_run_started, replay, restate_target};
 use super::{CompactError, DeltaCompactor, compact_deltas};
 use crate::lineage::{Lineage, Owner, Provenance, RunIndex, without_foreign};
 use crate::reduce::{Conversation, Reducer};
@@ -141,7 +141,7 @@ where
         .into_iter()
         .collect();
     let restated = match replay(start, std::slice::from_ref(&normalized)) {
-        Some(local) => restate(&local, &target, &[normalized], &tail)?,
+        Some(local) => restate_target(&local, target, &[normalized], &tail)?,
         None => None,
     };
     match restated {
@@ -328,7 +328,7 @@ where
     })?;
     let tail: Vec<Event> = terminal.into_iter().collect();
     let restated = match replay(start, std::slice::from_ref(&normalized)) {
-        Some(local) => restate(&local, &target, &[normalized], &tail)?,
+        Some(local) => restate_target(&local, target, &[normalized], &tail)?,
         None => None,
     };
     if let Some(envelope) = restated {
