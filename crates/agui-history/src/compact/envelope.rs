@@ -1,7 +1,7 @@
 //! Building the restating events of `snapshot` and `latest`, and checking
 //! them against the reducer before they are emitted.
 
-use std::collections::HashSet;
+use foldhash::{HashSet, HashSetExt};
 
 use agui_protocol::{Event, EventType, MAX_DEPTH};
 use serde_json::{Map, Value, json};
@@ -122,7 +122,7 @@ pub(crate) fn normalize_run_started_reading(
         return Ok((event.clone(), appended));
     };
     let before = messages.len();
-    let mut seen: std::collections::HashSet<String> = std::collections::HashSet::new();
+    let mut seen: HashSet<String> = HashSet::new();
     let mut plain = true;
     messages.retain(|m| {
         let id = m.get("id");
@@ -312,7 +312,7 @@ pub(crate) fn state_exists(state: &Value) -> bool {
 /// first one writes both; a restated snapshot holds two separate objects and
 /// cannot carry that, so such a conversation is never restated.
 fn has_duplicate_ids(messages: &[Value]) -> bool {
-    let mut seen = std::collections::HashSet::new();
+    let mut seen = HashSet::new();
     messages
         .iter()
         .filter_map(|m| m.get("id").and_then(Value::as_str))
