@@ -764,12 +764,8 @@ impl Gateway {
         let mut closed = 0;
         for (tenant, run) in runs {
             let (thread, run_id) = (run.thread_id, run.run_id);
-            match self
-                .close_run(&tenant, &thread, &run_id, &RunEnd::interrupted())
-                .await
-            {
-                Ok(Closed::Now) => closed += 1,
-                Ok(Closed::Already | Closed::Gone) => {}
+            match self.close_one_interrupted(&tenant, &thread, &run_id).await {
+                Ok(now) => closed += u64::from(now),
                 Err(e) => {
                     tracing::warn!(thread = %thread, run = %run_id, error = %e, "cannot close an interrupted run; trying again in the background");
                     let (t, th, r) = (tenant, thread.clone(), run_id.clone());
@@ -780,24 +776,31 @@ impl Gateway {
                         &run_id,
                         move |g| {
                             let (t, th, r) = (t.clone(), th.clone(), r.clone());
-                            async move {
-                                let end = RunEnd::interrupted();
-                                if g.close_run(&t, &th, &r, &end).await? == Closed::Now {
-                                    g.metrics
-                                        .runs_interrupted
-                                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                                }
-                                Ok(())
-                            }
+                            async move { g.close_one_interrupted(&t, &th, &r).await.map(|_| ()) }
                         },
                     );
                 }
             }
         }
-        self.metrics
-            .runs_interrupted
-            .fetch_add(closed, std::sync::atomic::Ordering::Relaxed);
         closed
+    }
+
+    /// Ends an interrupted run ([`Gateway::close_run`]) and counts it in
+    /// the metrics when this call ended it; true then.
+    async fn close_one_interrupted(
+        &self,
+        tenant: &str,
+        thread: &str,
+        run_id: &str,
+    ) -> Result<bool, StoreError> {
+        let end = RunEnd::interrupted();
+        let now = self.close_run(tenant, thread, run_id, &end).await? == Closed::Now;
+        if now {
+            self.metrics
+                .runs_interrupted
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(now)
     }
 
     /// Ends a run in its log: its open messages and tool calls closed,
