@@ -328,8 +328,9 @@ fn has_duplicate_ids(messages: &[Value]) -> bool {
 ///
 /// For a caller done with `target` (`latest` mode): its messages' texts are
 /// kept and its tree dropped before the check replays the restating events,
-/// so one conversation tree is held at a time, not two. The check compares what the replay reached with the kept texts:
-/// serde_json writes equal trees alike, so equal texts mean equal trees.
+/// so one conversation tree is held at a time, not two. The check compares
+/// what the replay reached with the kept texts: serde_json writes equal
+/// trees alike, so equal texts mean equal trees.
 /// (The converse fails only for an object equal in value with its keys in
 /// another order, which a replay of these texts does not make: such a
 /// check would fail and the caller fall back to `deltas` form, never pass
@@ -392,7 +393,9 @@ fn writes_as(
     Ok(written == state.as_bytes())
 }
 
-/// [`restate_target`] on a `local` the caller gives up: the first try replays it
+/// The restating events as [`restate_target`] finds them, for a caller that
+/// goes on from `target` (`snapshot` mode), so `target` is borrowed and
+/// compared as a tree; `local` is given up: the first try replays it
 /// without a copy, and `again` makes it anew for the second (rare) try.
 /// Also returns what the consumer holds after the restating events, which
 /// is `target` (checked), so the caller need not copy `target` either.
