@@ -787,7 +787,7 @@ impl Gateway {
 
     /// Ends an interrupted run ([`Gateway::close_run`]) and counts it in
     /// the metrics when this call ended it; true then.
-    async fn close_one_interrupted(
+    pub(crate) async fn close_one_interrupted(
         &self,
         tenant: &str,
         thread: &str,

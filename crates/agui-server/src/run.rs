@@ -24,9 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{AgentConfig, OnDisconnect, SessionMode, Upstream, UpstreamThread};
 use crate::error::ApiError;
-use crate::gateway::{
-    AgentOpt, Closed, Gateway, RunEnd, RunSlot, in_flight_error, run_error, store_error,
-};
+use crate::gateway::{AgentOpt, Gateway, RunSlot, in_flight_error, run_error, store_error};
 use crate::input::{self, RunInput};
 use crate::merge::{History, Messages};
 use crate::sse::{put_frame, put_frame_around};
@@ -432,18 +430,14 @@ async fn close_interrupted_tail(
     {
         return Ok(false);
     }
-    match gw
-        .close_run(tenant, thread, &last.run_id, &RunEnd::interrupted())
+    let closed = gw
+        .close_one_interrupted(tenant, thread, &last.run_id)
         .await
-    {
-        Ok(Closed::Now) => {
-            gw.metrics.runs_interrupted.fetch_add(1, Relaxed);
-            tracing::info!(thread = %thread, run = %last.run_id, "an interrupted run is closed before the thread's next run");
-            Ok(true)
-        }
-        Ok(_) => Ok(false),
-        Err(e) => Err(store_error(e)),
+        .map_err(store_error)?;
+    if closed {
+        tracing::info!(thread = %thread, run = %last.run_id, "an interrupted run is closed before the thread's next run");
     }
+    Ok(closed)
 }
 
 /// What a client that sent less than the conversation (a thin client in
