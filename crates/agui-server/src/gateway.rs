@@ -69,6 +69,19 @@ impl RunEnd {
         }
     }
 
+    /// `RUN_ERROR` `interrupted`, for a run stored `running` that no process
+    /// forwards (imported from a document exported while it was in flight):
+    /// it ends `interrupted`, as recovery ends a run whose gateway is gone.
+    pub(crate) fn orphaned() -> RunEnd {
+        RunEnd {
+            event: run_error(
+                "interrupted",
+                "the run was in flight when its thread was exported; no process forwards it here",
+            ),
+            status: RunStatus::Running,
+        }
+    }
+
     /// `RUN_ERROR` `store_error`, for a running run whose events the store
     /// failed to take (as its client saw it end).
     pub(crate) fn store_failed() -> RunEnd {

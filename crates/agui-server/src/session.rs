@@ -194,11 +194,11 @@ pub async fn import(
     headers: HeaderMap,
     Query(q): Query<ImportQuery>,
     body: Body,
-) -> Result<Json<agui_session::ImportReport>, ApiError> {
+) -> Result<Json<Value>, ApiError> {
     let tenant = gw.tenant(&headers)?;
     let bytes = read_body(&gw, body).await?;
     let opts = ImportOptions {
-        tenant,
+        tenant: tenant.clone(),
         target: q.as_id,
         agents: Some(gw.agents.keys().cloned().collect()),
         history_only: q.history_only,
@@ -207,7 +207,58 @@ pub async fn import(
     let report = agui_session::import(gw.store.clone(), Arc::new(bytes), opts)
         .await
         .map_err(session_error)?;
-    Ok(Json(report))
+    let closed = close_orphaned_runs(&gw, &tenant, &report.thread_id).await?;
+    let mut body = serde_json::to_value(&report).map_err(|e| {
+        tracing::error!(error = %e, "the import report is not JSON");
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "the import report could not be written",
+        )
+    })?;
+    if let Value::Object(map) = &mut body {
+        map.insert("closedRuns".into(), json!(closed));
+    }
+    Ok(Json(body))
+}
+
+/// Ends the runs of an imported thread that the document left `running`
+/// (exported while they were in flight): no process forwards them here, so
+/// left as they are they would hold the thread (409 `run_in_flight`) and
+/// keep attachers waiting until a restart. Each gets its open items closed
+/// and `RUN_ERROR` `interrupted`, and is counted as an interrupted run.
+/// Returns their ids.
+async fn close_orphaned_runs(
+    gw: &Arc<Gateway>,
+    tenant: &str,
+    thread: &str,
+) -> Result<Vec<String>, ApiError> {
+    let filter = agui_store::RunFilter {
+        thread_id: Some(thread.to_owned()),
+        status: Some(agui_store::RunStatus::Running),
+        ..Default::default()
+    };
+    let running = gw
+        .store
+        .list_runs(tenant, &filter)
+        .await
+        .map_err(store_error)?;
+    let mut closed = Vec::new();
+    for run in running.runs {
+        let end = crate::gateway::RunEnd::orphaned();
+        match gw.close_run(tenant, thread, &run.run_id, &end).await {
+            Ok(crate::gateway::Closed::Now) => {
+                gw.metrics
+                    .runs_interrupted
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tracing::info!(thread = %thread, run = %run.run_id, "an imported run left in flight is closed (interrupted)");
+                closed.push(run.run_id);
+            }
+            Ok(_) => {}
+            Err(e) => return Err(store_error(e)),
+        }
+    }
+    Ok(closed)
 }
 
 fn session_error(e: SessionError) -> ApiError {

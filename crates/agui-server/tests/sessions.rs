@@ -380,3 +380,57 @@ async fn upstream_threads_are_recorded_per_branch_and_an_import_under_a_new_id_r
     assert!(text.contains(r#""b1":"q~b1""#), "{text}");
     g.shutdown().await;
 }
+
+/// A thread exported while its run was in flight, imported under a new id:
+/// no process forwards the copy's run, so the import ends it (open message
+/// closed, `RUN_ERROR` `interrupted`) and says so; left `running`, it held
+/// the copy for good (every new run 409 `run_in_flight`, DELETE 409,
+/// attachers waiting) until a restart.
+#[tokio::test]
+async fn an_import_ends_the_runs_the_document_left_in_flight() {
+    let g = start(GatewayConfig::default()).await;
+    append_json(&g.store, "t", half_run("t", "r1", "m1")).await;
+    let doc = client()
+        .get(format!("{}/threads/t/session", g.base))
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    let resp = client()
+        .post(format!("{}/threads/import?as=copy", g.base))
+        .body(doc)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let report: Value = resp.json().await.unwrap();
+    assert_eq!(report["closedRuns"], json!(["r1"]), "{report}");
+    let (_, thread) = get_json(&format!("{}/threads/copy", g.base)).await;
+    assert_eq!(thread["runs"][0]["status"], "interrupted", "{thread}");
+    let types: Vec<String> = thread_events(&g.base, "copy")
+        .await
+        .iter()
+        .map(|f| f.ty().to_owned())
+        .collect();
+    assert_eq!(
+        types[types.len() - 2..],
+        ["TEXT_MESSAGE_END".to_owned(), "RUN_ERROR".to_owned()],
+        "{types:?}"
+    );
+    assert!(
+        metrics_text(&g.base)
+            .await
+            .contains("agui_runs_total{status=\"interrupted\"} 1"),
+        "the close is counted"
+    );
+    // The copy takes new runs; the source, still in flight for all this
+    // gateway knows, is left as it was.
+    let (status, frames, text) = run(&g.base, "demo", &input("copy", "r2", "next")).await;
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(frames.last().unwrap().ty(), "RUN_FINISHED");
+    let (_, source) = get_json(&format!("{}/threads/t", g.base)).await;
+    assert_eq!(source["runs"][0]["status"], "running", "{source}");
+    g.shutdown().await;
+}
