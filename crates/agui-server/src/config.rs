@@ -158,6 +158,10 @@ pub struct Limits {
     /// Most client connections open at once; beyond it a new connection
     /// gets 503 `too_many_connections` and is closed.
     pub max_connections: usize,
+    /// Most bytes of a run's frames waiting for the client that started it
+    /// (not yet taken by its connection); beyond it the client's stream is
+    /// cut and it reattaches with `Last-Event-ID` (see `outbox`).
+    pub client_buffer_bytes: usize,
 }
 
 impl Default for Limits {
@@ -173,6 +177,9 @@ impl Default for Limits {
             header_read_timeout: Duration::from_secs(30),
             body_read_timeout: Duration::from_secs(120),
             max_connections: 4096,
+            // Four times the largest event: a client that keeps reading
+            // never gets near it, one that stopped holds at most this.
+            client_buffer_bytes: 16 * 1024 * 1024,
         }
     }
 }
@@ -501,6 +508,7 @@ pub fn apply_ca_file_flag(agents: &mut [AgentConfig], s: &str) -> Result<(), Ser
 /// header_read_timeout_ms = 30000
 /// body_read_timeout_ms = 120000
 /// max_connections = 4096
+/// client_buffer_bytes = 16777216
 /// shutdown_grace_ms = 10000
 /// recover_on_start = true
 ///
@@ -548,6 +556,8 @@ pub struct ServeFile {
     pub body_read_timeout_ms: Option<u64>,
     /// Limits.
     pub max_connections: Option<usize>,
+    /// Limits.
+    pub client_buffer_bytes: Option<usize>,
     /// Shutdown grace.
     pub shutdown_grace_ms: Option<u64>,
     /// Recovery at start-up.

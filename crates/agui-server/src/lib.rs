@@ -19,6 +19,7 @@ mod history;
 pub mod input;
 #[doc(hidden)]
 pub mod merge;
+mod outbox;
 mod run;
 mod session;
 mod stop;

@@ -84,6 +84,9 @@ pub struct Metrics {
     pub subscribers: AtomicU64,
     /// Connections refused over the connection cap.
     pub connections_refused: AtomicU64,
+    /// Run streams cut because their client stopped reading
+    /// (`client_buffer_bytes`).
+    pub clients_cut: AtomicU64,
     /// Time of each append (a batch).
     pub append_latency: Histogram,
     /// Time from the upstream request to its response headers.
@@ -179,6 +182,13 @@ impl Metrics {
             "counter",
             "Connections refused over the connection cap.",
             self.connections_refused.load(Relaxed),
+        );
+        g(
+            &mut out,
+            "agui_clients_cut_total",
+            "counter",
+            "Run streams cut because their client fell more than client_buffer_bytes behind (it can attach again).",
+            self.clients_cut.load(Relaxed),
         );
         g(
             &mut out,

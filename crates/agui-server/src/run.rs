@@ -161,7 +161,7 @@ pub async fn run_handler(
             .await;
         }
     }
-    let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
+    let (tx, rx) = crate::outbox::outbox(gw.config.limits.client_buffer_bytes);
     let upstream_headers = upstream_headers(&gw, &agent, &headers);
     let (log_tenant, log_thread) = slot.log();
     let ctx = RunCtx {
@@ -185,7 +185,7 @@ pub async fn run_handler(
         slot: Some(slot),
     };
     gw.runs.spawn(drive(ctx, tx));
-    let stream = tokio_stream::wrappers::UnboundedReceiverStream::new(rx).map(Ok::<_, Infallible>);
+    let stream = rx.map(Ok::<_, Infallible>);
     Ok(sse_response(Body::from_stream(stream)))
 }
 
@@ -547,13 +547,15 @@ pub(crate) struct RunCtx {
 pub(crate) struct RunState {
     pub(crate) seq: u64,
     pub(crate) reader: UpstreamReader,
-    pub(crate) client: Option<mpsc::UnboundedSender<Bytes>>,
+    pub(crate) client: Option<crate::outbox::Outbox>,
     pub(crate) store_failed: bool,
     /// Something else appended to the thread (a stop sent to another
     /// replica): the run is not ours to write any more.
     pub(crate) foreign: bool,
     /// The client got the run's end (stored or relayed).
     pub(crate) finished: bool,
+    /// The client's stream was cut: it fell too far behind.
+    pub(crate) client_cut: bool,
     /// Sequence numbers up to this one are (or are about to be) ours.
     pub(crate) own_seq: Arc<std::sync::atomic::AtomicU64>,
     /// Frames for this client only, sent right after `RUN_STARTED`.
@@ -666,7 +668,7 @@ async fn open_upstream(ctx: &RunCtx) -> Result<(ByteStream, Option<String>), Clo
     }
 }
 
-async fn drive(mut ctx: RunCtx, tx: mpsc::UnboundedSender<Bytes>) {
+async fn drive(mut ctx: RunCtx, tx: crate::outbox::Outbox) {
     let gw = ctx.gw.clone();
     let limits = &gw.config.limits;
     let own_seq = Arc::new(std::sync::atomic::AtomicU64::new(ctx.head));
@@ -711,6 +713,7 @@ async fn drive(mut ctx: RunCtx, tx: mpsc::UnboundedSender<Bytes>) {
         store_failed: false,
         foreign: false,
         finished: false,
+        client_cut: false,
         own_seq,
         prelude: ctx.prelude.take(),
     };
@@ -750,6 +753,10 @@ async fn drive(mut ctx: RunCtx, tx: mpsc::UnboundedSender<Bytes>) {
         tracing::warn!(thread = %ctx.thread, run = %ctx.run_id, code = c.code, "{}", c.message);
         finish_with_error(&ctx, &mut st, c).await;
         gw.metrics.runs_closed_by_gateway.fetch_add(1, Relaxed);
+    }
+    if st.client_cut {
+        gw.metrics.clients_cut.fetch_add(1, Relaxed);
+        tracing::warn!(thread = %ctx.thread, run = %ctx.run_id, limit = limits.client_buffer_bytes, "the run's client fell too far behind (it stopped reading); its stream was cut, it can attach again with Last-Event-ID");
     }
     if st.store_failed && !st.foreign && st.reader.started() {
         // What the store took of the run ends as its client saw it, once
@@ -976,11 +983,19 @@ pub(crate) async fn store_and_send(ctx: &RunCtx, st: &mut RunState, batch: Vec<E
 }
 
 pub(crate) fn send(st: &mut RunState, bytes: Bytes) {
-    if let Some(tx) = &st.client
-        && tx.send(bytes).is_err()
-    {
+    let Some(tx) = &st.client else {
+        return;
+    };
+    match tx.send(bytes) {
+        Ok(()) => {}
         // The client went away; the run goes on.
-        st.client = None;
+        Err(crate::outbox::Refused::Gone) => st.client = None,
+        Err(crate::outbox::Refused::Lagged) => {
+            // It stopped reading: its stream ends after the frame it is
+            // receiving; everything is stored, so it can attach again.
+            st.client = None;
+            st.client_cut = true;
+        }
     }
 }
 

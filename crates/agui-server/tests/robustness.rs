@@ -1428,3 +1428,75 @@ async fn a_new_run_ends_the_interrupted_run_its_close_left_open() {
     wait_for_run_status(&g.base, t, "r1", "interrupted").await;
     g.shutdown().await;
 }
+
+/// A client that starts a run and stops reading: the run goes on at its
+/// upstream's pace and is stored whole, but what waits for that client is
+/// bounded (`client_buffer_bytes`): past it the client's stream is cut and
+/// counted, and the client gets the rest by attaching with
+/// `Last-Event-ID`. Before, the gateway held the whole run for the
+/// connection (10 MB a run, for as long as the socket stayed open).
+#[tokio::test]
+async fn a_client_that_stops_reading_is_cut_off_and_attaches_for_the_rest() {
+    let mut config = GatewayConfig::default();
+    config.limits.client_buffer_bytes = 64 * 1024;
+    let g = start(config).await;
+    let body = json!({"threadId": "t", "runId": "r1", "messages": [], "tools": [],
+        "context": [], "state": {}, "forwardedProps": {"demo": {"extraDeltas": 100_000}}})
+    .to_string();
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut conn = socket
+        .connect(g.base.trim_start_matches("http://").parse().unwrap())
+        .await
+        .unwrap();
+    conn.write_all(
+        format!(
+            "POST /agents/demo/run HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    // The run ends, stored whole, while its client reads nothing.
+    let thread = wait_run_end(&g.base, "t").await;
+    assert_eq!(thread["runs"][0]["status"], "finished", "{thread}");
+    let stored = thread["lastSeq"].as_u64().unwrap();
+    assert!(stored > 100_000, "{thread}");
+    let metrics = metrics_text(&g.base).await;
+    assert!(
+        metrics.contains("agui_clients_cut_total 1\n"),
+        "the cut is counted: {metrics}"
+    );
+    // The client now reads: a prefix of the run, then its stream's end.
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 1 << 16];
+    while !got.ends_with(b"\r\n0\r\n\r\n") {
+        let n = tokio::time::timeout(Duration::from_secs(30), conn.read(&mut buf))
+            .await
+            .expect("the cut stream ends")
+            .unwrap();
+        assert!(n > 0, "the connection closed before the stream's end");
+        got.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&got);
+    let last_id: u64 = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("id: "))
+        .next_back()
+        .expect("frames before the cut")
+        .parse()
+        .unwrap();
+    assert!(last_id < stored, "cut at {last_id} of {stored}");
+    // Everything after it, from the store.
+    let resp = client()
+        .get(format!("{}/threads/t/events", g.base))
+        .header("Last-Event-ID", last_id.to_string())
+        .send()
+        .await
+        .unwrap();
+    let rest = parse_sse(&resp.text().await.unwrap());
+    assert_eq!(rest.len() as u64, stored - last_id);
+    assert_eq!(rest.last().unwrap().ty(), "RUN_FINISHED");
+    g.shutdown().await;
+}

@@ -103,6 +103,12 @@ pub struct Args {
     /// 503 `too_many_connections` [default: 4096]
     #[arg(long)]
     max_connections: Option<usize>,
+    /// Most bytes of a run's frames that may wait for the client that
+    /// started it; a client further behind (it stopped reading) has its
+    /// stream cut and can attach again with `Last-Event-ID`
+    /// [default: 16777216]
+    #[arg(long)]
+    client_buffer_bytes: Option<usize>,
     /// How long in-flight runs may finish after SIGINT/SIGTERM, in
     /// milliseconds [default: 10000]
     #[arg(long)]
@@ -220,6 +226,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .max_connections
             .or(file.max_connections)
             .unwrap_or(d.max_connections),
+        client_buffer_bytes: args
+            .client_buffer_bytes
+            .or(file.client_buffer_bytes)
+            .unwrap_or(d.client_buffer_bytes),
     };
     if limits.max_connections == 0 {
         bail!("--max-connections must be at least 1");
@@ -516,6 +526,7 @@ mod tests {
                 d.body_read_timeout.as_millis().to_string(),
             ),
             ("--max-connections", d.max_connections.to_string()),
+            ("--client-buffer-bytes", d.client_buffer_bytes.to_string()),
             ("--agent-on-disconnect", "continue".to_owned()),
             ("--ui", "on".to_owned()),
         ] {
