@@ -556,6 +556,9 @@ pub(crate) struct RunState {
     pub(crate) finished: bool,
     /// The client's stream was cut: it fell too far behind.
     pub(crate) client_cut: bool,
+    /// What is stored now is the gateway's end of the run (counted by its
+    /// writer), not the upstream's.
+    pub(crate) gateway_end: bool,
     /// Sequence numbers up to this one are (or are about to be) ours.
     pub(crate) own_seq: Arc<std::sync::atomic::AtomicU64>,
     /// Frames for this client only, sent right after `RUN_STARTED`.
@@ -714,6 +717,7 @@ async fn drive(mut ctx: RunCtx, tx: crate::outbox::Outbox) {
         foreign: false,
         finished: false,
         client_cut: false,
+        gateway_end: false,
         own_seq,
         prelude: ctx.prelude.take(),
     };
@@ -955,15 +959,18 @@ pub(crate) async fn store_and_send(ctx: &RunCtx, st: &mut RunState, batch: Vec<E
                 // by this append take the thread.
                 tokio::task::yield_now().await;
             }
-            for e in &req.events {
-                match e.event_type() {
-                    EventType::RunFinished => {
-                        gw.metrics.runs_finished.fetch_add(1, Relaxed);
-                    }
-                    EventType::RunError => {
-                        gw.metrics.runs_error.fetch_add(1, Relaxed);
-                    }
-                    _ => {}
+            // The upstream's own end, counted by the status it gives the
+            // run; an end the gateway writes (a stop, a failure it closes)
+            // is counted where it is written, once.
+            if !st.gateway_end {
+                for e in &req.events {
+                    let counter = match e.event_type() {
+                        EventType::RunFinished if is_cancelled(e) => &gw.metrics.runs_cancelled,
+                        EventType::RunFinished => &gw.metrics.runs_finished,
+                        EventType::RunError => &gw.metrics.runs_error,
+                        _ => continue,
+                    };
+                    counter.fetch_add(1, Relaxed);
                 }
             }
         }
@@ -1018,6 +1025,7 @@ async fn finish_with_error(ctx: &RunCtx, st: &mut RunState, close: Close) {
         let err = run_error(close.code, &close.message);
         st.reader.own(&err);
         batch.push(err);
+        st.gateway_end = true;
         store_and_send(ctx, st, batch).await;
         if !st.store_failed {
             return;
@@ -1033,6 +1041,22 @@ pub(crate) const STOPPED: &str = "stopped";
 
 /// How long a stream waits before checking again whether it should end.
 pub(crate) const POLL: Duration = Duration::from_millis(500);
+
+/// Whether a `RUN_FINISHED` ends its run `cancelled` (`outcome.type`), as
+/// the store's run index reads it.
+fn is_cancelled(event: &Event) -> bool {
+    // Cheap pre-check: most runs finish without that word anywhere.
+    event.json().contains("cancelled")
+        && serde_json::from_str::<serde_json::Value>(event.json())
+            .ok()
+            .and_then(|v| {
+                v.get("outcome")?
+                    .get("type")?
+                    .as_str()
+                    .map(|t| t == "cancelled")
+            })
+            .unwrap_or(false)
+}
 
 #[cfg(test)]
 mod tests {

@@ -105,6 +105,7 @@ pub(crate) async fn finish_cancelled(ctx: &RunCtx, st: &mut RunState) {
     let fin = cancelled_finish(&ctx.thread, &ctx.run_id);
     st.reader.own(&fin);
     batch.push(fin);
+    st.gateway_end = true;
     store_and_send(ctx, st, batch).await;
     if st.foreign {
         // relayed by the caller

@@ -1003,3 +1003,27 @@ async fn an_attached_subscriber_gets_a_fast_run_in_few_writes() {
     );
     g.shutdown().await;
 }
+
+/// A run the gateway closes (here: its upstream answers HTTP 500) is
+/// counted once, as `closed_by_gateway`, not also as an upstream `error`.
+#[tokio::test]
+async fn a_run_the_gateway_closes_is_counted_once() {
+    let up = serve_upstream(axum::Router::new().route(
+        "/",
+        axum::routing::post(|| async { (axum::http::StatusCode::INTERNAL_SERVER_ERROR, "no") }),
+    ))
+    .await;
+    let g = start(GatewayConfig {
+        agents: vec![parse_agent_flag(&format!("bad={up}/"), SessionMode::Client).unwrap()],
+        ..GatewayConfig::default()
+    })
+    .await;
+    let (_, frames, _) = run(&g.base, "bad", &input("t", "r1", "hi")).await;
+    assert_eq!(frames.last().unwrap().ty(), "RUN_ERROR");
+    let metrics = metrics_text(&g.base).await;
+    for (status, n) in [("error", 0), ("closed_by_gateway", 1), ("finished", 0)] {
+        let line = format!("agui_runs_total{{status=\"{status}\"}} {n}\n");
+        assert!(metrics.contains(&line), "{line}{metrics}");
+    }
+    g.shutdown().await;
+}

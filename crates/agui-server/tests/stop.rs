@@ -159,6 +159,12 @@ async fn stop_ends_open_items_stores_cancelled_and_drops_the_upstream() {
         (status, v["error"]["code"].as_str()),
         (409, Some("run_not_running"))
     );
+    // Counted once, as cancelled (it was also counted finished before).
+    let metrics = metrics_text(&g.base).await;
+    for (status, n) in [("finished", 0), ("cancelled", 1), ("error", 0)] {
+        let line = format!("agui_runs_total{{status=\"{status}\"}} {n}\n");
+        assert!(metrics.contains(&line), "{line}{metrics}");
+    }
     // The partial answer is history; the thread goes on.
     let (_, msgs) = get_json(&format!("{}/threads/t/messages", g.base)).await;
     let last = msgs["messages"].as_array().unwrap().last().unwrap().clone();
