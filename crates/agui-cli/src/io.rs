@@ -289,12 +289,33 @@ pub fn write_all_stdout(bytes: &[u8]) -> io::Result<()> {
     out.flush()
 }
 
+/// Writes `value` as JSON to `out` (pretty-printed or on one line); a
+/// failed write comes back as the writer's own `io::Error`, not inside a
+/// `serde_json::Error`, so it keeps its kind and message.
+pub fn write_json<T: serde::Serialize + ?Sized>(
+    out: &mut impl Write,
+    value: &T,
+    pretty: bool,
+) -> io::Result<()> {
+    let written = if pretty {
+        serde_json::to_writer_pretty(out, value)
+    } else {
+        serde_json::to_writer(out, value)
+    };
+    written.map_err(io::Error::from)
+}
+
 /// True when the error chain ends in a closed pipe: the reader went away
-/// (`agui ... | head`), which is not a failure.
+/// (`agui ... | head`), which is not a failure. Looks at every cause, and
+/// inside a `serde_json::Error` at the write error it carries.
 pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
     err.chain().any(|cause| {
         cause
             .downcast_ref::<io::Error>()
             .is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe)
+            || cause
+                .downcast_ref::<serde_json::Error>()
+                .and_then(serde_json::Error::io_error_kind)
+                == Some(io::ErrorKind::BrokenPipe)
     })
 }

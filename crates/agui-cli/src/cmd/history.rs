@@ -69,7 +69,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let mut out = io::stdout();
         if args.json {
             for (_, run) in index.depth_first() {
-                serde_json::to_writer(&mut out, run)?;
+                io::write_json(&mut out, run, false)?;
                 out.write_all(b"\n")?;
             }
         } else {

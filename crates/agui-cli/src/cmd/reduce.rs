@@ -10,7 +10,7 @@ use agui_history::reduce::{Conversation, ReduceError, Reducer};
 use anyhow::Context;
 use serde_json::Value;
 
-use crate::io::{read_events_on_one_thread, stdout};
+use crate::io::{read_events_on_one_thread, stdout, write_json};
 
 /// Reduce an event stream (JSON array, NDJSON or SSE, detected) to the final
 /// `{"messages": [...], "state": ...}` the official client would hold.
@@ -56,7 +56,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let conversation = reducer.into_conversation();
     let mut out = stdout();
-    serde_json::to_writer_pretty(&mut out, &conversation)?;
+    write_json(&mut out, &conversation, true)?;
     writeln!(out)?;
     out.flush()?;
     Ok(ExitCode::SUCCESS)

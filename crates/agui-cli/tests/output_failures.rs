@@ -1,0 +1,92 @@
+//! Every command when its output cannot be written (a full disk, a reader
+//! that went away, a standard output closed at start), when its input
+//! cannot be read, and what error lines show of a store's native errors.
+//!
+//! Nothing here waits or races: a closed pipe is one whose read end was
+//! closed before the command started, so its first write fails.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+/// Runs `cmd` (`agui ARGS`, or a shell around it) with no input and
+/// standard error read; nothing may end in a panic, whatever failed.
+fn run(mut cmd: Command, args: &[&str]) -> Output {
+    let output = cmd
+        .args(args)
+        .env_remove("AGUI_DEBUG")
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .expect("agui runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !stderr.contains("panicked"),
+        "agui {args:?} panicked: {stderr}"
+    );
+    output
+}
+
+/// `agui ARGS` writing to `stdout`.
+fn agui_to(args: &[&str], stdout: impl Into<Stdio>) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_agui"));
+    cmd.stdout(stdout);
+    run(cmd, args)
+}
+
+/// A pipe whose read end is closed before the command starts: every write
+/// fails with EPIPE.
+fn closed_pipe() -> std::io::PipeWriter {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    writer
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// A thread of 1,000 runs, the first with a state snapshot of 200 kB: every
+/// JSON output of it is larger than the output buffer, so JSON is written
+/// to standard output while it is serialized.
+fn big_stream(dir: &Path) -> PathBuf {
+    let mut text = String::new();
+    for i in 0..1000 {
+        text.push_str(&format!(
+            "{{\"type\":\"RUN_STARTED\",\"threadId\":\"t\",\"runId\":\"r{i}\"}}\n"
+        ));
+        if i == 0 {
+            let big = "x".repeat(200_000);
+            text.push_str(&format!(
+                "{{\"type\":\"STATE_SNAPSHOT\",\"snapshot\":{{\"k\":\"{big}\"}}}}\n"
+            ));
+        }
+        text.push_str(&format!(
+            "{{\"type\":\"RUN_FINISHED\",\"threadId\":\"t\",\"runId\":\"r{i}\"}}\n"
+        ));
+    }
+    let path = dir.join("big.ndjson");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn json_writers_succeed_when_the_reader_went_away() {
+    let dir = tempfile::tempdir().unwrap();
+    let big = big_stream(dir.path());
+    let f = big.to_str().unwrap();
+    for args in [
+        vec!["reduce", f],
+        vec!["history", "--tree", "--json", f],
+        vec!["history", "--at", "r999", f],
+        vec!["convert", "--to", "json", f],
+    ] {
+        let out = agui_to(&args, closed_pipe());
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "agui {args:?}: {}",
+            stderr(&out)
+        );
+        assert!(out.stderr.is_empty(), "agui {args:?}: {}", stderr(&out));
+    }
+}
