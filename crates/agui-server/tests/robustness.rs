@@ -1500,3 +1500,43 @@ async fn a_client_that_stops_reading_is_cut_off_and_attaches_for_the_rest() {
     assert_eq!(rest.last().unwrap().ty(), "RUN_FINISHED");
     g.shutdown().await;
 }
+
+/// A request that declares a body over `max_body_bytes` is answered 413 at
+/// once, before any of it arrives; before, the gateway waited for the body
+/// (up to the body read timeout, two minutes by default) to find it too
+/// large.
+#[tokio::test]
+async fn a_declared_body_over_the_limit_is_refused_before_it_is_read() {
+    let mut config = GatewayConfig::default();
+    config.limits.max_body_bytes = 1000;
+    let g = start(config).await;
+    let mut conn = tokio::net::TcpStream::connect(g.base.trim_start_matches("http://"))
+        .await
+        .unwrap();
+    conn.write_all(
+        b"POST /agents/demo/run HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 10000000\r\n\r\n{\"threadId\"",
+    )
+    .await
+    .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    // The body timeout is two minutes: an answer within 30 s is the early one.
+    while !String::from_utf8_lossy(&got).contains("body_too_large") {
+        let n = tokio::time::timeout(Duration::from_secs(30), conn.read(&mut buf))
+            .await
+            .expect("an answer before the body arrives")
+            .unwrap();
+        assert!(
+            n > 0,
+            "closed without an answer: {}",
+            String::from_utf8_lossy(&got)
+        );
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert!(
+        got.starts_with(b"HTTP/1.1 413"),
+        "{}",
+        String::from_utf8_lossy(&got)
+    );
+    g.shutdown().await;
+}
