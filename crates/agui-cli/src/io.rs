@@ -241,43 +241,147 @@ pub type Stdout = BufWriter<StdoutSink>;
 /// between). The library's handle is line-buffered: it searches every
 /// write for its last line end, a pass over each large write (a snapshot
 /// event of many megabytes) that nothing here needs.
+///
+/// Every error it returns says it was writing to standard output
+/// ([`StdoutError`]) and keeps the kind of the error underneath, so a
+/// closed pipe is still [`io::ErrorKind::BrokenPipe`]. A standard output
+/// that was closed when the process started (`agui ... >&-`) fails every
+/// write with `EBADF`, as `cat` does, instead of writing into the
+/// `/dev/null` the standard library put in its place.
 pub fn stdout() -> Stdout {
     let mut lock = io::stdout().lock();
-    let fd = lock
-        .flush()
-        .and_then(|()| lock.as_fd().try_clone_to_owned())
-        .ok()
-        .map(File::from);
-    BufWriter::with_capacity(1 << 16, StdoutSink { fd, lock })
+    let fd = if stdout_closed_at_start() {
+        Err(io::Error::from_raw_os_error(EBADF))
+    } else {
+        lock.flush()
+            .and_then(|()| lock.as_fd().try_clone_to_owned())
+            .map(File::from)
+    };
+    BufWriter::with_capacity(1 << 16, StdoutSink { fd, _lock: lock })
 }
 
 /// Where [`stdout`] writes: a duplicate of the standard output's
-/// descriptor, with the handle held locked beside it, or the handle itself
-/// when the descriptor could not be duplicated.
+/// descriptor, with the handle held locked beside it; or, when there is
+/// none to write to, why not (each write returns that error).
 pub struct StdoutSink {
-    fd: Option<File>,
-    lock: io::StdoutLock<'static>,
+    fd: Result<File, io::Error>,
+    _lock: io::StdoutLock<'static>,
+}
+
+impl StdoutSink {
+    fn file(&mut self) -> io::Result<&mut File> {
+        match &mut self.fd {
+            Ok(file) => Ok(file),
+            Err(err) => Err(StdoutError::wrap(copy_error(err))),
+        }
+    }
 }
 
 impl Write for StdoutSink {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match &mut self.fd {
-            Some(file) => file.write(buf),
-            None => self.lock.write(buf),
-        }
+        self.file()?.write(buf).map_err(StdoutError::wrap)
     }
 
     fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
-        match &mut self.fd {
-            Some(file) => file.write_vectored(bufs),
-            None => self.lock.write_vectored(bufs),
-        }
+        self.file()?.write_vectored(bufs).map_err(StdoutError::wrap)
     }
 
     fn flush(&mut self) -> io::Result<()> {
         match &mut self.fd {
-            Some(file) => file.flush(),
-            None => self.lock.flush(),
+            // A file has nothing of its own to flush.
+            Ok(file) => file.flush().map_err(StdoutError::wrap),
+            // Nothing written, nothing lost.
+            Err(_) => Ok(()),
+        }
+    }
+}
+
+/// `err` again (an `io::Error` is not `Clone`): its OS code, or its kind
+/// and text.
+fn copy_error(err: &io::Error) -> io::Error {
+    match err.raw_os_error() {
+        Some(code) => io::Error::from_raw_os_error(code),
+        None => io::Error::new(err.kind(), err.to_string()),
+    }
+}
+
+/// A failed write to standard output: `cannot write to standard output:
+/// CAUSE`, carried inside an [`io::Error`] of the cause's kind.
+#[derive(Debug)]
+pub struct StdoutError(io::Error);
+
+impl StdoutError {
+    /// `err` as an error of the same kind that says where it happened.
+    fn wrap(err: io::Error) -> io::Error {
+        if err.get_ref().is_some_and(|inner| inner.is::<StdoutError>()) {
+            return err;
+        }
+        io::Error::new(err.kind(), StdoutError(err))
+    }
+}
+
+impl std::fmt::Display for StdoutError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "cannot write to standard output: {}", self.0)
+    }
+}
+
+impl std::error::Error for StdoutError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.0)
+    }
+}
+
+/// `EBADF`, the same number on every Unix.
+const EBADF: i32 = 9;
+
+/// True when the process started with its standard output closed.
+///
+/// The standard library's start-up opens `/dev/null` on a standard
+/// descriptor it finds closed, so by `main` a closed standard output looks
+/// like `> /dev/null`. A function in `.init_array` runs before that start-up
+/// (the C runtime calls it before `main`) and records what it finds. Where
+/// there is no such section to use, a closed standard output is not
+/// detected.
+pub fn stdout_closed_at_start() -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        at_start::STDOUT_CLOSED.load(std::sync::atomic::Ordering::Relaxed)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        false
+    }
+}
+
+#[cfg(target_os = "linux")]
+mod at_start {
+    use std::ffi::c_int;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// Set before `main` when descriptor 1 was closed.
+    pub static STDOUT_CLOSED: AtomicBool = AtomicBool::new(false);
+
+    /// Runs before the standard library's start-up (see
+    /// [`super::stdout_closed_at_start`]).
+    #[used]
+    #[unsafe(link_section = ".init_array")]
+    static RECORD: extern "C" fn() = record;
+
+    /// `F_GETFD` (the same on every Linux architecture).
+    const F_GETFD: c_int = 1;
+
+    unsafe extern "C" {
+        fn fcntl(fd: c_int, cmd: c_int, ...) -> c_int;
+    }
+
+    extern "C" fn record() {
+        // SAFETY: `fcntl(fd, F_GETFD)` only reads the descriptor's flags and
+        // takes no third argument; on a closed descriptor it returns -1
+        // (EBADF). Nothing here can panic or allocate.
+        let flags = unsafe { fcntl(1, F_GETFD) };
+        if flags == -1 {
+            STDOUT_CLOSED.store(true, Ordering::Relaxed);
         }
     }
 }

@@ -5,8 +5,15 @@
 //! Nothing here waits or races: a closed pipe is one whose read end was
 //! closed before the command started, so its first write fails.
 
+use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+
+/// The example conversation: thread `thread-trip-42`, runs `run-01` and
+/// `run-02`.
+fn fixture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/examples/conversation.ndjson")
+}
 
 /// Runs `cmd` (`agui ARGS`, or a shell around it) with no input and
 /// standard error read; nothing may end in a panic, whatever failed.
@@ -33,6 +40,18 @@ fn agui_to(args: &[&str], stdout: impl Into<Stdio>) -> Output {
     run(cmd, args)
 }
 
+/// `agui ARGS` with no descriptor 1 at all (`agui ... >&-`).
+fn agui_closed_stdout(args: &[&str]) -> Output {
+    let mut sh = Command::new("sh");
+    sh.args(["-c", "exec \"$0\" \"$@\" >&-", env!("CARGO_BIN_EXE_agui")]);
+    run(sh, args)
+}
+
+/// `/dev/full`: every write fails with ENOSPC.
+fn full() -> File {
+    File::options().write(true).open("/dev/full").unwrap()
+}
+
 /// A pipe whose read end is closed before the command starts: every write
 /// fails with EPIPE.
 fn closed_pipe() -> std::io::PipeWriter {
@@ -43,6 +62,18 @@ fn closed_pipe() -> std::io::PipeWriter {
 
 fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Asserts exit 2 and the message of a failed write to standard output;
+/// returns standard error.
+fn fails_writing(out: Output, args: &[&str], cause: &str) -> String {
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "agui {args:?}: {err}");
+    assert!(
+        err.contains(&format!("cannot write to standard output: {cause}")),
+        "agui {args:?}: {err}"
+    );
+    err
 }
 
 /// A thread of 1,000 runs, the first with a state snapshot of 200 kB: every
@@ -88,5 +119,41 @@ fn json_writers_succeed_when_the_reader_went_away() {
             stderr(&out)
         );
         assert!(out.stderr.is_empty(), "agui {args:?}: {}", stderr(&out));
+    }
+}
+
+#[test]
+fn a_standard_output_closed_at_start_is_an_error() {
+    let fixture = fixture();
+    let f = fixture.to_str().unwrap();
+    for args in [
+        vec!["convert", "--to", "ndjson", f],
+        vec!["convert", "--to", "json", f],
+        vec!["compact", "--mode", "latest", f],
+        vec!["reduce", f],
+        vec!["verify", f],
+        vec!["history", "--tree", f],
+    ] {
+        let out = agui_closed_stdout(&args);
+        fails_writing(out, &args, "Bad file descriptor");
+    }
+}
+
+#[test]
+fn a_full_disk_is_reported_as_writing_to_standard_output() {
+    let fixture = fixture();
+    let f = fixture.to_str().unwrap();
+    for args in [
+        vec!["verify", f],
+        vec!["reduce", f],
+        vec!["history", "--tree", f],
+        vec!["history", "--tree", "--json", f],
+        vec!["history", "--at", "run-02", f],
+        vec!["history", "--branch", "run-02", f],
+        vec!["convert", "--to", "sse", f],
+        vec!["compact", f],
+    ] {
+        let err = fails_writing(agui_to(&args, full()), &args, "No space left on device");
+        assert_eq!(err.lines().count(), 1, "agui {args:?}: {err}");
     }
 }

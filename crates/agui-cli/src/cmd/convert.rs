@@ -77,8 +77,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             Ok(chunk) => chunk,
             Err(err) => {
                 bar.finish_and_clear();
-                // Keep what was converted so far, then report.
-                writer.flush().context("cannot write to standard output")?;
+                // Keep what was converted so far, then report (a failed
+                // write says it was writing to standard output).
+                writer.flush()?;
                 return Err(err).with_context(|| format!("cannot decode {name}"));
             }
         };
