@@ -64,6 +64,12 @@ fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+fn ok(args: &[&str]) -> String {
+    let out = agui_to(args, Stdio::piped());
+    assert!(out.status.success(), "agui {args:?}: {}", stderr(&out));
+    String::from_utf8(out.stdout).unwrap()
+}
+
 /// Asserts exit 2 and the message of a failed write to standard output;
 /// returns standard error.
 fn fails_writing(out: Output, args: &[&str], cause: &str) -> String {
@@ -74,6 +80,85 @@ fn fails_writing(out: Output, args: &[&str], cause: &str) -> String {
         "agui {args:?}: {err}"
     );
     err
+}
+
+/// A SQLite store holding the example thread (`src.db` in `dir`), and its
+/// session document.
+fn session_document(dir: &Path) -> PathBuf {
+    let store = format!("sqlite://{}", dir.join("src.db").display());
+    let fixture = fixture();
+    let f = fixture.to_str().unwrap();
+    ok(&["store", "import", f, "--store", &store]);
+    let doc = dir.join("doc.json");
+    let d = doc.to_str().unwrap();
+    ok(&[
+        "session",
+        "export",
+        "--store",
+        &store,
+        "--thread",
+        "thread-trip-42",
+        "-o",
+        d,
+    ]);
+    doc
+}
+
+#[test]
+fn session_validate_and_import_fail_cleanly_on_a_full_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let doc = session_document(dir.path());
+    let doc = doc.to_str().unwrap();
+    let args = ["session", "validate", doc];
+    fails_writing(agui_to(&args, full()), &args, "No space left on device");
+    let dst = format!("sqlite://{}", dir.path().join("dst.db").display());
+    let args = ["session", "import", doc, "--store", &dst];
+    let err = fails_writing(agui_to(&args, full()), &args, "No space left on device");
+    // The import itself went through, and the error says so.
+    assert!(err.contains("imported thread \"thread-trip-42\""), "{err}");
+    assert!(
+        err.contains("thread \"thread-trip-42\" was imported, but its report was not written"),
+        "{err}"
+    );
+    let listing = ok(&["store", "ls", "--store", &dst]);
+    assert!(listing.contains("thread-trip-42"), "{listing}");
+}
+
+#[test]
+fn session_commands_succeed_when_the_reader_went_away() {
+    let dir = tempfile::tempdir().unwrap();
+    let doc = session_document(dir.path());
+    let doc = doc.to_str().unwrap();
+    let dst = format!("sqlite://{}", dir.path().join("dst.db").display());
+    for args in [
+        vec!["session", "validate", doc],
+        vec!["session", "import", doc, "--store", &dst],
+    ] {
+        let out = agui_to(&args, closed_pipe());
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "agui {args:?}: {}",
+            stderr(&out)
+        );
+    }
+}
+
+#[test]
+fn session_export_to_a_closed_or_full_standard_output_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    session_document(dir.path());
+    let src = format!("sqlite://{}", dir.path().join("src.db").display());
+    let args = [
+        "session",
+        "export",
+        "--store",
+        &src,
+        "--thread",
+        "thread-trip-42",
+    ];
+    fails_writing(agui_closed_stdout(&args), &args, "Bad file descriptor");
+    fails_writing(agui_to(&args, full()), &args, "No space left on device");
 }
 
 /// A thread of 1,000 runs, the first with a state snapshot of 200 kB: every

@@ -133,7 +133,7 @@ async fn export(a: ExportArgs) -> anyhow::Result<ExitCode> {
                 std::fs::File::create(p)
                     .with_context(|| format!("cannot create {}", p.display()))?,
             )),
-            None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+            None => Box::new(crate::io::stdout()),
         };
         let mut chunks =
             agui_session::export(store.clone(), a.tenant.clone(), a.thread.clone(), opts).await?;
@@ -169,7 +169,8 @@ async fn import(a: ImportArgs) -> anyhow::Result<ExitCode> {
     let closed = store.close().await;
     let report = result.with_context(|| format!("cannot import {}", a.file.display()))?;
     closed.context("cannot close the store")?;
-    println!("{}", serde_json::to_string(&report)?);
+    // The thread is committed: say so first, so that a report that cannot
+    // be written still leaves the outcome on standard error.
     eprintln!(
         "imported thread {:?} ({} events, {} runs): {}{}",
         report.thread_id,
@@ -185,6 +186,14 @@ async fn import(a: ImportArgs) -> anyhow::Result<ExitCode> {
             )
         }
     );
+    let mut line = serde_json::to_string(&report)?;
+    line.push('\n');
+    crate::io::write_all_stdout(line.as_bytes()).with_context(|| {
+        format!(
+            "thread {:?} was imported, but its report was not written",
+            report.thread_id
+        )
+    })?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -194,18 +203,16 @@ async fn validate(a: ValidateArgs) -> anyhow::Result<ExitCode> {
         .await
         .context("the validation task failed")?
         .with_context(|| format!("{} is not a valid session document", a.file.display()))?;
-    println!(
-        "{}",
-        serde_json::json!({
-            "valid": true,
-            "format": summary.format,
-            "threadId": summary.thread_id,
-            "participants": summary.participants,
-            "runs": summary.runs.len(),
-            "events": summary.events,
-            "channels": summary.channels,
-            "sha256": summary.sha256,
-        })
-    );
+    let report = serde_json::json!({
+        "valid": true,
+        "format": summary.format,
+        "threadId": summary.thread_id,
+        "participants": summary.participants,
+        "runs": summary.runs.len(),
+        "events": summary.events,
+        "channels": summary.channels,
+        "sha256": summary.sha256,
+    });
+    crate::io::write_all_stdout(format!("{report}\n").as_bytes())?;
     Ok(ExitCode::SUCCESS)
 }
