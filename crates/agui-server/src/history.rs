@@ -896,6 +896,9 @@ fn follow(
         done: bool,
         /// When the last batch of live frames was handed to the connection.
         wrote: Option<Instant>,
+        /// The gateway shut down and its runs ended: the stream ends once
+        /// it reached the head, whatever another process still runs.
+        stopping: bool,
         _count: SubscriberCount,
     }
     gw.metrics.subscribers.fetch_add(1, Relaxed);
@@ -911,6 +914,7 @@ fn follow(
         prefix: (!prefix.is_empty()).then(|| Bytes::from(prefix)),
         done: false,
         wrote: None,
+        stopping: false,
     };
     let stream = futures::stream::unfold(state, move |mut s| async move {
         if let Some(p) = s.prefix.take() {
@@ -920,14 +924,27 @@ fn follow(
             if s.done || (!s.running && s.last >= s.head) {
                 return None;
             }
+            // At shutdown the stream goes on while this gateway's runs finish
+            // (their ends, `RUN_ERROR` `shutdown` past the grace period,
+            // reach it like any event), then ends at the thread's head.
+            let runs_ended = async {
+                s.gw.shutting_down.cancelled().await;
+                s.gw.runs.wait().await;
+            };
             let next = tokio::select! {
                 n = tokio::time::timeout(POLL, s.sub.next()) => n,
-                _ = s.gw.shutting_down.cancelled() => return None,
+                () = runs_ended, if !s.stopping => {
+                    s.stopping = true;
+                    refresh(&mut s.running, &mut s.head, &s.gw, &s.tenant, &s.thread).await;
+                    s.running = false;
+                    continue;
+                }
             };
             match next {
                 Err(_) => {
                     // Quiet: is anything still in flight?
                     refresh(&mut s.running, &mut s.head, &s.gw, &s.tenant, &s.thread).await;
+                    s.running &= !s.stopping;
                     continue;
                 }
                 Ok(None) => return None,
@@ -983,6 +1000,7 @@ fn follow(
                     }
                     if ended {
                         refresh(&mut s.running, &mut s.head, &s.gw, &s.tenant, &s.thread).await;
+                        s.running &= !s.stopping;
                     }
                     s.head = s.head.max(s.last);
                     s.wrote = drained.then(Instant::now);

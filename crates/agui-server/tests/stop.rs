@@ -352,3 +352,56 @@ async fn copilotkit_routes_run_and_stop_under_the_prefix() {
     assert_eq!(agui_server::config::copilotkit_prefix("/").unwrap(), "");
     g.shutdown().await;
 }
+
+/// At shutdown a client attached to a run in flight keeps receiving it
+/// through the grace period, up to the run's end (`RUN_ERROR` `shutdown`
+/// once the grace is over), like the run's own client; before, attach
+/// streams ended the moment shutdown began, without the run's end.
+#[tokio::test]
+async fn at_shutdown_an_attached_client_gets_the_run_to_its_end() {
+    let up = Endless::default();
+    let url = up.serve().await;
+    let g = start(GatewayConfig {
+        agents: vec![agent("slow", &url)],
+        shutdown_grace: Duration::from_millis(300),
+        ..GatewayConfig::default()
+    })
+    .await;
+    let resp = client()
+        .post(format!("{}/agents/slow/run", g.base))
+        .json(&input("t", "r1", "go"))
+        .send()
+        .await
+        .unwrap();
+    let mut body = resp.bytes_stream();
+    let mut text = String::new();
+    while parse_sse(&text).len() < 6 {
+        text.push_str(std::str::from_utf8(&body.next().await.unwrap().unwrap()).unwrap());
+    }
+    let attached = client()
+        .get(format!("{}/threads/t/events", g.base))
+        .send()
+        .await
+        .unwrap();
+    let attached = tokio::spawn(async move { attached.text().await.unwrap() });
+    let own = tokio::spawn(async move {
+        while let Some(Ok(chunk)) = body.next().await {
+            text.push_str(std::str::from_utf8(&chunk).unwrap());
+        }
+        text
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    g.shutdown().await;
+    let own = parse_sse(&own.await.unwrap());
+    let att = parse_sse(&attached.await.unwrap());
+    let end = own.last().unwrap();
+    assert_eq!(end.ty(), "RUN_ERROR");
+    assert_eq!(end.data["code"], "shutdown", "{:?}", end.data);
+    let last = att.last().unwrap();
+    assert_eq!(
+        last.ty(),
+        "RUN_ERROR",
+        "the attached client missed the run's end"
+    );
+    assert_eq!(last.id, end.id);
+}
