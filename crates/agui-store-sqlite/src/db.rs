@@ -249,6 +249,15 @@ pub fn map(err: rusqlite::Error, doing: &str) -> StoreError {
         | rusqlite::Error::IntegralValueOutOfRange(..) => ErrorKind::Corrupt,
         _ => ErrorKind::Internal,
     };
+    // rusqlite shows the whole statement in an input error's text: the
+    // source keeps SQLite's code and message only, so no chain of causes
+    // (the CLI prints them) shows SQL.
+    let err = match err {
+        rusqlite::Error::SqlInputError { error, msg, .. } => {
+            rusqlite::Error::SqliteFailure(error, Some(msg))
+        }
+        e => e,
+    };
     StoreError::new(kind, format!("the store could not {doing}")).with_source(err)
 }
 
@@ -270,4 +279,40 @@ pub fn text(bytes: Vec<u8>) -> Result<String, StoreError> {
 /// A stored count back to `u64`.
 pub fn count(v: i64) -> Result<u64, StoreError> {
     u64::try_from(v).map_err(|_| StoreError::corrupt("a stored count is negative"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+
+    /// The text of `err` and of each of its causes.
+    fn chain(err: &StoreError) -> Vec<String> {
+        let mut all = vec![err.to_string()];
+        let mut cause = err.source();
+        while let Some(c) = cause {
+            all.push(c.to_string());
+            cause = c.source();
+        }
+        all
+    }
+
+    #[test]
+    fn no_text_of_a_mapped_error_shows_the_sql() {
+        let conn = Connection::open_in_memory().unwrap();
+        let native = conn
+            .execute_batch("CREATE TABLE a (x); CREATE TABLE a (x);")
+            .unwrap_err();
+        assert!(native.to_string().contains("CREATE TABLE"), "{native}");
+        let err = map(native, "create the schema");
+        assert_eq!(
+            err.to_string(),
+            "internal: the store could not create the schema"
+        );
+        let texts = chain(&err);
+        assert!(texts.len() > 1, "the native error stays the source");
+        for text in texts {
+            assert!(!text.contains("CREATE"), "{text}");
+        }
+    }
 }
