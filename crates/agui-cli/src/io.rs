@@ -23,6 +23,34 @@ pub fn open_input(path: Option<&Path>) -> anyhow::Result<Box<dyn BufRead>> {
     }
 }
 
+/// An input as messages name it: its path, or `standard input` for `-` or
+/// no path.
+pub fn input_name(path: Option<&Path>) -> String {
+    match path {
+        Some(p) if p.as_os_str() != "-" => p.display().to_string(),
+        _ => "standard input".to_owned(),
+    }
+}
+
+/// A decoding error that is a failure to read the input (a directory, a
+/// device error) rather than bad data in it, as an error naming the input
+/// (`cannot read PATH: Is a directory`), which exits 2 like any input that
+/// cannot be read. Any other decoding error comes back as it was.
+pub fn unreadable(err: DecodeError, path: Option<&Path>) -> Result<anyhow::Error, DecodeError> {
+    match err {
+        DecodeError::Io { at, source } => {
+            let name = input_name(path);
+            let what = if at.byte == 0 {
+                format!("cannot read {name}")
+            } else {
+                format!("cannot read {name} after byte {}", at.byte)
+            };
+            Ok(anyhow::Error::new(source).context(what))
+        }
+        other => Err(other),
+    }
+}
+
 /// The test knob that splits every NDJSON file, whatever its size, into
 /// chunks of about this many bytes decoded on two threads (see
 /// [`read_events`]).

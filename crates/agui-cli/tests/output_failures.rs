@@ -242,3 +242,23 @@ fn a_full_disk_is_reported_as_writing_to_standard_output() {
         assert_eq!(err.lines().count(), 1, "agui {args:?}: {err}");
     }
 }
+
+#[test]
+fn an_unreadable_input_is_bad_input_naming_the_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().display().to_string();
+    for args in [
+        vec!["verify", &path],
+        vec!["verify", "--all", &path],
+        vec!["reduce", &path],
+    ] {
+        let out = agui_to(&args, Stdio::piped());
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "agui {args:?}: {err}");
+        assert!(
+            err.contains(&format!("agui: cannot read {path}: Is a directory")),
+            "agui {args:?}: {err}"
+        );
+        assert!(out.stdout.is_empty(), "agui {args:?}");
+    }
+}

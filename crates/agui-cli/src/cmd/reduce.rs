@@ -10,7 +10,7 @@ use agui_history::reduce::{Conversation, ReduceError, Reducer};
 use anyhow::Context;
 use serde_json::Value;
 
-use crate::io::{read_events_on_one_thread, stdout, write_json};
+use crate::io::{read_events_on_one_thread, stdout, unreadable, write_json};
 
 /// Reduce an event stream (JSON array, NDJSON or SSE, detected) to the final
 /// `{"messages": [...], "state": ...}` the official client would hold.
@@ -19,6 +19,7 @@ use crate::io::{read_events_on_one_thread, stdout, write_json};
 /// Input that cannot be decoded, or an event that makes the official
 /// pipeline throw (a malformed chunk, for example), is reported on standard
 /// error as `error at event #I ...` (I counts events from 0) and exits 1.
+/// Input that cannot be read (a directory, a device error) exits 2.
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// The stream to reduce; `-` or nothing reads standard input.
@@ -48,6 +49,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 }
             }
             Err(err) => {
+                let err = match unreadable(err, args.file.as_deref()) {
+                    Ok(unreadable) => return Err(unreadable),
+                    Err(err) => err,
+                };
                 let index = err.position().map_or(i as u64, |p| p.index);
                 eprintln!("agui reduce: error at event #{index}: cannot decode: {err}");
                 return Ok(ExitCode::from(1));

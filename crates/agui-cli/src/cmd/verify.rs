@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use agui_codec::DecodeOptions;
 use agui_protocol::verify::{Diagnostic, Verifier};
 
-use crate::io::{read_event_chunks_on_one_thread, stdout};
+use crate::io::{read_event_chunks_on_one_thread, stdout, unreadable};
 
 /// Check an event stream (JSON array, NDJSON or SSE, detected) against the
 /// AG-UI sequence rules.
@@ -17,6 +17,8 @@ use crate::io::{read_event_chunks_on_one_thread, stdout};
 /// prints `error at event #I (TYPE): REASON` (I counts events from 0) and
 /// exits 1; with `--all`, one such line per problem. Input that cannot be
 /// decoded is reported the same way (`error at event #I: ...`) and exits 1.
+/// Input that cannot be read (a directory, a device error) is a usage
+/// error: `agui: cannot read PATH: ...` on standard error, exit 2.
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// The stream to check; `-` or nothing reads standard input.
@@ -59,6 +61,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 }
             }
             Err(err) => {
+                let err = match unreadable(err, args.file.as_deref()) {
+                    Ok(unreadable) => {
+                        // Keep what was reported so far, then fail.
+                        out.flush()?;
+                        return Err(unreadable);
+                    }
+                    Err(err) => err,
+                };
                 problems += 1;
                 let index = err.position().map_or(count as u64, |p| p.index);
                 count += 1;
