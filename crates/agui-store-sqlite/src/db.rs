@@ -98,66 +98,284 @@ CREATE UNIQUE INDEX chunks_by_seq ON chunks (thread_id, first_seq);
 /// What schemas 1 and 2 lack of schema 3's tables.
 const BASE_RUN: &str = "ALTER TABLE checkpoints ADD COLUMN base_run BLOB;";
 
-/// Creates the schema of a new database, or upgrades a schema-1 one (its
-/// batches copied into the schema-2 table, in one transaction: a crash
-/// leaves schema 1 whole). `Unsupported` for any other version.
-fn create_or_upgrade(conn: &Connection) -> Result<(), StoreError> {
+/// The tables and indexes [`SCHEMA`] creates (no `chunks`: [`CHUNKS`] is
+/// created in the transaction that writes the schema row).
+const SCHEMA_NAMES: [&str; 11] = [
+    "threads",
+    "threads_by_activity",
+    "threads_by_agent",
+    "runs",
+    "runs_by_seq",
+    "runs_by_parent",
+    "runs_by_time",
+    "runs_by_status",
+    "checkpoints",
+    "channels",
+    "meta",
+];
+
+/// The tables and indexes of [`CHUNKS`].
+const CHUNKS_NAMES: [&str; 2] = ["chunks", "chunks_by_seq"];
+
+/// Why a database is not opened as an agui store although it is an SQLite
+/// database. The public message of the [`StoreError`] it becomes is this
+/// error's text (no SQL, no path), and the error stays its source, so a
+/// caller can tell the two apart by downcasting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum NotAStore {
+    /// The database has tables of its own and no agui schema row: another
+    /// application's database (a writer refuses it; nothing is changed).
+    /// `Invalid`.
+    #[error(
+        "the file is an SQLite database of another application \
+         (it has tables and no agui schema); refusing to write into it"
+    )]
+    Foreign,
+    /// The database has agui's tables but its schema row is missing or
+    /// cannot be read (a damaged `meta` table or index). `Corrupt`.
+    #[error(
+        "the SQLite database has agui's tables but its schema version is missing \
+         or unreadable: the store is damaged"
+    )]
+    Damaged,
+}
+
+impl From<NotAStore> for StoreError {
+    fn from(e: NotAStore) -> StoreError {
+        let kind = match e {
+            NotAStore::Foreign => ErrorKind::Invalid,
+            NotAStore::Damaged => ErrorKind::Corrupt,
+        };
+        StoreError::new(kind, e.to_string()).with_source(e)
+    }
+}
+
+/// What an SQLite database holds, as far as the store is concerned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Found {
+    /// No table, index, view or trigger (a new or 0-byte file).
+    Empty,
+    /// Some of [`SCHEMA`]'s tables, all empty, and nothing else: a first
+    /// open of an older binary, which created them outside the
+    /// transaction that writes the schema row, stopped half-way.
+    Unfinished,
+    /// An agui store of this schema version.
+    Store(String),
+    /// See [`NotAStore`].
+    Not(NotAStore),
+}
+
+/// The version of an agui schema row: only texts of this store count.
+fn agui_version(value: rusqlite::types::Value) -> Option<String> {
+    match value {
+        rusqlite::types::Value::Text(v) if v.starts_with("agui-store-sqlite/") => Some(v),
+        _ => None,
+    }
+}
+
+/// Looks at what the database holds, reading only (run before anything is
+/// written to it). A damaged schema table or a file that is not an SQLite
+/// database is an error (`Corrupt`, from [`map`]).
+fn inspect(conn: &Connection) -> Result<Found, StoreError> {
+    let names: Vec<(String, String)> = conn
+        .prepare("SELECT type, name FROM sqlite_master WHERE substr(name, 1, 7) <> 'sqlite_'")
+        .and_then(|mut st| {
+            st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect::<rusqlite::Result<_>>()
+        })
+        .map_err(|e| map(e, "read the schema"))?;
+    if names.is_empty() {
+        return Ok(Found::Empty);
+    }
+    let table = |t: &str| names.iter().any(|(ty, n)| ty == "table" && n == t);
+    if table("meta") {
+        let version = conn
+            .query_row("SELECT value FROM meta WHERE key = 'schema'", [], |r| {
+                r.get::<_, rusqlite::types::Value>(0)
+            })
+            .map(agui_version)
+            .or_else(|e| match &e {
+                rusqlite::Error::QueryReturnedNoRows => Ok(None),
+                // Another application's `meta` table, with other columns.
+                rusqlite::Error::SqliteFailure(f, _)
+                | rusqlite::Error::SqlInputError { error: f, .. }
+                    if f.code == ffi::ErrorCode::Unknown =>
+                {
+                    Ok(None)
+                }
+                _ => Err(map(e, "read the schema version")),
+            })?;
+        if let Some(v) = version {
+            return Ok(Found::Store(v));
+        }
+    }
+    let ours = |n: &str| SCHEMA_NAMES.contains(&n) || CHUNKS_NAMES.contains(&n);
+    if names.iter().any(|(_, n)| !ours(n)) {
+        return Ok(Found::Not(NotAStore::Foreign));
+    }
+    if table("threads") && table("runs") && table("chunks") {
+        return Ok(Found::Not(NotAStore::Damaged));
+    }
+    if names
+        .iter()
+        .any(|(_, n)| CHUNKS_NAMES.contains(&n.as_str()))
+    {
+        return Ok(Found::Not(NotAStore::Foreign));
+    }
+    // Only tables of SCHEMA's names: a creation stopped half-way when each
+    // is empty and has SCHEMA's columns (`checkpoints` may lack `base_run`,
+    // as before schema 3).
+    let reference = Connection::open_in_memory()
+        .and_then(|r| r.execute_batch(SCHEMA).map(|()| r))
+        .map_err(|e| map(e, "read the schema"))?;
+    for (ty, n) in &names {
+        if ty != "table" {
+            continue;
+        }
+        let mut have = columns(conn, n)?;
+        let mut want = columns(&reference, n)?;
+        if n == "checkpoints" && !have.iter().any(|c| c == "base_run") {
+            want.retain(|c| c != "base_run");
+        }
+        have.sort();
+        want.sort();
+        // `n` is one of SCHEMA_NAMES: no quoting needed.
+        let rows: bool = conn
+            .query_row(&format!("SELECT EXISTS (SELECT 1 FROM \"{n}\")"), [], |r| {
+                r.get(0)
+            })
+            .map_err(|e| map(e, "read the schema"))?;
+        if have != want || rows {
+            return Ok(Found::Not(NotAStore::Foreign));
+        }
+    }
+    Ok(Found::Unfinished)
+}
+
+/// The column names of `table`.
+fn columns(conn: &Connection, table: &str) -> Result<Vec<String>, StoreError> {
+    conn.prepare("SELECT name FROM pragma_table_info(?1)")
+        .and_then(|mut st| {
+            st.query_map([table], |r| r.get(0))?
+                .collect::<rusqlite::Result<_>>()
+        })
+        .map_err(|e| map(e, "read the schema"))
+}
+
+/// True when `checkpoints` has schema 3's `base_run`.
+fn has_base_run(conn: &Connection) -> Result<bool, StoreError> {
+    conn.prepare("SELECT 1 FROM pragma_table_info('checkpoints') WHERE name = 'base_run'")
+        .and_then(|mut st| st.exists([]))
+        .map_err(|e| map(e, "read the schema"))
+}
+
+/// Runs `sql` in one `BEGIN IMMEDIATE` transaction, rolled back on error.
+fn in_transaction(conn: &Connection, sql: &str, doing: &str) -> Result<(), StoreError> {
+    conn.execute_batch(&format!("BEGIN IMMEDIATE; {sql} COMMIT;"))
+        .map_err(|e| {
+            let _ = conn.execute_batch("ROLLBACK");
+            map(e, doing)
+        })
+}
+
+/// Creates the schema of a new database (tables, indexes and schema row in
+/// one transaction), or upgrades a schema-1 one (its batches copied into
+/// the schema-2 table, in one transaction: a crash leaves schema 1 whole).
+/// `found` is what [`inspect`] found in it; `Unsupported` for a version of
+/// the store this code does not know.
+fn create_or_upgrade(conn: &Connection, found: Found) -> Result<(), StoreError> {
+    let version = match found {
+        Found::Not(not) => return Err(not.into()),
+        Found::Empty | Found::Unfinished => {
+            // An unfinished file of an older binary may lack `base_run`:
+            // the column is added in the same transaction.
+            let create = || -> Result<(), StoreError> {
+                conn.execute_batch(SCHEMA)
+                    .map_err(|e| map(e, "create the schema"))?;
+                let base_run = if has_base_run(conn)? { "" } else { BASE_RUN };
+                conn.execute_batch(&format!(
+                    "{base_run} {CHUNKS}
+                     INSERT INTO meta (key, value) VALUES ('schema', '{VERSION}');"
+                ))
+                .map_err(|e| map(e, "create the schema"))
+            };
+            conn.execute_batch("BEGIN IMMEDIATE")
+                .map_err(|e| map(e, "create the schema"))?;
+            return match create() {
+                Ok(()) => conn
+                    .execute_batch("COMMIT")
+                    .map_err(|e| map(e, "create the schema")),
+                Err(e) => {
+                    let _ = conn.execute_batch("ROLLBACK");
+                    Err(e)
+                }
+            };
+        }
+        Found::Store(v) => v,
+    };
+    if !matches!(version.as_str(), VERSION | VERSION_2 | VERSION_1) {
+        return Err(StoreError::new(
+            ErrorKind::Unsupported,
+            "the database was written by another version of the store",
+        ));
+    }
+    // Indexes a file of before may lack (each statement a no-op otherwise).
     conn.execute_batch(SCHEMA)
         .map_err(|e| map(e, "create the schema"))?;
-    let version: Option<String> = conn
-        .query_row("SELECT value FROM meta WHERE key = 'schema'", [], |r| {
-            r.get(0)
-        })
-        .map(Some)
-        .or_else(|e| match e {
-            rusqlite::Error::QueryReturnedNoRows => Ok(None),
-            e => Err(map(e, "read the schema version")),
-        })?;
     // Added by schema 3 to a table of before (any file of schema 1 or 2).
-    let has_base_run = conn
-        .prepare("SELECT 1 FROM pragma_table_info('checkpoints') WHERE name = 'base_run'")
-        .and_then(|mut st| st.exists([]))
-        .map_err(|e| map(e, "read the schema"))?;
-    let base_run = if has_base_run { "" } else { BASE_RUN };
-    let (before, after) = match version.as_deref() {
-        Some(VERSION) => return Ok(()),
-        None => ("", ""),
-        Some(VERSION_2) => {
-            let sql = format!(
-                "BEGIN IMMEDIATE; {base_run}
-                 UPDATE meta SET value = '{VERSION}' WHERE key = 'schema'; COMMIT;"
-            );
-            return conn.execute_batch(&sql).map_err(|e| {
-                let _ = conn.execute_batch("ROLLBACK");
-                map(e, "upgrade the schema")
-            });
-        }
-        // Schema 2's table is created once schema 1's is renamed away.
-        Some(VERSION_1) => (
-            "ALTER TABLE chunks RENAME TO chunks_1;",
-            "INSERT INTO chunks SELECT thread_id, first_seq, last_seq, received_at, codec,
-                 raw_len, crc, data FROM chunks_1 ORDER BY thread_id, first_seq;
-             DROP TABLE chunks_1;",
+    let base_run = if has_base_run(conn)? { "" } else { BASE_RUN };
+    match version.as_str() {
+        VERSION => Ok(()),
+        VERSION_2 => in_transaction(
+            conn,
+            &format!("{base_run} UPDATE meta SET value = '{VERSION}' WHERE key = 'schema';"),
+            "upgrade the schema",
         ),
-        Some(_) => {
-            return Err(StoreError::new(
-                ErrorKind::Unsupported,
-                "the database was written by another version of the store",
-            ));
-        }
+        // Schema 2's table is created once schema 1's is renamed away.
+        _ => in_transaction(
+            conn,
+            &format!(
+                "{base_run} ALTER TABLE chunks RENAME TO chunks_1; {CHUNKS}
+                 INSERT INTO chunks SELECT thread_id, first_seq, last_seq, received_at, codec,
+                     raw_len, crc, data FROM chunks_1 ORDER BY thread_id, first_seq;
+                 DROP TABLE chunks_1;
+                 UPDATE meta SET value = '{VERSION}' WHERE key = 'schema';"
+            ),
+            "upgrade the schema",
+        ),
+    }
+}
+
+/// Refuses, before the store takes its lock beside the file, an existing
+/// database that is another application's or a damaged store: a refused
+/// open then leaves nothing behind. Anything else (no file, an empty one,
+/// an agui store, an error reading it) is left to the writer's open, which
+/// inspects the file again under the lock. The connection reads only; it
+/// is a read-write one (creating nothing) so that, in a WAL-mode file, it
+/// removes the `-wal` and `-shm` files its read made when it closes, as a
+/// read-only one could not.
+pub fn refuse_foreign(path: &Path) -> Result<(), StoreError> {
+    if !std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.len() > 0) {
+        return Ok(());
+    }
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let Ok(conn) = Connection::open_with_flags(path, flags) else {
+        return Ok(());
     };
-    let sql = format!(
-        "BEGIN IMMEDIATE; {base_run} {before} {CHUNKS} {after}
-         INSERT OR REPLACE INTO meta (key, value) VALUES ('schema', '{VERSION}'); COMMIT;"
-    );
-    conn.execute_batch(&sql).map_err(|e| {
-        let _ = conn.execute_batch("ROLLBACK");
-        map(e, "create or upgrade the schema")
-    })
+    if conn.busy_timeout(Duration::from_secs(30)).is_err() {
+        return Ok(());
+    }
+    match inspect(&conn) {
+        Ok(Found::Not(not)) => Err(not.into()),
+        _ => Ok(()),
+    }
 }
 
 /// Opens a connection with the store's pragmas. `write` connections create
-/// the file and the schema.
+/// the file and the schema; they refuse a database that holds something
+/// else ([`NotAStore`]) before changing anything in it (the WAL mode
+/// included).
 pub fn connect(path: &Path, write: bool) -> Result<Connection, StoreError> {
     let flags = if write {
         OpenFlags::SQLITE_OPEN_READ_WRITE
@@ -171,6 +389,10 @@ pub fn connect(path: &Path, write: bool) -> Result<Connection, StoreError> {
         .map_err(|e| map(e, "be opened"))?;
     conn.set_prepared_statement_cache_capacity(64);
     if write {
+        let found = inspect(&conn)?;
+        if let Found::Not(not) = found {
+            return Err(not.into());
+        }
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(|e| map(e, "be opened"))?;
         conn.pragma_update(None, "synchronous", "NORMAL")
@@ -181,7 +403,7 @@ pub fn connect(path: &Path, write: bool) -> Result<Connection, StoreError> {
         // under the gateway's paced load bench). In memory it is a copy.
         conn.pragma_update(None, "temp_store", "MEMORY")
             .map_err(|e| map(e, "be opened"))?;
-        create_or_upgrade(&conn)?;
+        create_or_upgrade(&conn, found)?;
     }
     conn.pragma_update(None, "cache_size", -32_768)
         .map_err(|e| map(e, "be opened"))?;
@@ -313,6 +535,46 @@ mod tests {
         assert!(texts.len() > 1, "the native error stays the source");
         for text in texts {
             assert!(!text.contains("CREATE"), "{text}");
+        }
+    }
+
+    #[test]
+    fn a_first_open_an_older_binary_left_half_done_is_finished() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("half.db");
+        // An older binary ran SCHEMA's statements one by one and stopped
+        // after the first table and its indexes, before the schema row.
+        let first: Vec<&str> = SCHEMA.split(';').take(3).collect();
+        Connection::open(&path)
+            .unwrap()
+            .execute_batch(&first.join(";"))
+            .unwrap();
+        let conn = connect(&path, true).unwrap();
+        let version: String = conn
+            .query_row("SELECT value FROM meta WHERE key = 'schema'", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(version, VERSION);
+        assert!(has_base_run(&conn).unwrap());
+        drop(conn);
+        assert!(probe_read_only(&path).unwrap());
+    }
+
+    #[test]
+    fn a_meta_table_of_another_application_is_not_an_agui_schema() {
+        let dir = tempfile::tempdir().unwrap();
+        for (i, sql) in [
+            "CREATE TABLE meta (k TEXT, v TEXT)",
+            "CREATE TABLE meta (key TEXT, value TEXT); INSERT INTO meta VALUES ('schema', 'v5')",
+        ]
+        .iter()
+        .enumerate()
+        {
+            let path = dir.path().join(format!("{i}.db"));
+            Connection::open(&path).unwrap().execute_batch(sql).unwrap();
+            let err = connect(&path, true).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::Invalid, "{err}");
         }
     }
 }

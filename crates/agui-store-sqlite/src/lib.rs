@@ -42,6 +42,8 @@ mod lock;
 mod pack;
 mod writer;
 
+pub use crate::db::NotAStore;
+
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
@@ -146,7 +148,11 @@ pub async fn open_read_only(url: &str) -> Result<SqliteStore> {
 impl SqliteStore {
     /// Opens (creating if needed) the database at `path`. Opening after a
     /// crash recovers the WAL; runs left `running` stay so until
-    /// [`Backend::mark_interrupted`].
+    /// [`Backend::mark_interrupted`]. An SQLite database that holds
+    /// something else is refused with nothing changed in it
+    /// ([`NotAStore`]): another application's (tables, no agui schema row)
+    /// as `Invalid`, a store whose schema row is lost as `Corrupt`; an
+    /// empty one (no tables) becomes a store.
     ///
     /// The store holds an exclusive process lock on `PATH.lock` while open:
     /// a second writable open of the same file, from any process, fails
@@ -155,6 +161,13 @@ impl SqliteStore {
     /// [`SqliteStore::open_read_only`] beside a running writer.
     pub async fn open_path(path: &Path) -> Result<SqliteStore> {
         let path = path.to_path_buf();
+        // Another application's database is refused before the lock file
+        // is created beside it (the writer's open checks again under the
+        // lock).
+        let probe = path.clone();
+        tokio::task::spawn_blocking(move || db::refuse_foreign(&probe))
+            .await
+            .map_err(|_| StoreError::internal("the store could not be opened"))??;
         let held = lock::acquire(&path)?;
         let open_path = path.clone();
         let (note_tx, note_rx) = mpsc::channel();
