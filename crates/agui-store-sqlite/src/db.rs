@@ -411,8 +411,10 @@ pub fn connect(path: &Path, write: bool) -> Result<Connection, StoreError> {
 }
 
 /// Checks that `path` is an existing agui database, without creating or
-/// changing anything: `NotFound` when there is no file or no agui schema in
-/// it, `Unsupported` when another version of the store wrote it.
+/// changing anything: `NotFound` when there is no file or no agui store in
+/// it (an empty database, another application's), `Corrupt` when it has
+/// agui's tables but no readable schema row ([`NotAStore::Damaged`]),
+/// `Unsupported` when another version of the store wrote it.
 /// `Ok(true)` when the file has schema 3's `checkpoints.base_run`.
 pub fn probe_read_only(path: &Path) -> Result<bool, StoreError> {
     if !path.is_file() {
@@ -422,26 +424,15 @@ pub fn probe_read_only(path: &Path) -> Result<bool, StoreError> {
         ));
     }
     let conn = connect(path, false)?;
-    let version: Option<String> = conn
-        .query_row("SELECT value FROM meta WHERE key = 'schema'", [], |r| {
-            r.get(0)
-        })
-        .map(Some)
-        .or_else(|e| match &e {
-            rusqlite::Error::SqliteFailure(_, Some(msg)) if msg.contains("no such table") => {
-                Ok(None)
-            }
-            rusqlite::Error::QueryReturnedNoRows => Ok(None),
-            _ => Err(map(e, "read the schema version")),
-        })?;
-    match version.as_deref() {
-        None => Err(StoreError::new(
+    match inspect(&conn)? {
+        Found::Empty | Found::Unfinished | Found::Not(NotAStore::Foreign) => Err(StoreError::new(
             ErrorKind::NotFound,
             "the SQLite database holds no agui store",
         )),
-        Some(VERSION) => Ok(true),
-        Some(VERSION_2 | VERSION_1) => Ok(false),
-        Some(_) => Err(StoreError::new(
+        Found::Not(not) => Err(not.into()),
+        Found::Store(v) if v == VERSION => Ok(true),
+        Found::Store(v) if v == VERSION_2 || v == VERSION_1 => Ok(false),
+        Found::Store(_) => Err(StoreError::new(
             ErrorKind::Unsupported,
             "the database was written by another version of the store",
         )),
@@ -575,6 +566,10 @@ mod tests {
             Connection::open(&path).unwrap().execute_batch(sql).unwrap();
             let err = connect(&path, true).unwrap_err();
             assert_eq!(err.kind(), ErrorKind::Invalid, "{err}");
+            assert_eq!(
+                probe_read_only(&path).unwrap_err().kind(),
+                ErrorKind::NotFound
+            );
         }
     }
 }

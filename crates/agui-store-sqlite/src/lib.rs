@@ -204,7 +204,9 @@ impl SqliteStore {
 
     /// Opens an existing database read-only: no lock, no writer, nothing
     /// created, so it works beside a running gateway. `NotFound` when there
-    /// is no file at `path` or it holds no agui store. Every write (and a
+    /// is no file at `path` or it holds no agui store, `Corrupt` when it
+    /// has agui's tables but no readable schema row ([`NotAStore::Damaged`]).
+    /// Every write (and a
     /// restore that would store a rebuilt checkpoint) fails with
     /// `Unsupported`.
     pub async fn open_read_only(path: &Path) -> Result<SqliteStore> {

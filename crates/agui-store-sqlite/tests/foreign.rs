@@ -1,7 +1,8 @@
-//! What a store's open does with an SQLite file that is not an agui store:
-//! another application's database is refused by a writer with nothing
-//! changed in it, an empty one becomes a store, and no message of these
-//! errors, causes included, shows SQL.
+//! What a store's open does with an SQLite file that is not (or no longer
+//! readably) an agui store: another application's database is refused by a
+//! writer with nothing changed in it, a store whose schema row is lost or
+//! unreadable is damage (`Corrupt`), never "no store", and no message of
+//! any of these errors, causes included, shows SQL.
 
 use std::error::Error as _;
 use std::path::Path;
@@ -189,4 +190,52 @@ async fn a_chunks_table_without_a_schema_row_is_refused_without_sql() {
     assert!(err.message().contains("another application"), "{err}");
     assert_no_sql(&err);
     assert_eq!(files(dir.path()), before);
+}
+
+#[tokio::test]
+async fn a_store_whose_schema_row_is_lost_is_damaged() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("real.db");
+    a_store(&path).await;
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute_batch("DELETE FROM meta")
+        .unwrap();
+    let err = open_read_only_err(&path).await;
+    assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
+    assert_eq!(not_a_store(&err), Some(NotAStore::Damaged));
+    assert!(err.message().contains("damaged"), "{err}");
+    let before = files(dir.path());
+    let err = open_err(&path).await;
+    assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
+    assert_eq!(not_a_store(&err), Some(NotAStore::Damaged));
+    assert_no_sql(&err);
+    // The database unchanged, nothing new beside it (the read-only open's
+    // `-wal` and `-shm` may be gone).
+    let after = files(dir.path());
+    assert!(after.iter().all(|f| before.contains(f)), "{after:?}");
+    assert!(after.iter().any(|(n, _)| n == "real.db"));
+}
+
+#[tokio::test]
+async fn a_damaged_index_of_the_meta_table_is_damage_not_a_missing_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.db");
+    a_store(&path).await;
+    // The autoindex of `meta` holds the key 'schema' alone (record header
+    // 3, text of 6 bytes, then the text): one flipped bit in its last
+    // byte, and the lookup by key finds no row.
+    let mut bytes = std::fs::read(&path).unwrap();
+    let needle = b"\x03\x19\tschema";
+    let at = bytes
+        .windows(needle.len())
+        .rposition(|w| w == needle)
+        .expect("the meta index entry");
+    bytes[at + 8] ^= 0x40;
+    std::fs::write(&path, &bytes).unwrap();
+    let err = open_read_only_err(&path).await;
+    assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
+    let err = open_err(&path).await;
+    assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
+    assert_no_sql(&err);
 }
