@@ -427,16 +427,25 @@ const LOCK_HEAD_SQL: &str = concat!(
     head_columns!()
 );
 
-/// Maps an error of the append statement: a reused run id is `Invalid`.
-fn append_err(e: tokio_postgres::Error) -> StoreError {
-    let reused = e.as_db_error().is_some_and(|d| {
+/// True when an error of the append statement is its insert of a new run
+/// violating `runs_pkey`: a run the batch starts is already in the thread.
+fn is_reused_run(e: &tokio_postgres::Error) -> bool {
+    e.as_db_error().is_some_and(|d| {
         *d.code() == tokio_postgres::error::SqlState::UNIQUE_VIOLATION
             && d.constraint() == Some("runs_pkey")
-    });
-    if reused {
-        return StoreError::invalid("a runId is already used in this thread").with_source(e);
+    })
+}
+
+/// `Invalid` for a reused run id, in the words of the other backends
+/// (`RunTable::refuse_reused`, the SQLite writer): one line naming the run
+/// (`None` when it is not known which of the batch's runs it was). The
+/// server's error (constraint name, the key's bytes in a `DETAIL` line) is
+/// not kept as the source: the message says all there is to it.
+fn reused_run(run_id: Option<&str>) -> StoreError {
+    match run_id {
+        Some(run) => StoreError::invalid(format!("runId {run:?} is already used in this thread")),
+        None => StoreError::invalid("a runId of the batch is already used in this thread"),
     }
-    pg(e)
 }
 
 /// A thread's head as this process last saw it: row id and head.
@@ -1307,6 +1316,36 @@ impl PgStore {
         rows.iter().map(|row| text(get(row, 0)?)).collect()
     }
 
+    /// Maps an error of the append statement: a reused run id is `Invalid`
+    /// naming the run ([`reused_run`]). A batch that starts one run names
+    /// it; one that starts several asks which of them the thread has.
+    async fn append_failed(
+        &self,
+        e: tokio_postgres::Error,
+        tenant: &str,
+        thread: &str,
+        batch: &Batch,
+    ) -> StoreError {
+        if !is_reused_run(&e) {
+            return pg(e);
+        }
+        let new: Vec<String> = batch
+            .plan
+            .runs
+            .iter()
+            .filter(|u| u.new)
+            .map(|u| u.run_id.clone())
+            .collect();
+        let run = match new.as_slice() {
+            [one] => Some(one.clone()),
+            _ => match self.existing_runs(tenant, thread, &new).await {
+                Ok(known) => new.into_iter().find(|r| known.contains(r)),
+                Err(_) => None,
+            },
+        };
+        reused_run(run.as_deref())
+    }
+
     /// Commits a planned batch. The fast path writes over the head row
     /// this process last saw, when that is the head the batch was planned
     /// against, with one statement ([`APPEND_SQL`]) that checks the head
@@ -1339,8 +1378,12 @@ impl PgStore {
             let params = params(id)?;
             let c = self.conn().await?;
             let st = c.prepare_cached(APPEND_SQL).await.map_err(pg)?;
-            let rows = c.query(&st, &params.params()).await.map_err(append_err)?;
+            let rows = c.query(&st, &params.params()).await;
             drop(c);
+            let rows = match rows {
+                Ok(rows) => rows,
+                Err(e) => return Err(self.append_failed(e, tenant, thread, batch).await),
+            };
             if !rows.is_empty() {
                 self.remember_head(tenant, thread, id, &batch.plan.head);
                 return Ok(Commit::Done { durable: sync });
@@ -1366,7 +1409,15 @@ impl PgStore {
         }
         let params = params(id)?;
         let st = tx.prepare_cached(APPEND_SQL).await.map_err(pg)?;
-        let rows = tx.query(&st, &params.params()).await.map_err(append_err)?;
+        let rows = match tx.query(&st, &params.params()).await {
+            Ok(rows) => rows,
+            Err(e) => {
+                // Rolled back on drop; the connection goes back first.
+                drop(tx);
+                drop(c);
+                return Err(self.append_failed(e, tenant, thread, batch).await);
+            }
+        };
         if rows.is_empty() {
             return Err(StoreError::internal(
                 "the thread's head changed under its lock",
