@@ -18,8 +18,9 @@ mod cmd;
 mod io;
 mod progress;
 
-/// Exit codes, the same in every command (shown by `agui --help`).
-const EXIT_CODES: &str = "\
+/// Exit codes, the same in every command, and the environment variable
+/// that shows an error's every cause (shown by `agui --help`).
+const AFTER_HELP: &str = "\
 Exit codes (the same in every command):
   0  success
   1  what was checked is invalid or damaged (verify, reduce, history, validate-artifact, store check)
@@ -28,11 +29,19 @@ Exit codes (the same in every command):
      or no such thread or run in it
   4  store unavailable: in use by another process (e.g. a second `agui serve` on
      the same SQLite file or directory), unreachable, or not permitted
-  5  the store holds damaged data (`agui store check` reports what)";
+  5  the store holds damaged data (`agui store check` reports what)
+
+Errors show a store's own message, never the database's or driver's error
+beneath it (which can hold SQL text or server details). AGUI_DEBUG=1 shows
+every cause, those included.";
+
+/// Set to anything but empty or `0`: error messages show every cause,
+/// including a store backend's native error.
+const DEBUG_ENV: &str = "AGUI_DEBUG";
 
 /// Persist, compact, restore and branch AG-UI event streams.
 #[derive(Parser)]
-#[command(name = "agui", version, about, long_about = None, after_help = EXIT_CODES)]
+#[command(name = "agui", version, about, long_about = None, after_help = AFTER_HELP)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -86,7 +95,7 @@ fn main() -> ExitCode {
     }
 }
 
-/// The exit code of an error's class (see [`EXIT_CODES`]).
+/// The exit code of an error's class (see [`AFTER_HELP`]).
 fn exit_code(err: &anyhow::Error) -> u8 {
     use agui_store::ErrorKind;
     for cause in err.chain() {
@@ -108,24 +117,37 @@ fn exit_code(err: &anyhow::Error) -> u8 {
 /// The error and its causes on one line, `outer: cause: root`, leaving out a
 /// cause whose text the line already carries (library errors often show
 /// their source in their own message and expose it as the source too).
+///
+/// The line ends at the first store error: its message is written to be
+/// shown, while its source is the backend's native error (rusqlite's, with
+/// the SQL it ran; PostgreSQL's, with the server's `DETAIL`), for an
+/// operator who asks for it with [`DEBUG_ENV`].
 fn describe(err: &anyhow::Error) -> String {
+    let debug = std::env::var_os(DEBUG_ENV).is_some_and(|v| !v.is_empty() && v != "0");
+    describe_with(err, debug)
+}
+
+/// [`describe`], showing every cause when `debug`.
+fn describe_with(err: &anyhow::Error, debug: bool) -> String {
     let mut line = String::new();
     for cause in err.chain() {
         let text = cause.to_string();
-        if line.contains(text.as_str()) {
-            continue;
+        if !line.contains(text.as_str()) {
+            if !line.is_empty() {
+                line.push_str(": ");
+            }
+            line.push_str(&text);
         }
-        if !line.is_empty() {
-            line.push_str(": ");
+        if !debug && cause.is::<agui_store::StoreError>() {
+            break;
         }
-        line.push_str(&text);
     }
     line
 }
 
 #[cfg(test)]
 mod tests {
-    use super::describe;
+    use super::describe_with;
 
     /// An error that shows its source in its own message and exposes it as
     /// its source too, as many library errors do.
@@ -149,7 +171,7 @@ mod tests {
         let inner = std::io::Error::other("invalid JSON: expected ident");
         let err = anyhow::Error::new(Outer(inner)).context("reading events.ndjson");
         assert_eq!(
-            describe(&err),
+            describe_with(&err, false),
             "reading events.ndjson: line 1: not an AG-UI event: invalid JSON: expected ident"
         );
     }
@@ -157,6 +179,31 @@ mod tests {
     #[test]
     fn distinct_causes_are_all_written() {
         let err = anyhow::anyhow!("disk full").context("writing out.json");
-        assert_eq!(describe(&err), "writing out.json: disk full");
+        assert_eq!(describe_with(&err, false), "writing out.json: disk full");
+    }
+
+    /// A store error whose native source holds what must not be shown.
+    fn store_error() -> anyhow::Error {
+        let native = std::io::Error::other(
+            "db error: ERROR: duplicate key value violates unique constraint \"runs_pkey\"\n\
+             DETAIL: Key (thread_id, run_id)=(1, \\x72) already exists.",
+        );
+        let err = agui_store::StoreError::invalid("a runId is already used in this thread")
+            .with_source(native);
+        anyhow::Error::new(err).context("cannot append to thread \"t\"")
+    }
+
+    #[test]
+    fn a_store_error_ends_the_line() {
+        assert_eq!(
+            describe_with(&store_error(), false),
+            "cannot append to thread \"t\": invalid: a runId is already used in this thread"
+        );
+    }
+
+    #[test]
+    fn debug_shows_the_store_error_source() {
+        let line = describe_with(&store_error(), true);
+        assert!(line.contains("DETAIL: Key"), "{line}");
     }
 }

@@ -9,6 +9,9 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+mod common;
+use common::{PgSchema, postgres_url};
+
 /// The example conversation: thread `thread-trip-42`, runs `run-01` and
 /// `run-02`.
 fn fixture() -> PathBuf {
@@ -37,6 +40,13 @@ fn run(mut cmd: Command, args: &[&str]) -> Output {
 fn agui_to(args: &[&str], stdout: impl Into<Stdio>) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_agui"));
     cmd.stdout(stdout);
+    run(cmd, args)
+}
+
+/// `agui ARGS` with `env` set, its output read.
+fn agui_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_agui"));
+    cmd.envs(env.iter().copied()).stdout(Stdio::piped());
     run(cmd, args)
 }
 
@@ -261,4 +271,48 @@ fn an_unreadable_input_is_bad_input_naming_the_path() {
         );
         assert!(out.stdout.is_empty(), "agui {args:?}");
     }
+}
+
+#[test]
+fn a_store_error_is_shown_without_the_native_error_beneath_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("not-a-store.db");
+    // Not an SQLite file: rusqlite's error (`file is not a database`,
+    // `Error code 26`) is the store error's source.
+    std::fs::write(&db, vec![0x5a; 8192]).unwrap();
+    let url = format!("sqlite://{}", db.display());
+    let args = ["store", "ls", "--store", &url];
+    let out = agui_to(&args, Stdio::piped());
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(5), "{err}");
+    assert!(!err.contains("Error code"), "{err}");
+    assert!(!err.contains("file is not a database"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    // AGUI_DEBUG=1 shows every cause after the same message.
+    let debug = agui_env(&args, &[("AGUI_DEBUG", "1")]);
+    let debug_err = stderr(&debug);
+    assert_eq!(debug.status.code(), Some(5), "{debug_err}");
+    assert!(debug_err.starts_with(err.trim_end()), "{debug_err}");
+    let help = ok(&["--help"]);
+    assert!(help.contains("AGUI_DEBUG=1"), "{help}");
+}
+
+#[test]
+fn a_postgres_error_shows_no_server_text() {
+    let Some(pg) = postgres_url() else { return };
+    let schema = PgSchema::new(pg);
+    let url = schema.store_url();
+    let fixture = fixture();
+    let f = fixture.to_str().unwrap();
+    ok(&["store", "import", f, "--store", &url]);
+    // The same runs again: refused, as on every backend, in one line that
+    // shows nothing of the server's error.
+    let args = ["store", "import", f, "--store", &url];
+    let out = agui_to(&args, Stdio::piped());
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    for server_text in ["db error", "DETAIL", "ERROR:", "runs_pkey", "constraint"] {
+        assert!(!err.contains(server_text), "{server_text}: {err}");
+    }
+    assert_eq!(err.lines().count(), 1, "{err}");
 }
