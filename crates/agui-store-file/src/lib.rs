@@ -68,7 +68,12 @@
 //! The tail of the active segment is checked record by record. A record that
 //! is incomplete or fails its checksum with nothing valid after it is a torn
 //! tail (a write cut by a crash): the segment is truncated back to the last
-//! complete record and synced. A damaged record with valid records after it
+//! complete record and synced, its cut bytes first copied to
+//! `torn-<segment>-<offset>.bin` in the store directory, so nothing is
+//! destroyed. A complete record that fails its checksum (and is not zeros)
+//! is more likely damage than a crash: [`Backend::notices`] says which, and
+//! `agui store check` reports it as damage (a cut write as a note), read-only
+//! opens included, which cut nothing. A damaged record with valid records after it
 //! is not a torn write: a damaged checkpoint is kept (restore detects it and
 //! rebuilds it from the log); any other damaged record makes open fail with
 //! `Corrupt` rather than silently drop events. A sealed segment is written to
@@ -118,8 +123,8 @@ use agui_store::cursor::{filter_runs, thread_page};
 use agui_store::frame;
 use agui_store::index::ThreadHead;
 use agui_store::{
-    Backend, Batch, CheckpointChain, Commit, Durability, EventPage, Result, RunFilter, RunPage,
-    RunRecord, StoreError, StoreStats, StoredEvent, ThreadFilter, ThreadInfo, ThreadPage,
+    Backend, Batch, CheckpointChain, Commit, Durability, EventPage, Notice, Result, RunFilter,
+    RunPage, RunRecord, StoreError, StoreStats, StoredEvent, ThreadFilter, ThreadInfo, ThreadPage,
     Timestamp, page_size,
 };
 use async_trait::async_trait;
@@ -270,6 +275,8 @@ struct Inner {
     closed: AtomicBool,
     sealer: Mutex<Option<(mpsc::Sender<SealJob>, JoinHandle<()>)>>,
     lock: Mutex<Option<std::fs::File>>,
+    /// What the open found and set right (see [`Backend::notices`]).
+    notices: Vec<Notice>,
 }
 
 fn read_lock<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
@@ -344,6 +351,25 @@ fn open_blocking(dir: PathBuf, opts: FileOptions) -> Result<FileStore, FileError
             other => return other,
         }
     }
+}
+
+/// Copies the bytes of `path` from `from` on to a new file `to` (synced,
+/// with its directory) before they are cut from the log.
+fn keep_aside(path: &Path, from: u64, to: &Path) -> Result<(), FileError> {
+    use std::io::{Seek, SeekFrom};
+    let mut src =
+        std::fs::File::open(path).map_err(|e| FileError::io("open a segment", path, e))?;
+    src.seek(SeekFrom::Start(from))
+        .map_err(|e| FileError::io("read a torn tail", path, e))?;
+    let mut dst =
+        std::fs::File::create(to).map_err(|e| FileError::io("keep a torn tail", to, e))?;
+    std::io::copy(&mut src, &mut dst)
+        .and_then(|_| dst.sync_all())
+        .map_err(|e| FileError::io("keep a torn tail", to, e))?;
+    if let Some(dir) = to.parent() {
+        segment::sync_dir(dir)?;
+    }
+    Ok(())
 }
 
 /// Cuts the log at a damaged record (`--repair`): the segment is cut before
@@ -448,6 +474,7 @@ fn open_locked(
     let mut state = State::default();
     let mut segments: BTreeMap<u64, Arc<Segment>> = BTreeMap::new();
     let mut to_seal = Vec::new();
+    let mut notices = Vec::new();
     let mut active = None;
     for (&id, &(plain, sealed)) in &found {
         let replay = |s: segment::Scanned<'_>, st: &mut State| {
@@ -495,14 +522,43 @@ fn open_locked(
             }
             continue;
         }
-        if scan.torn && !ro {
-            tracing::warn!(
-                segment = format_args!("{id:016x}"),
-                bytes_dropped = scan.file_len - scan.valid_len,
-                records_dropped = scan.torn_records,
-                kept_bytes = scan.valid_len,
-                "cut a torn tail of the file store's log (a write cut by a crash)"
+        if scan.torn {
+            // Kept aside, never destroyed: a tail cut by a crash was never
+            // acknowledged, but a damaged complete record may have been.
+            let aside = format!("torn-{id:016x}-{}.bin", scan.valid_len);
+            let what = format!(
+                "segment {id:016x} ends with {} bytes ({} records) that fail their checksums: {}; {}",
+                scan.file_len - scan.valid_len,
+                scan.torn_records,
+                if scan.complete_damaged {
+                    "a complete record among them means damage (or a crash on a file system that grows a file before writing it)"
+                } else {
+                    "a write cut short by a crash"
+                },
+                if ro {
+                    format!(
+                        "the next open for writing moves them to {aside} in the store directory"
+                    )
+                } else {
+                    format!("moved to {aside} in the store directory")
+                },
             );
+            notices.push(Notice {
+                what: what.clone(),
+                damage: scan.complete_damaged,
+            });
+            if !ro {
+                tracing::warn!(
+                    segment = format_args!("{id:016x}"),
+                    bytes_dropped = scan.file_len - scan.valid_len,
+                    records_dropped = scan.torn_records,
+                    kept_bytes = scan.valid_len,
+                    "cut a torn tail of the file store's log: {what}"
+                );
+                keep_aside(&path, scan.valid_len, &dir.join(&aside))?;
+            }
+        }
+        if scan.torn && !ro {
             let f = std::fs::OpenOptions::new()
                 .write(true)
                 .open(&path)
@@ -568,6 +624,7 @@ fn open_locked(
             closed: AtomicBool::new(false),
             sealer: Mutex::new(Some((tx, handle))),
             lock: Mutex::new(lock_file.take()),
+            notices,
         }),
     })
 }
@@ -946,6 +1003,10 @@ fn checkpoint_blob(payload: &[u8]) -> Vec<u8> {
 
 #[async_trait]
 impl Backend for FileStore {
+    fn notices(&self) -> Vec<Notice> {
+        self.inner.notices.clone()
+    }
+
     async fn head(&self, tenant: &str, thread: &str) -> Result<ThreadHead> {
         self.check_open()?;
         let st = read_lock(&self.inner.state);

@@ -295,6 +295,11 @@ pub struct PlainScan {
     pub file_len: u64,
     /// Records (complete or not) in the torn tail.
     pub torn_records: u64,
+    /// The torn tail starts with a complete record that fails its checksum:
+    /// the mark of damage (a flipped bit) more than of a write cut short,
+    /// which leaves an incomplete record (though a crash on a file system
+    /// that may grow a file before writing its data leaves one too).
+    pub complete_damaged: bool,
 }
 
 /// How many records (the last one possibly incomplete) `bytes` holds,
@@ -337,6 +342,7 @@ pub fn scan_plain(
                 torn: true,
                 file_len: data.len() as u64,
                 torn_records: 0,
+                complete_damaged: false,
             });
         }
         return Err(FileError::Damaged {
@@ -385,6 +391,12 @@ pub fn scan_plain(
         torn: pos < data.len(),
         file_len: data.len() as u64,
         torn_records: count_records(&data[pos..]),
+        // Zeros are what a crash leaves where a file grew before its data
+        // was written, never damage.
+        complete_damaged: match record::read_frame(&data[pos..]) {
+            Frame::Damaged(_, n) => data[pos..pos + n].iter().any(|&b| b != 0),
+            _ => false,
+        },
     })
 }
 

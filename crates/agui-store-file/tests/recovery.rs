@@ -554,3 +554,115 @@ async fn a_record_of_an_unknown_kind_is_a_newer_store_never_damage_to_cut() {
         assert_eq!(std::fs::read(&seg).unwrap(), data, "{query}: nothing cut");
     }
 }
+
+/// A flipped bit in the log's last record (a finished, synced run) is not
+/// taken for a crash in silence: a read-only open reports it and `agui
+/// store check` counts it as damage, and the open for writing that cuts it
+/// keeps the bytes aside in the store directory. An incomplete last record
+/// (a write cut short) is reported as a note, not damage.
+#[tokio::test]
+async fn a_damaged_last_record_is_reported_and_kept_aside_when_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", dir.path().display());
+    let s = agui_store::Store::new(
+        FileStore::open(dir.path(), FileOptions::default())
+            .await
+            .unwrap(),
+    );
+    s.append(
+        T,
+        "th",
+        AppendRequest::new(full_run("th", "r1", None, "one")),
+    )
+    .await
+    .unwrap();
+    s.settle().await;
+    // No checkpoint after it: its events are the log's last record.
+    s.append(
+        T,
+        "th",
+        AppendRequest::new(full_run("th", "r2", Some("r1"), "two"))
+            .checkpoints(agui_store::Checkpoints::Defer),
+    )
+    .await
+    .unwrap();
+    let before = all(&s, "th").await;
+    s.close().await.unwrap();
+    drop(s);
+    let seg = files(dir.path(), ".seg").pop().unwrap();
+    let recs = records(&seg);
+    let (last_off, last_len, kind) = *recs.last().unwrap();
+    assert_eq!(kind, 8, "the last record is r2's batch: {recs:?}");
+    let original = std::fs::read(&seg).unwrap();
+    let mut flipped = original.clone();
+    flipped[last_off + last_len - 3] ^= 0x10;
+    std::fs::write(&seg, &flipped).unwrap();
+
+    let ro = agui_store::Store::new(agui_store_file::open_read_only(&url).await.unwrap());
+    let report = agui_store::check::check_store(&ro, |_| {}).await.unwrap();
+    assert_eq!(report.damage.len(), 1, "{:?}", report.damage);
+    let said = report.damage[0].to_string();
+    assert!(said.starts_with("store: segment "), "{said}");
+    assert!(
+        said.contains("next open for writing moves them to torn-"),
+        "{said}"
+    );
+    ro.close().await.unwrap();
+    drop(ro);
+    assert!(
+        files(dir.path(), ".bin").is_empty(),
+        "a read-only open moves nothing"
+    );
+
+    let s = agui_store::Store::new(
+        FileStore::open(dir.path(), FileOptions::default())
+            .await
+            .unwrap(),
+    );
+    assert!(s.notices()[0].damage);
+    let kept = files(dir.path(), ".bin");
+    assert_eq!(kept.len(), 1);
+    assert_eq!(std::fs::read(&kept[0]).unwrap(), flipped[last_off..]);
+    // The run whose record was damaged is gone from the log (its bytes are
+    // in the file kept aside); the one before it is whole.
+    let got = all(&s, "th").await;
+    assert_eq!(got.len(), full_run("th", "r1", None, "one").len());
+    for (a, b) in got.iter().zip(&before) {
+        assert_eq!((a.seq, a.event.json()), (b.seq, b.event.json()));
+    }
+    s.close().await.unwrap();
+    drop(s);
+
+    // A write cut short: a note, not damage.
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", dir.path().display());
+    let s = agui_store::Store::new(
+        FileStore::open(dir.path(), FileOptions::default())
+            .await
+            .unwrap(),
+    );
+    s.append(
+        T,
+        "th",
+        AppendRequest::new(full_run("th", "r1", None, "one")),
+    )
+    .await
+    .unwrap();
+    s.close().await.unwrap();
+    drop(s);
+    let seg = files(dir.path(), ".seg").pop().unwrap();
+    let (last_off, last_len, _) = *records(&seg).last().unwrap();
+    let data = std::fs::read(&seg).unwrap();
+    std::fs::write(&seg, &data[..last_off + last_len / 2]).unwrap();
+    let ro = agui_store::Store::new(agui_store_file::open_read_only(&url).await.unwrap());
+    let report = agui_store::check::check_store(&ro, |_| {}).await.unwrap();
+    assert!(report.damage.is_empty(), "{:?}", report.damage);
+    let store_notes: Vec<_> = report
+        .notes
+        .iter()
+        .filter(|n| n.tenant.is_empty())
+        .collect();
+    assert_eq!(store_notes.len(), 1, "{:?}", report.notes);
+    assert!(store_notes[0].what.contains("a write cut short by a crash"));
+    ro.close().await.unwrap();
+}

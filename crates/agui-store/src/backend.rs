@@ -214,6 +214,14 @@ pub trait Backend: Send + Sync {
         false
     }
 
+    /// What the backend noticed in its files when it opened the store and
+    /// set right or will set right (the file store: a log tail that fails
+    /// its checksums, kept aside). `agui store check` reports them. The
+    /// default: nothing.
+    fn notices(&self) -> Vec<Notice> {
+        Vec::new()
+    }
+
     /// Whether the backend takes writes now: `Unavailable` (saying why)
     /// when it refuses them, for readiness probes. Cheap: a flag, or one
     /// round trip to a database. The default checks nothing.
@@ -329,4 +337,15 @@ pub enum Commit {
     },
     /// Nothing written: the thread's head is no longer the batch's.
     HeadMoved(ThreadHead),
+}
+
+/// Something a backend noticed when it opened the store (see
+/// [`Backend::notices`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notice {
+    /// What, where, and what was done about it.
+    pub what: String,
+    /// Whether it may be the loss of acknowledged data (damage), rather
+    /// than the trace of a crash that lost nothing acknowledged.
+    pub damage: bool,
 }

@@ -31,6 +31,10 @@ pub struct Finding {
 impl std::fmt::Display for Finding {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Debug quoting keeps hostile ids (control characters) inert.
+        if self.tenant.is_empty() && self.thread.is_none() {
+            // About the store's files, not a tenant's data.
+            return write!(f, "store: {}", self.what);
+        }
         write!(f, "tenant {:?}", self.tenant)?;
         if let Some(t) = &self.thread {
             write!(f, ", thread {t:?}")?;
@@ -83,6 +87,19 @@ pub struct Progress {
 /// on with the next one.
 pub async fn check_store(store: &Store, mut progress: impl FnMut(Progress)) -> Result<CheckReport> {
     let mut report = CheckReport::default();
+    for n in store.notices() {
+        let finding = Finding {
+            tenant: String::new(),
+            thread: None,
+            run: None,
+            what: n.what,
+        };
+        if n.damage {
+            report.damage.push(finding);
+        } else {
+            report.notes.push(finding);
+        }
+    }
     let mut threads: Vec<(String, String)> = Vec::new();
     for tenant in store.tenants().await? {
         report.tenants += 1;

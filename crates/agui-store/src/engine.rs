@@ -848,6 +848,12 @@ impl Store {
         self.inner.backend.shared()
     }
 
+    /// What the backend noticed in its files when it opened the store (see
+    /// [`Backend::notices`]).
+    pub fn notices(&self) -> Vec<crate::Notice> {
+        self.inner.backend.notices()
+    }
+
     /// Whether the store takes writes now (see [`Backend::ready`]):
     /// `Unavailable`, saying why, when it is closed or refuses writes.
     pub async fn ready(&self) -> Result<()> {

@@ -51,7 +51,7 @@ pub mod subscribe;
 pub mod conformance;
 
 pub use agui_history::reduce::Conversation;
-pub use backend::{Backend, Batch, CheckpointChain, Commit};
+pub use backend::{Backend, Batch, CheckpointChain, Commit, Notice};
 pub use channel::Channel;
 pub use engine::restore::{self, restore_run};
 pub use engine::{Restored, Store};
