@@ -118,10 +118,12 @@ fn exit_code(err: &anyhow::Error) -> u8 {
 /// cause whose text the line already carries (library errors often show
 /// their source in their own message and expose it as the source too).
 ///
-/// The line ends at the first store error: its message is written to be
-/// shown, while its source is the backend's native error (rusqlite's, with
-/// the SQL it ran; PostgreSQL's, with the server's `DETAIL`), for an
-/// operator who asks for it with [`DEBUG_ENV`].
+/// Below a store error, only causes known to be safe to show are written
+/// (see [`shown_below_a_store_error`]): a store error's message is written
+/// to be shown, while its source may be a database driver's error, whose
+/// text can hold the SQL it ran (SQLite) or the server's own message and
+/// `DETAIL` line with key values (PostgreSQL). The line ends at the first
+/// cause of any other kind, unless [`DEBUG_ENV`] asks for every cause.
 fn describe(err: &anyhow::Error) -> String {
     let debug = std::env::var_os(DEBUG_ENV).is_some_and(|v| !v.is_empty() && v != "0");
     describe_with(err, debug)
@@ -130,7 +132,12 @@ fn describe(err: &anyhow::Error) -> String {
 /// [`describe`], showing every cause when `debug`.
 fn describe_with(err: &anyhow::Error, debug: bool) -> String {
     let mut line = String::new();
+    let mut below_store = false;
     for cause in err.chain() {
+        if below_store && !debug && !shown_below_a_store_error(cause) {
+            break;
+        }
+        below_store |= cause.is::<agui_store::StoreError>();
         let text = cause.to_string();
         if !line.contains(text.as_str()) {
             if !line.is_empty() {
@@ -138,11 +145,22 @@ fn describe_with(err: &anyhow::Error, debug: bool) -> String {
             }
             line.push_str(&text);
         }
-        if !debug && cause.is::<agui_store::StoreError>() {
-            break;
-        }
     }
     line
+}
+
+/// True for the causes an error line may show below a store error: agui's
+/// own errors (a nested store error, the file backend's, which names a
+/// segment and offset or a file and the OS error, a reduce or envelope
+/// error) and I/O and JSON errors. Not a database driver's error, nor
+/// anything else not known here.
+fn shown_below_a_store_error(cause: &(dyn std::error::Error + 'static)) -> bool {
+    cause.is::<agui_store::StoreError>()
+        || cause.is::<agui_store_file::FileError>()
+        || cause.is::<agui_history::reduce::ReduceError>()
+        || cause.is::<agui_protocol::EnvelopeError>()
+        || cause.is::<std::io::Error>()
+        || cause.is::<serde_json::Error>()
 }
 
 #[cfg(test)]
@@ -182,12 +200,24 @@ mod tests {
         assert_eq!(describe_with(&err, false), "writing out.json: disk full");
     }
 
+    /// A database driver's error, as tokio-postgres shows one.
+    #[derive(Debug)]
+    struct Driver;
+
+    impl std::fmt::Display for Driver {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(
+                "db error: ERROR: duplicate key value violates unique constraint \"runs_pkey\"\n\
+                 DETAIL: Key (thread_id, run_id)=(1, \\x72) already exists.",
+            )
+        }
+    }
+
+    impl std::error::Error for Driver {}
+
     /// A store error whose native source holds what must not be shown.
     fn store_error() -> anyhow::Error {
-        let native = std::io::Error::other(
-            "db error: ERROR: duplicate key value violates unique constraint \"runs_pkey\"\n\
-             DETAIL: Key (thread_id, run_id)=(1, \\x72) already exists.",
-        );
+        let native = Driver;
         let err = agui_store::StoreError::invalid("a runId is already used in this thread")
             .with_source(native);
         anyhow::Error::new(err).context("cannot append to thread \"t\"")
@@ -198,6 +228,17 @@ mod tests {
         assert_eq!(
             describe_with(&store_error(), false),
             "cannot append to thread \"t\": invalid: a runId is already used in this thread"
+        );
+    }
+
+    #[test]
+    fn an_io_error_below_a_store_error_is_shown() {
+        let native = std::io::Error::other("No space left on device");
+        let err = agui_store::StoreError::unavailable("the file store cannot write a segment")
+            .with_source(native);
+        assert_eq!(
+            describe_with(&anyhow::Error::new(err), false),
+            "unavailable: the file store cannot write a segment: No space left on device"
         );
     }
 
