@@ -78,11 +78,18 @@ struct Checker {
     runs: Vec<RunRec>,
     run_pos: HashMap<String, usize>,
     next_seq: u64,
+    /// The receive time of the event before (they never go backwards).
+    last_received: i64,
     next_run: usize,
     current_run: Option<usize>,
     channels: Vec<String>,
     end: Option<String>,
 }
+
+/// The latest receive time a document may hold: the end of year 9999, the
+/// last time RFC 3339 (and so every listing of the store) can show, in
+/// microseconds since the Unix epoch.
+const LATEST_RECEIVED: i64 = 253_402_300_799_999_999;
 
 fn bad(d: Damage, record: u64, problem: impl Into<String>) -> SessionError {
     SessionError::damaged(d, record, problem)
@@ -121,6 +128,7 @@ impl Checker {
             runs: Vec::new(),
             run_pos: HashMap::new(),
             next_seq: 1,
+            last_received: 0,
             next_run: 0,
             current_run: None,
             channels: Vec::new(),
@@ -375,6 +383,29 @@ impl Checker {
                 format!("event seq {} where seq {} was due", rec.seq, self.next_seq),
             ));
         }
+        // A store keeps a thread's receive times in order and within what a
+        // time can be written as; an import must restore them exactly.
+        if !(0..=LATEST_RECEIVED).contains(&rec.received_at) {
+            return Err(bad(
+                Damage::Sequence,
+                n,
+                format!(
+                    "event seq {}: receivedAt {} is outside 1970-01-01 to 9999-12-31 (microseconds since the Unix epoch)",
+                    rec.seq, rec.received_at
+                ),
+            ));
+        }
+        if rec.received_at < self.last_received {
+            return Err(bad(
+                Damage::Sequence,
+                n,
+                format!(
+                    "event seq {}: receivedAt {} is earlier than the event before it ({}); receive times never go backwards",
+                    rec.seq, rec.received_at, self.last_received
+                ),
+            ));
+        }
+        self.last_received = rec.received_at;
         let event = Event::from_json(rec.event.get()).map_err(|e| {
             bad(
                 Damage::Schema,

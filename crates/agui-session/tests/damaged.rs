@@ -200,3 +200,38 @@ async fn unknown_fields_inside_events_are_kept_and_records_are_strict() {
     assert_eq!((d, record), (Damage::Schema, 2), "{problem}");
     assert!(problem.contains("surprise"), "{problem}");
 }
+
+/// Receive times a store cannot hold are refused by name: one earlier than
+/// the event before it (a store keeps them in order, so an import would
+/// silently change it and the restore would not be exact), and one past
+/// what a time can be written as (the store listed an empty `updatedAt`).
+#[tokio::test]
+async fn impossible_receive_times_are_refused() {
+    let text = doc(Layout::Ndjson).await;
+    let lines = body(&text);
+    let second = lines
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| l.contains("\"kind\":\"event\""))
+        .nth(1)
+        .unwrap()
+        .0;
+    for (value, says) in [
+        (serde_json::json!(1), "earlier than the event before it"),
+        (
+            serde_json::json!(i64::MAX),
+            "outside 1970-01-01 to 9999-12-31",
+        ),
+        (serde_json::json!(-5), "outside 1970-01-01 to 9999-12-31"),
+    ] {
+        let mut forged = lines.clone();
+        let mut rec: serde_json::Value = serde_json::from_str(&forged[second]).unwrap();
+        rec["receivedAt"] = value;
+        forged[second] = rec.to_string();
+        let (d, record, problem) = damage(&reseal(&forged));
+        assert_eq!(d, Damage::Sequence, "{problem}");
+        assert_eq!(record, second as u64 + 1, "{problem}");
+        assert!(problem.contains("event seq 2"), "{problem}");
+        assert!(problem.contains(says), "{problem}");
+    }
+}
