@@ -565,3 +565,48 @@ fn store_errors_say_it_once() {
     );
     assert_eq!(err.matches("unavailable").count(), 1, "{err}");
 }
+
+/// An import that fails midway says what it left: a file that cannot be
+/// decoded is read through before the store is opened, so nothing is
+/// written; a batch the store refuses (a run id used twice) after others
+/// were written names what stays. Before, a malformed last line left the
+/// first runs committed, dropped the complete run pending in memory, and
+/// said nothing of either.
+#[test]
+fn an_import_that_fails_midway_writes_nothing_or_says_what_stays() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("bad.ndjson");
+    let mut text = sample_ndjson();
+    text.push_str("{\"type\":\"RUN_STARTED\",\"threadId\":\"t1\",\"runId\":\"z\"\n");
+    std::fs::write(&file, &text).unwrap();
+    let store = url(dir.path(), "s.db");
+    let out = agui(
+        &["store", "import", file.to_str().unwrap(), "--store", &store],
+        None,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("nothing was imported"), "{err}");
+    assert!(
+        !dir.path().join("s.db").exists(),
+        "the store was not even created"
+    );
+
+    // Valid JSON, refused by the store: run "a" of t1 started twice.
+    let mut text = sample_ndjson();
+    for e in full_run("t1", "a", None, "again") {
+        text.push_str(e.json());
+        text.push('\n');
+    }
+    std::fs::write(&file, &text).unwrap();
+    let out = agui(
+        &["store", "import", file.to_str().unwrap(), "--store", &store],
+        None,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("events were imported into thread(s) [\"t1\", \"t2\"] before this; they stay in the store"),
+        "{err}"
+    );
+}

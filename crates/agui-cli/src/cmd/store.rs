@@ -377,6 +377,12 @@ async fn append_batch(
 
 async fn import(args: ImportArgs) -> anyhow::Result<ExitCode> {
     // Appending to the store outweighs decoding: one decoding thread.
+    // A file is read through once before the store is opened: input that
+    // cannot be decoded writes nothing (standard input, read once, is
+    // checked as it is imported).
+    if let Some(path) = args.input.as_deref().filter(|p| p.as_os_str() != "-") {
+        precheck(path, &args)?;
+    }
     let input =
         crate::io::read_events_on_one_thread(args.input.as_deref(), DecodeOptions::default())?;
     let store = open_store(&args.store).await?;
@@ -387,11 +393,73 @@ async fn import(args: ImportArgs) -> anyhow::Result<ExitCode> {
         .and_then(|p| std::fs::metadata(p).ok())
         .map(|m| m.len());
     let bar = crate::progress::bar(size, crate::progress::Unit::Bytes, "import");
-    let result = import_into(&store, input, &args, &bar).await;
+    let mut written = Written::default();
+    let result = import_into(&store, input, &args, &bar, &mut written).await;
     bar.finish_and_clear();
-    let (events, threads) = finish(&store, result).await?;
-    eprintln!("imported {events} events into {threads} thread(s)");
+    let result = result.map_err(|e| {
+        if written.events == 0 {
+            return e;
+        }
+        // What an import that failed midway left behind is said, never
+        // silent: those events stay (a retry of the same file would find
+        // their run ids used).
+        let mut names: Vec<&String> = written.threads.keys().collect();
+        names.sort();
+        e.context(format!(
+            "{} events were imported into thread(s) {names:?} before this; they stay in the store",
+            written.events
+        ))
+    });
+    finish(&store, result).await?;
+    eprintln!(
+        "imported {} events into {} thread(s)",
+        written.events,
+        written.threads.len()
+    );
     Ok(ExitCode::SUCCESS)
+}
+
+/// What an import has appended so far.
+#[derive(Default)]
+struct Written {
+    events: u64,
+    threads: HashMap<String, u64>,
+}
+
+impl Written {
+    fn add(&mut self, thread: &str, n: usize) {
+        self.events += n as u64;
+        *self.threads.entry(thread.to_owned()).or_default() += n as u64;
+    }
+}
+
+/// Decodes every event of `path` and checks that each can be given a
+/// thread, as [`import_into`] will, without a store.
+fn precheck(path: &std::path::Path, args: &ImportArgs) -> anyhow::Result<()> {
+    let input = crate::io::read_events_on_one_thread(Some(path), DecodeOptions::default())?;
+    let (mut named, mut any) = (args.thread.is_some(), false);
+    for (index, item) in input.enumerate() {
+        any = true;
+        let event = item.with_context(|| {
+            format!("cannot decode the input at event {index} (nothing was imported)")
+        })?;
+        if event.event_type() == &EventType::RunStarted && args.thread.is_none() {
+            let has = event
+                .view::<ThreadOf>()
+                .ok()
+                .is_some_and(|v| v.thread_id.is_some());
+            if !has {
+                bail!(
+                    "event {index}: RUN_STARTED has no threadId; give --thread (nothing was imported)"
+                );
+            }
+            named = true;
+        }
+    }
+    if any && !named {
+        bail!("no RUN_STARTED names a threadId; give --thread (nothing was imported)");
+    }
+    Ok(())
 }
 
 async fn import_into(
@@ -399,14 +467,13 @@ async fn import_into(
     input: crate::io::Events,
     args: &ImportArgs,
     bar: &indicatif::ProgressBar,
-) -> anyhow::Result<(u64, usize)> {
+    written: &mut Written,
+) -> anyhow::Result<()> {
     let mut read = 0u64;
     const BATCH: usize = 1000;
-    let mut threads: HashMap<String, u64> = HashMap::new();
     // Events before the first run that names its thread wait for it.
     let mut current: Option<String> = args.thread.clone();
     let mut pending: Vec<Event> = Vec::new();
-    let mut total = 0u64;
     for (index, item) in input.enumerate() {
         let event = item.with_context(|| format!("cannot decode the input at event {index}"))?;
         // Event bytes and a separator each: the file's size for NDJSON.
@@ -427,9 +494,9 @@ async fn import_into(
             if current.as_deref() != Some(named.as_str()) {
                 if let Some(thread) = current.take() {
                     let batch = std::mem::take(&mut pending);
-                    total += batch.len() as u64;
-                    *threads.entry(thread.clone()).or_default() += batch.len() as u64;
+                    let n = batch.len();
                     append_batch(store, &args.tenant, &thread, batch, args).await?;
+                    written.add(&thread, n);
                 }
                 current = Some(named);
             }
@@ -437,9 +504,9 @@ async fn import_into(
         let cut = pending.len() >= BATCH || (starts_run && !pending.is_empty());
         if let Some(thread) = current.as_deref().filter(|_| cut) {
             let batch = std::mem::take(&mut pending);
-            total += batch.len() as u64;
-            *threads.entry(thread.to_owned()).or_default() += batch.len() as u64;
+            let n = batch.len();
             append_batch(store, &args.tenant, thread, batch, args).await?;
+            written.add(thread, n);
         }
         pending.push(event);
     }
@@ -447,12 +514,12 @@ async fn import_into(
         let Some(thread) = current else {
             bail!("no RUN_STARTED names a threadId; give --thread");
         };
-        total += pending.len() as u64;
-        *threads.entry(thread.clone()).or_default() += pending.len() as u64;
+        let n = pending.len();
         append_batch(store, &args.tenant, &thread, pending, args).await?;
+        written.add(&thread, n);
     }
     store.flush().await.context("cannot flush the store")?;
-    Ok((total, threads.len()))
+    Ok(())
 }
 
 async fn export(args: ExportArgs) -> anyhow::Result<ExitCode> {
