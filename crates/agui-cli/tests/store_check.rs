@@ -446,3 +446,31 @@ fn exit_codes_are_documented_in_help() {
         assert_eq!(out.status.code(), Some(3), "{cmd:?}: {}", text(&out.stderr));
     }
 }
+
+/// A run row whose start time no longer matches its `RUN_STARTED`'s
+/// receive time (a flipped bit in the row): readers order runs by it, so a
+/// branch export took the thread's second run for its first and exported a
+/// run twice, while `store check` found nothing.
+#[test]
+fn check_finds_a_run_start_time_that_disagrees_with_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("s.db");
+    let url = format!("sqlite://{}", db.display());
+    import(&url);
+    assert_clean(&url);
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let changed = conn
+        .execute(
+            "UPDATE runs SET started_at = started_at + 1000000000 WHERE rowid = (SELECT min(rowid) FROM runs)",
+            [],
+        )
+        .unwrap();
+    assert_eq!(changed, 1);
+    drop(conn);
+    let (code, out) = check(&url);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("the run index disagrees with the log: started at"),
+        "{out}"
+    );
+}

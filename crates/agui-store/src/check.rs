@@ -413,6 +413,19 @@ fn check_index(
                 have.parent_run_id, want.parent_run_id
             ));
         }
+        // A run starts when its RUN_STARTED was received; readers order
+        // runs by it (the preamble before a thread's first run, listings).
+        let first = usize::try_from(want.first_seq)
+            .ok()
+            .and_then(|s| events.get(s.wrapping_sub(1)));
+        if let Some(first) = first
+            && have.started_at != first.received_at
+        {
+            differs.push(format!(
+                "started at {} (log: {})",
+                have.started_at.0, first.received_at.0
+            ));
+        }
         // A run the store marked interrupted (a crash) may have been closed
         // in the log afterwards; any other status must be the log's.
         if have.status != want.status && have.status != RunStatus::Interrupted {
