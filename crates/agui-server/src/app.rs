@@ -74,6 +74,20 @@ async fn json_errors(req: axum::extract::Request, next: axum::middleware::Next) 
         )
         .into_response();
     }
+    // A query whose escapes do not decode to UTF-8 (`?prefix=%FF`) would
+    // reach the handlers with U+FFFD in place of its bytes (the query
+    // extractor decodes lossily) and be answered as if it were valid.
+    if let Some(q) = req.uri().query()
+        && percent_encoding::percent_decode_str(q)
+            .decode_utf8()
+            .is_err()
+    {
+        return ApiError::bad_request(
+            "bad_request",
+            "the query string does not decode: a percent escape is not UTF-8",
+        )
+        .into_response();
+    }
     let resp = next.run(req).await;
     let status = resp.status();
     if !(status.is_client_error() || status.is_server_error()) {

@@ -551,6 +551,8 @@ async fn every_error_body_is_json() {
             "bad_request",
         ),
         (c.get(format!("{b}/threads?limit=-1")), 400, "bad_request"),
+        // An escape that is not UTF-8 (it reached the handler as U+FFFD).
+        (c.get(format!("{b}/threads?prefix=%FF")), 400, "bad_request"),
         (c.get(format!("{b}/threads/%FF%FE")), 400, "bad_request"),
         (
             c.get(format!("{b}/threads/{}", "x".repeat(10_000))),
