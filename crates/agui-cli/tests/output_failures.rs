@@ -261,12 +261,14 @@ fn an_unreadable_input_is_bad_input_naming_the_path() {
         vec!["verify", &path],
         vec!["verify", "--all", &path],
         vec!["reduce", &path],
+        vec!["compact", &path],
+        vec!["compact", "--mode", "latest", &path],
     ] {
         let out = agui_to(&args, Stdio::piped());
         let err = stderr(&out);
         assert_eq!(out.status.code(), Some(2), "agui {args:?}: {err}");
         assert!(
-            err.contains(&format!("agui: cannot read {path}: Is a directory")),
+            err.contains(&format!("agui: cannot read {path}: ")) && err.contains("Is a directory"),
             "agui {args:?}: {err}"
         );
         assert!(out.stdout.is_empty(), "agui {args:?}");

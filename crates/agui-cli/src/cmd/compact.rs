@@ -197,7 +197,7 @@ fn latest_from_file(
                     Some(event)
                 }
                 Some(Err(e)) => {
-                    failure.replace(Some(anyhow::Error::new(e).context("cannot read the input")));
+                    failure.replace(Some(anyhow::Error::new(e).context(cannot_read(Some(path)))));
                     None
                 }
                 None => {
@@ -278,7 +278,7 @@ fn compact_stream(
             Ok(chunk) => chunk,
             Err(err) => {
                 output.write(input.format(), tally, bar)?;
-                return Err(anyhow::Error::new(err).context("cannot read the input"));
+                return Err(anyhow::Error::new(err).context(cannot_read(args.file.as_deref())));
             }
         };
         let mut failed = None;
@@ -493,6 +493,14 @@ fn input_size(path: Option<&Path>) -> Option<u64> {
 
 /// The runs (`RUN_STARTED` events) of the input file, counted in a first
 /// pass for `--runs`.
+/// What failed to read, naming the input (what and where).
+fn cannot_read(path: Option<&Path>) -> String {
+    match path.filter(|p| p.as_os_str() != "-") {
+        Some(p) => format!("cannot read {}", p.display()),
+        None => "cannot read standard input".to_owned(),
+    }
+}
+
 fn count_runs(path: Option<&Path>) -> anyhow::Result<u64> {
     let Some(path) = path.filter(|p| p.as_os_str() != "-") else {
         bail!(
@@ -501,7 +509,7 @@ fn count_runs(path: Option<&Path>) -> anyhow::Result<u64> {
     };
     let mut runs = 0u64;
     for event in read_events(Some(path), DecodeOptions::default())? {
-        let event = event.context("cannot read the input")?;
+        let event = event.with_context(|| cannot_read(Some(path)))?;
         if event.event_type() == &agui_protocol::EventType::RunStarted {
             runs += 1;
         }
