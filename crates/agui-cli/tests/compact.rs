@@ -249,7 +249,7 @@ fn bad_usage_and_bad_input_are_errors() {
     assert_eq!(out.status.code(), Some(2));
     let out = agui(&["compact"], Some(b"{\"type\":\"RAW\"}\nnot json\n"));
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read the input"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read standard input"));
     let out = agui(&["compact", "/nonexistent/file.ndjson"], None);
     assert_eq!(out.status.code(), Some(2));
 }
