@@ -6,21 +6,13 @@
 
 mod common;
 
-use std::error::Error as _;
-
 use agui_store::sample::{run_finished, run_started};
 use agui_store::{AppendRequest, ErrorKind, Store, StoreError};
 use common::Schema;
 
 /// The error's text and every cause's, as the CLI prints them.
 fn chain(err: &StoreError) -> Vec<String> {
-    let mut all = vec![err.to_string()];
-    let mut cause = err.source();
-    while let Some(c) = cause {
-        all.push(c.to_string());
-        cause = c.source();
-    }
-    all
+    agui_store::conformance::error_texts(err)
 }
 
 async fn append_err(store: &Store, events: Vec<agui_protocol::Event>) -> StoreError {

@@ -497,17 +497,10 @@ pub fn count(v: i64) -> Result<u64, StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::error::Error as _;
 
     /// The text of `err` and of each of its causes.
     fn chain(err: &StoreError) -> Vec<String> {
-        let mut all = vec![err.to_string()];
-        let mut cause = err.source();
-        while let Some(c) = cause {
-            all.push(c.to_string());
-            cause = c.source();
-        }
-        all
+        agui_store::conformance::error_texts(err)
     }
 
     #[test]

@@ -11,15 +11,9 @@ use agui_store::sample::run_started;
 use agui_store::{AppendRequest, ErrorKind, Store, StoreError};
 use agui_store_sqlite::{NotAStore, SqliteStore};
 
-/// The error's text and every cause's, as a CLI prints them.
+/// The error's text and every cause's, as the CLI prints them.
 fn chain(err: &StoreError) -> Vec<String> {
-    let mut all = vec![err.to_string()];
-    let mut cause = err.source();
-    while let Some(c) = cause {
-        all.push(c.to_string());
-        cause = c.source();
-    }
-    all
+    agui_store::conformance::error_texts(err)
 }
 
 fn assert_no_sql(err: &StoreError) {

@@ -30,6 +30,19 @@ use async_trait::async_trait;
 
 use crate::{Backend as _, Result};
 
+/// The text of `err` and of each of its causes, as the CLI prints them with
+/// `AGUI_DEBUG=1`: what a test of a backend's error messages checks, so no
+/// cause shows SQL text or a database server's own words.
+pub fn error_texts(err: &(dyn std::error::Error + 'static)) -> Vec<String> {
+    let mut all = vec![err.to_string()];
+    let mut cause = err.source();
+    while let Some(c) = cause {
+        all.push(c.to_string());
+        cause = c.source();
+    }
+    all
+}
+
 /// How the suite opens a backend's store under test.
 #[async_trait]
 pub trait Harness: Send + Sync + 'static {
