@@ -80,6 +80,30 @@ fn agent(name: &str, url: &str) -> agui_server::AgentConfig {
     parse_agent_flag(&format!("{name}={url}"), SessionMode::Client).unwrap()
 }
 
+/// Starts run `r1` of `thread` on agent `slow` (an [`Endless`] upstream)
+/// and reads its first six frames: the run is in flight, a message and a
+/// tool call open. Returns the rest of its stream and the text read.
+async fn start_slow_run(
+    base: &str,
+    thread: &str,
+) -> (
+    impl futures::Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin + use<>,
+    String,
+) {
+    let resp = client()
+        .post(format!("{base}/agents/slow/run"))
+        .json(&input(thread, "r1", "go"))
+        .send()
+        .await
+        .unwrap();
+    let mut body = resp.bytes_stream();
+    let mut text = String::new();
+    while parse_sse(&text).len() < 6 {
+        text.push_str(std::str::from_utf8(&body.next().await.unwrap().unwrap()).unwrap());
+    }
+    (body, text)
+}
+
 async fn stop(base: &str, thread: &str, run: &str) -> (u16, Value) {
     let resp = client()
         .post(format!("{base}/threads/{thread}/runs/{run}/stop"))
@@ -110,17 +134,7 @@ async fn stop_ends_open_items_stores_cancelled_and_drops_the_upstream() {
         ..GatewayConfig::default()
     })
     .await;
-    let resp = client()
-        .post(format!("{}/agents/slow/run", g.base))
-        .json(&input("t", "r1", "go"))
-        .send()
-        .await
-        .unwrap();
-    let mut body = resp.bytes_stream();
-    let mut text = String::new();
-    while parse_sse(&text).len() < 6 {
-        text.push_str(std::str::from_utf8(&body.next().await.unwrap().unwrap()).unwrap());
-    }
+    let (mut body, mut text) = start_slow_run(&g.base, "t").await;
     // A second client attached live.
     let attached = client()
         .get(format!("{}/threads/t/events", g.base))
@@ -234,17 +248,7 @@ async fn a_stop_sent_to_another_gateway_on_the_same_store_stops_the_run() {
     };
     let a = start_with(store.clone(), config()).await;
     let b = start_with(store.clone(), config()).await;
-    let resp = client()
-        .post(format!("{}/agents/slow/run", a.base))
-        .json(&input("x", "r1", "go"))
-        .send()
-        .await
-        .unwrap();
-    let mut body = resp.bytes_stream();
-    let mut text = String::new();
-    while parse_sse(&text).len() < 6 {
-        text.push_str(std::str::from_utf8(&body.next().await.unwrap().unwrap()).unwrap());
-    }
+    let (mut body, mut text) = start_slow_run(&a.base, "x").await;
     let (status, v) = stop(&b.base, "x", "r1").await;
     assert_eq!(
         (status, v["status"].as_str()),
@@ -367,17 +371,7 @@ async fn at_shutdown_an_attached_client_gets_the_run_to_its_end() {
         ..GatewayConfig::default()
     })
     .await;
-    let resp = client()
-        .post(format!("{}/agents/slow/run", g.base))
-        .json(&input("t", "r1", "go"))
-        .send()
-        .await
-        .unwrap();
-    let mut body = resp.bytes_stream();
-    let mut text = String::new();
-    while parse_sse(&text).len() < 6 {
-        text.push_str(std::str::from_utf8(&body.next().await.unwrap().unwrap()).unwrap());
-    }
+    let (mut body, mut text) = start_slow_run(&g.base, "t").await;
     let attached = client()
         .get(format!("{}/threads/t/events", g.base))
         .send()
