@@ -35,11 +35,6 @@ use crate::upstream::{Close, RunIds, UpstreamReader};
 pub(crate) async fn read_body(gw: &Gateway, body: Body) -> Result<Bytes, ApiError> {
     let limit = gw.config.limits.max_body_bytes;
     let timeout = gw.config.limits.body_read_timeout;
-    // A declared length over the limit is refused before any of it is read
-    // (waiting for it would hold the connection up to the read timeout).
-    if axum::body::HttpBody::size_hint(&body).lower() > limit as u64 {
-        return Err(too_large(limit));
-    }
     match tokio::time::timeout(timeout, axum::body::to_bytes(body, limit)).await {
         Err(_) => Err(ApiError::new(
             StatusCode::REQUEST_TIMEOUT,
@@ -58,7 +53,11 @@ pub(crate) async fn read_body(gw: &Gateway, body: Body) -> Result<Bytes, ApiErro
                 cause = c.source();
             }
             if too_large {
-                Err(self::too_large(limit))
+                Err(ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "body_too_large",
+                    format!("the request body is larger than {limit} bytes"),
+                ))
             } else {
                 Err(ApiError::bad_request(
                     "body_unreadable",
@@ -68,14 +67,6 @@ pub(crate) async fn read_body(gw: &Gateway, body: Body) -> Result<Bytes, ApiErro
         }
         Ok(Ok(b)) => Ok(b),
     }
-}
-
-fn too_large(limit: usize) -> ApiError {
-    ApiError::new(
-        StatusCode::PAYLOAD_TOO_LARGE,
-        "body_too_large",
-        format!("the request body is larger than {limit} bytes"),
-    )
 }
 
 /// An SSE response over pre-framed chunks.
