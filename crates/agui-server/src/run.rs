@@ -965,7 +965,9 @@ pub(crate) async fn store_and_send(ctx: &RunCtx, st: &mut RunState, batch: Vec<E
             if !st.gateway_end {
                 for e in &req.events {
                     let counter = match e.event_type() {
-                        EventType::RunFinished if is_cancelled(e) => &gw.metrics.runs_cancelled,
+                        EventType::RunFinished if agui_store::index::is_cancelled(e) => {
+                            &gw.metrics.runs_cancelled
+                        }
                         EventType::RunFinished => &gw.metrics.runs_finished,
                         EventType::RunError => &gw.metrics.runs_error,
                         _ => continue,
@@ -1041,22 +1043,6 @@ pub(crate) const STOPPED: &str = "stopped";
 
 /// How long a stream waits before checking again whether it should end.
 pub(crate) const POLL: Duration = Duration::from_millis(500);
-
-/// Whether a `RUN_FINISHED` ends its run `cancelled` (`outcome.type`), as
-/// the store's run index reads it.
-fn is_cancelled(event: &Event) -> bool {
-    // Cheap pre-check: most runs finish without that word anywhere.
-    event.json().contains("cancelled")
-        && serde_json::from_str::<serde_json::Value>(event.json())
-            .ok()
-            .and_then(|v| {
-                v.get("outcome")?
-                    .get("type")?
-                    .as_str()
-                    .map(|t| t == "cancelled")
-            })
-            .unwrap_or(false)
-}
 
 #[cfg(test)]
 mod tests {

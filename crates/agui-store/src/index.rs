@@ -502,8 +502,9 @@ fn is_interrupted(event: &Event) -> bool {
             .is_some_and(|c| c == "interrupted")
 }
 
-/// True for a `RUN_FINISHED` whose `outcome.type` is `cancelled`.
-fn is_cancelled(event: &Event) -> bool {
+/// True for a `RUN_FINISHED` whose `outcome.type` is `cancelled`: the
+/// run index's rule, which the gateway's metrics follow too.
+pub fn is_cancelled(event: &Event) -> bool {
     // Cheap pre-check: most runs finish without that word anywhere.
     if !event.json().contains("cancelled") {
         return false;
